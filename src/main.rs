@@ -1,1 +1,55 @@
-fn main() {}
+//! `tessera`: the command-line entry point (generate, fetch-model; serve and bench to come).
+
+mod fetch;
+mod generate;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "tessera", version, about = "A CPU-first LLM inference server for GGUF models")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate a continuation of a prompt and stream it to stdout.
+    Generate(generate::GenerateArgs),
+    /// Download the default model (Gemma 3 270M Q4_K_M) into ./models and verify its sha256.
+    FetchModel {
+        /// Folder to put it in (default: $TESSERA_MODELS_DIR or ./models).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Generate(args) => generate::run(args),
+        Command::FetchModel { dir } => {
+            let dir = dir.unwrap_or_else(fetch::models_dir);
+            let path = dir.join(fetch::DEFAULT_MODEL_FILE);
+            if path.exists() {
+                eprintln!("{} already present", path.display());
+                return Ok(());
+            }
+            fetch::fetch_default_model(&dir).map(|_| ())
+        }
+    }
+}
+
+/// The model to load: the one given, or the default one (fetched on first use).
+pub fn resolve_model(path: Option<PathBuf>) -> Result<PathBuf> {
+    match path {
+        Some(p) => Ok(p),
+        None => fetch::ensure_default_model(),
+    }
+}
