@@ -1,0 +1,69 @@
+//! Opens the project's default model (Gemma 3 270M Q4_K_M) when it is available.
+//!
+//! Looked up at `$TESSERA_MODEL`, then `models/` in the workspace (where CI puts it), then
+//! `/work/tmp/model/`. Skips with a message when none exists: weights are never committed.
+
+use std::path::PathBuf;
+
+use gguf::{Array, GgmlType, GgufFile};
+
+fn model_path() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("TESSERA_MODEL").map(PathBuf::from),
+        Some(
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../models/gemma-3-270m-q4_k_m.gguf"
+            )
+            .into(),
+        ),
+        Some("/work/tmp/model/gemma-3-270m-q4_k_m.gguf".into()),
+    ];
+    candidates.into_iter().flatten().find(|p| p.is_file())
+}
+
+#[test]
+fn default_model_has_the_expected_gemma3_header() {
+    let Some(path) = model_path() else {
+        eprintln!("skipping: default model not found (set TESSERA_MODEL or put it in models/)");
+        return;
+    };
+    let file = GgufFile::open(&path).expect("the default model opens");
+    let md = file.metadata();
+    assert_eq!(
+        md.require_str("general.architecture")
+            .expect("architecture"),
+        "gemma3"
+    );
+    assert_eq!(
+        md.require_u32("gemma3.block_count").expect("block count"),
+        18
+    );
+    match md.require_array("tokenizer.ggml.tokens").expect("tokens") {
+        Array::String(tokens) => assert_eq!(tokens.len(), 262_144),
+        other => panic!(
+            "tokens should be strings, got array<{}>",
+            other.elem_type_name()
+        ),
+    }
+    let allowed = [
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::F32,
+    ];
+    for t in file.tensors() {
+        assert!(
+            allowed.contains(&t.ggml_type),
+            "{} has type {}",
+            t.name,
+            t.ggml_type
+        );
+    }
+    let embd = file
+        .require_tensor("token_embd.weight")
+        .expect("embedding present");
+    assert_eq!(embd.dims(), [640, 262_144]);
+    assert_eq!(embd.data.len(), 262_144 * 640 / 32 * 34);
+}
