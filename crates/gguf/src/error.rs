@@ -94,7 +94,7 @@ pub enum ParseErrorKind {
         offset: u64,
         alignment: usize,
     },
-    #[error("tensor `{tensor}` data (bytes {start}..{end}) lies beyond the end of the file ({file_len} bytes)")]
+    #[error("tensor `{tensor}` data (bytes {start}..{end}) lies beyond the end of the file ({file_len} bytes); is the file truncated?")]
     TensorOutOfRange {
         tensor: String,
         start: u64,

@@ -95,6 +95,12 @@ impl GgufFile {
             source,
         };
         let file = File::open(&path).map_err(io_err)?;
+        // Mapping a directory fails with a baffling "No such device"; say what is wrong.
+        if !file.metadata().map_err(io_err)?.is_file() {
+            let source =
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+            return Err(GgufError::Io { path, source });
+        }
         // SAFETY: the map is read-only. Like every mmap-based model loader we rely on the
         // file not being truncated or rewritten while it is open; model files are immutable
         // artefacts, and the alternative (reading ~GBs into memory) defeats the purpose.
@@ -162,5 +168,16 @@ impl GgufFile {
             path: self.path.clone(),
             name: name.to_owned(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Servers share one open model across worker threads.
+    #[test]
+    fn open_files_can_be_shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<super::GgufFile>();
+        assert_send_sync::<super::TensorView<'static>>();
     }
 }

@@ -4,87 +4,66 @@
 //! `type_size` bytes. A row of `n` elements is only representable when `n` is a multiple of
 //! the block size, which is why [`GgmlType::row_bytes`] returns an `Option`.
 
-/// A ggml tensor element type, numbered as in the GGUF file format.
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GgmlType {
-    F32 = 0,
-    F16 = 1,
-    Q4_0 = 2,
-    Q4_1 = 3,
-    Q5_0 = 6,
-    Q5_1 = 7,
-    Q8_0 = 8,
-    Q8_1 = 9,
-    Q2_K = 10,
-    Q3_K = 11,
-    Q4_K = 12,
-    Q5_K = 13,
-    Q6_K = 14,
-    Q8_K = 15,
-    BF16 = 30,
+/// Defines [`GgmlType`] from one table row per type: file-format number, elements per
+/// block and bytes per block. One table keeps the numbering, names and sizes in step.
+macro_rules! ggml_types {
+    ($($name:ident = $id:literal, $block:expr, $bytes:expr;)*) => {
+        /// A ggml tensor element type, numbered as in the GGUF file format.
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum GgmlType { $($name = $id,)* }
+
+        impl GgmlType {
+            /// All supported types, in file-format order.
+            pub const ALL: &'static [GgmlType] = &[$(Self::$name,)*];
+
+            /// The type with file-format number `v`, or `None` for unknown or unsupported
+            /// numbers (including the IQ family, which we do not read).
+            pub fn from_u32(v: u32) -> Option<Self> {
+                match v { $($id => Some(Self::$name),)* _ => None }
+            }
+
+            /// Number of elements in one block.
+            pub fn block_size(self) -> usize {
+                match self { $(Self::$name => $block,)* }
+            }
+
+            /// Number of bytes in one block.
+            pub fn type_size(self) -> usize {
+                match self { $(Self::$name => $bytes,)* }
+            }
+
+            /// The name ggml uses for this type, e.g. `"Q4_K"`.
+            pub fn name(self) -> &'static str {
+                match self { $(Self::$name => stringify!($name),)* }
+            }
+        }
+    };
 }
 
 /// Elements per super-block of the k-quant family.
 const QK_K: usize = 256;
 
+// Block layouts (f16 unless noted): scale `d`, min/offset `m`, packed quants `qs`.
+ggml_types! {
+    F32 = 0, 1, 4;
+    F16 = 1, 1, 2;
+    Q4_0 = 2, 32, 2 + 16;              // d + 32 nibbles
+    Q4_1 = 3, 32, 2 + 2 + 16;          // d + m + 32 nibbles
+    Q5_0 = 6, 32, 2 + 4 + 16;          // d + fifth bits + nibbles
+    Q5_1 = 7, 32, 2 + 2 + 4 + 16;      // d + m + fifth bits + nibbles
+    Q8_0 = 8, 32, 2 + 32;              // d + 32 bytes
+    Q8_1 = 9, 32, 2 + 2 + 32;          // d + sum + 32 bytes
+    Q2_K = 10, QK_K, 16 + 64 + 2 + 2;  // scales + 2-bit quants + d + dmin
+    Q3_K = 11, QK_K, 32 + 64 + 12 + 2; // high-bit mask + quants + scales + d
+    Q4_K = 12, QK_K, 2 + 2 + 12 + 128; // d + dmin + 6-bit scales + nibbles
+    Q5_K = 13, QK_K, 2 + 2 + 12 + 32 + 128;
+    Q6_K = 14, QK_K, 128 + 64 + 16 + 2; // low bits + high bits + scales + d
+    Q8_K = 15, QK_K, 4 + QK_K + 2 * QK_K / 16; // f32 d + quants + i16 block sums
+    BF16 = 30, 1, 2;
+}
+
 impl GgmlType {
-    /// All supported types, in file-format order.
-    pub const ALL: [GgmlType; 15] = [
-        Self::F32,
-        Self::F16,
-        Self::Q4_0,
-        Self::Q4_1,
-        Self::Q5_0,
-        Self::Q5_1,
-        Self::Q8_0,
-        Self::Q8_1,
-        Self::Q2_K,
-        Self::Q3_K,
-        Self::Q4_K,
-        Self::Q5_K,
-        Self::Q6_K,
-        Self::Q8_K,
-        Self::BF16,
-    ];
-
-    /// The type with file-format number `v`, or `None` for unknown or unsupported numbers
-    /// (including the IQ family, which we do not read).
-    pub fn from_u32(v: u32) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| *t as u32 == v)
-    }
-
-    /// Number of elements in one block.
-    pub fn block_size(self) -> usize {
-        use GgmlType::*;
-        match self {
-            F32 | F16 | BF16 => 1,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 => 32,
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => QK_K,
-        }
-    }
-
-    /// Number of bytes in one block.
-    pub fn type_size(self) -> usize {
-        use GgmlType::*;
-        match self {
-            F32 => 4,
-            F16 | BF16 => 2,
-            Q4_0 => 2 + 16,           // f16 scale + 32 nibbles
-            Q4_1 => 2 * 2 + 16,       // f16 scale + f16 min + 32 nibbles
-            Q5_0 => 2 + 4 + 16,       // f16 scale + high bits + nibbles
-            Q5_1 => 2 * 2 + 4 + 16,   // f16 scale + f16 min + high bits + nibbles
-            Q8_0 => 2 + 32,           // f16 scale + 32 bytes
-            Q8_1 => 2 * 2 + 32,       // f16 scale + f16 sum + 32 bytes
-            Q2_K => 16 + 64 + 2 * 2,  // scales + 2-bit quants + d, dmin
-            Q3_K => 32 + 64 + 12 + 2, // high-bit mask + quants + scales + d
-            Q4_K => 2 * 2 + 12 + 128, // d, dmin + 6-bit scales + nibbles
-            Q5_K => 2 * 2 + 12 + 32 + 128,
-            Q6_K => 128 + 64 + 16 + 2, // low bits + high bits + scales + d
-            Q8_K => 4 + QK_K + 2 * QK_K / 16, // f32 d + quants + i16 block sums
-        }
-    }
-
     /// Bytes taken by a row of `n` elements, or `None` if `n` is not a multiple of the
     /// block size (or the size overflows).
     pub fn row_bytes(self, n: usize) -> Option<usize> {
@@ -92,28 +71,6 @@ impl GgmlType {
             return None;
         }
         (n / self.block_size()).checked_mul(self.type_size())
-    }
-
-    /// The name ggml uses for this type, e.g. `"Q4_K"`.
-    pub fn name(self) -> &'static str {
-        use GgmlType::*;
-        match self {
-            F32 => "F32",
-            F16 => "F16",
-            Q4_0 => "Q4_0",
-            Q4_1 => "Q4_1",
-            Q5_0 => "Q5_0",
-            Q5_1 => "Q5_1",
-            Q8_0 => "Q8_0",
-            Q8_1 => "Q8_1",
-            Q2_K => "Q2_K",
-            Q3_K => "Q3_K",
-            Q4_K => "Q4_K",
-            Q5_K => "Q5_K",
-            Q6_K => "Q6_K",
-            Q8_K => "Q8_K",
-            BF16 => "BF16",
-        }
     }
 }
 
@@ -129,7 +86,7 @@ mod tests {
 
     #[test]
     fn from_u32_inverts_the_discriminant() {
-        for t in GgmlType::ALL {
+        for &t in GgmlType::ALL {
             assert_eq!(GgmlType::from_u32(t as u32), Some(t));
         }
         assert_eq!(GgmlType::from_u32(4), None); // removed Q4_2

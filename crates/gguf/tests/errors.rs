@@ -263,3 +263,11 @@ fn open_reports_invalid_and_empty_files_with_their_path() {
         assert!(e.to_string().contains(&path.display().to_string()), "{e}");
     }
 }
+
+#[test]
+fn open_refuses_a_directory_clearly() {
+    let dir = std::env::temp_dir();
+    let e = GgufFile::open(&dir).expect_err("a directory is not a model");
+    assert!(matches!(e, GgufError::Io { .. }));
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+}
