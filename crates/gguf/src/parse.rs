@@ -65,13 +65,13 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, ParseError> {
     let n_tensors = r.count(24, "tensor count")?;
     let n_kv = r.count(13, "metadata count")?;
     let (metadata, alignment) = read_metadata(&mut r, n_kv)?;
-    let (mut tensors, starts) = read_tensor_infos(&mut r, n_tensors)?;
+    let (tensors, starts) = read_tensor_infos(&mut r, n_tensors)?;
     r.context.clear();
     let data_offset = r
         .pos
         .checked_next_multiple_of(alignment)
         .ok_or_else(|| r.err(r.pos, K::BadAlignment(alignment.to_string())))?;
-    for (t, &start) in tensors.iter_mut().zip(&starts) {
+    for (t, &start) in tensors.iter().zip(&starts) {
         check_placement(&r, t, start, alignment, data_offset)?;
     }
     Ok(Parsed {
