@@ -1,0 +1,315 @@
+//! BPE pre-tokenizers: split text into words that BPE merges never cross.
+//!
+//! Design: the HF patterns are written as regexes with a lookahead (`\s+(?!\S)`), which the
+//! `regex` crate cannot express. Instead each pattern is a hand-written scanner over the
+//! characters of the text that tries the regex alternatives in order at the current position
+//! and takes the first that matches, exactly as a backtracking regex engine would (this is also
+//! how llama.cpp implements them). The `default` pre-tokenizer is llama.cpp's sequence of four
+//! passes, each splitting every piece from the previous pass into matches and the gaps between.
+//!
+//! Invariant: the words returned by [`split`] are non-empty and concatenate to the input.
+
+use crate::unicode::{is_letter, is_number, is_punctuation, is_whitespace};
+use crate::vocab::PreTokenizer;
+
+/// Splits `text` into pre-tokenized words.
+pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<&str> {
+    match pre {
+        PreTokenizer::Gpt2 => words(text, &scan_gpt2(&Chars::new(text))),
+        PreTokenizer::Llama3 => words(text, &scan_llama3(&Chars::new(text), 3)),
+        PreTokenizer::Qwen2 => words(text, &scan_llama3(&Chars::new(text), 1)),
+        PreTokenizer::Default => split_default(text),
+    }
+}
+
+/// The characters of one piece with their byte offsets; `get` past the end yields `None`,
+/// which plays the role of "no character" in lookaheads.
+struct Chars {
+    chars: Vec<char>,
+}
+
+impl Chars {
+    fn new(text: &str) -> Self {
+        Self {
+            chars: text.chars().collect(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.chars.len()
+    }
+
+    fn get(&self, i: usize) -> Option<char> {
+        self.chars.get(i).copied()
+    }
+
+    fn is(&self, i: usize, pred: impl Fn(char) -> bool) -> bool {
+        self.get(i).is_some_and(pred)
+    }
+
+    /// The first index at or after `i` whose char does not satisfy `pred`.
+    fn run_end(&self, mut i: usize, pred: impl Fn(char) -> bool) -> usize {
+        while self.is(i, &pred) {
+            i += 1;
+        }
+        i
+    }
+}
+
+/// Turns character-index word ends into string slices.
+fn words<'t>(text: &'t str, ends: &[usize]) -> Vec<&'t str> {
+    let offsets: Vec<usize> = text.char_indices().map(|(o, _)| o).collect();
+    let byte_at = |i: usize| offsets.get(i).copied().unwrap_or(text.len());
+    let mut out = Vec::with_capacity(ends.len());
+    let mut start = 0;
+    for &end in ends {
+        out.push(&text[byte_at(start)..byte_at(end)]);
+        start = end;
+    }
+    out
+}
+
+fn is_other(c: char) -> bool {
+    !(is_whitespace(c) || is_letter(c) || is_number(c))
+}
+
+/// `'s|'t|'re|'ve|'m|'ll|'d` (optionally case-insensitive): the length of the match at `i`.
+fn contraction(t: &Chars, i: usize, ignore_case: bool) -> Option<usize> {
+    if t.get(i) != Some('\'') {
+        return None;
+    }
+    let lower = |c: Option<char>| {
+        c.map(|c| {
+            if ignore_case {
+                c.to_ascii_lowercase()
+            } else {
+                c
+            }
+        })
+    };
+    match (lower(t.get(i + 1)), lower(t.get(i + 2))) {
+        (Some('s' | 't' | 'm' | 'd'), _) => Some(2),
+        (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l')) => Some(3),
+        _ => None,
+    }
+}
+
+/// White space at `i`: `\s+(?!\S)` (all but the last space when a non-space follows) else `\s+`.
+fn whitespace_run(t: &Chars, i: usize) -> Option<usize> {
+    let end = t.run_end(i, is_whitespace);
+    match end - i {
+        0 => None,
+        n if n > 1 && end < t.len() => Some(end - 1),
+        _ => Some(end),
+    }
+}
+
+/// GPT-2: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`.
+/// Returns the end (char index) of each word.
+fn scan_gpt2(t: &Chars) -> Vec<usize> {
+    let mut ends = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        let end = if let Some(n) = contraction(t, i, false) {
+            i + n
+        } else {
+            let body = i + usize::from(t.get(i) == Some(' '));
+            let class: Option<fn(char) -> bool> = match t.get(body) {
+                Some(c) if is_letter(c) => Some(is_letter),
+                Some(c) if is_number(c) => Some(is_number),
+                Some(c) if is_other(c) => Some(is_other),
+                _ => None,
+            };
+            match class {
+                Some(pred) => t.run_end(body, pred),
+                None => whitespace_run(t, i).unwrap_or(i + 1),
+            }
+        };
+        ends.push(end);
+        i = end;
+    }
+    ends
+}
+
+/// LLaMA 3 (`max_digits = 3`) and Qwen2 (`max_digits = 1`):
+/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|`
+/// `\s*[\r\n]+|\s+(?!\S)|\s+`. Returns the end (char index) of each word.
+fn scan_llama3(t: &Chars, max_digits: usize) -> Vec<usize> {
+    let is_newline = |c: char| c == '\r' || c == '\n';
+    let mut ends = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        let c = t.chars[i];
+        if let Some(n) = contraction(t, i, true) {
+            ends.push(i + n);
+            i += n;
+            continue;
+        }
+        if !(is_newline(c) || is_number(c)) && (is_letter(c) || t.is(i + 1, is_letter)) {
+            i = t.run_end(i + 1, is_letter);
+            ends.push(i);
+            continue;
+        }
+        if is_number(c) {
+            let end = t.run_end(i, is_number);
+            while i < end {
+                i = end.min(i + max_digits);
+                ends.push(i);
+            }
+            continue;
+        }
+        let body = i + usize::from(c == ' ');
+        if t.is(body, is_other) || (c == ' ' && body == t.len()) {
+            let end = t.run_end(body, is_other);
+            i = t.run_end(end, is_newline);
+            ends.push(i);
+            continue;
+        }
+        let ws_end = t.run_end(i, is_whitespace);
+        if let Some(last_newline) = (i..ws_end).rev().find(|&k| t.is(k, is_newline)) {
+            i = last_newline + 1;
+        } else {
+            i = whitespace_run(t, i).unwrap_or(i + 1);
+        }
+        ends.push(i);
+    }
+    ends
+}
+
+/// llama.cpp's `default` BPE pre-tokenizer: four passes, each refining the previous pieces.
+fn split_default(text: &str) -> Vec<&str> {
+    let punct = |c: char| is_punctuation(c) || "$+<=>^~|".contains(c);
+    let mut pieces = split_runs(vec![text], punct);
+    pieces = pieces
+        .into_iter()
+        .flat_map(|p| words(p, &scan_gpt2(&Chars::new(p))))
+        .collect();
+    pieces = split_runs(pieces, is_number);
+    pieces.into_iter().flat_map(split_digit_triples).collect()
+}
+
+/// Splits each piece into maximal runs of chars satisfying `pred` and the gaps between them.
+fn split_runs(pieces: Vec<&str>, pred: impl Fn(char) -> bool) -> Vec<&str> {
+    let mut out = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        let mut start = 0;
+        let mut current: Option<bool> = None;
+        for (o, c) in piece.char_indices() {
+            let m = pred(c);
+            if current.is_some_and(|prev| prev != m) {
+                out.push(&piece[start..o]);
+                start = o;
+            }
+            current = Some(m);
+        }
+        if start < piece.len() {
+            out.push(&piece[start..]);
+        }
+    }
+    out
+}
+
+/// `[0-9][0-9][0-9]` matched left to right without overlap; gaps stay as pieces.
+fn split_digit_triples(piece: &str) -> Vec<&str> {
+    let b = piece.as_bytes();
+    let mut out = Vec::new();
+    let (mut gap_start, mut i) = (0, 0);
+    while i + 3 <= b.len() {
+        if b[i..i + 3].iter().all(u8::is_ascii_digit) {
+            if gap_start < i {
+                out.push(&piece[gap_start..i]);
+            }
+            out.push(&piece[i..i + 3]);
+            i += 3;
+            gap_start = i;
+        } else {
+            i += 1;
+        }
+    }
+    if gap_start < b.len() {
+        out.push(&piece[gap_start..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpt2(t: &str) -> Vec<&str> {
+        split(PreTokenizer::Gpt2, t)
+    }
+
+    fn llama3(t: &str) -> Vec<&str> {
+        split(PreTokenizer::Llama3, t)
+    }
+
+    #[test]
+    fn gpt2_keeps_one_space_with_the_next_word() {
+        assert_eq!(gpt2("Hello world"), ["Hello", " world"]);
+        assert_eq!(gpt2("a   b"), ["a", "  ", " b"]);
+        assert_eq!(gpt2("trailing  "), ["trailing", "  "]);
+    }
+
+    #[test]
+    fn gpt2_splits_contractions_case_sensitively() {
+        assert_eq!(gpt2("I'm don't"), ["I", "'m", " don", "'t"]);
+        assert_eq!(gpt2("I'M"), ["I", "'", "M"]);
+    }
+
+    #[test]
+    fn gpt2_separates_letters_numbers_and_symbols() {
+        assert_eq!(gpt2("abc123!!x"), ["abc", "123", "!!", "x"]);
+        assert_eq!(gpt2(" 42 ?!"), [" 42", " ?!"]);
+    }
+
+    #[test]
+    fn llama3_groups_digits_by_three() {
+        assert_eq!(llama3("1234567"), ["123", "456", "7"]);
+        assert_eq!(split(PreTokenizer::Qwen2, "123"), ["1", "2", "3"]);
+    }
+
+    #[test]
+    fn llama3_attaches_one_leading_non_letter_to_words() {
+        assert_eq!(llama3("Hello, world"), ["Hello", ",", " world"]);
+        assert_eq!(llama3("\tfoo"), ["\tfoo"]);
+        assert_eq!(llama3("(x)"), ["(x", ")"]);
+    }
+
+    #[test]
+    fn llama3_contractions_ignore_case() {
+        assert_eq!(llama3("I'M"), ["I", "'M"]);
+    }
+
+    #[test]
+    fn llama3_newlines_end_whitespace_runs() {
+        assert_eq!(llama3("a  \n\n  b"), ["a", "  \n\n", " ", " b"]);
+        assert_eq!(llama3("x.\n\ny"), ["x", ".\n\n", "y"]);
+        assert_eq!(llama3("a   b"), ["a", "  ", " b"]);
+        assert_eq!(llama3("end "), ["end", " "]);
+    }
+
+    #[test]
+    fn default_splits_punctuation_and_digit_triples() {
+        assert_eq!(
+            split(PreTokenizer::Default, "x+=12345"),
+            ["x", "+=", "123", "45"]
+        );
+        assert_eq!(split(PreTokenizer::Default, "hi, you"), ["hi", ",", " you"]);
+    }
+
+    #[test]
+    fn splits_always_cover_the_input() {
+        let text = "Ünïcödé 中文 😀\t\r\n  x'LL 1,000.5 ...  ";
+        for pre in [
+            PreTokenizer::Default,
+            PreTokenizer::Gpt2,
+            PreTokenizer::Llama3,
+            PreTokenizer::Qwen2,
+        ] {
+            let w = split(pre, text);
+            assert!(w.iter().all(|w| !w.is_empty()), "{pre:?}: {w:?}");
+            assert_eq!(w.concat(), text, "{pre:?}");
+        }
+    }
+}
