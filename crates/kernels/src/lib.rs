@@ -1,1 +1,27 @@
-//! placeholder
+//! CPU compute kernels of the forward pass.
+//!
+//! - [`quant`]: ggml-compatible block formats with scalar dequantization, activation quantization
+//!   and reference dot products.
+//! - [`matmul()`]: threaded, batch-invariant weight x activation multiplication over a fixed
+//!   [`Threads`] pool, with SIMD kernels chosen at run time ([`isa`]).
+//! - [`ops`]: norms, activations, softmax and f16 helpers for attention.
+//!
+//! Dependency direction: this crate knows nothing about models; it takes byte slices and shapes.
+
+pub mod dtype;
+pub mod error;
+mod kernel;
+pub mod matmul;
+pub mod ops;
+pub mod quant;
+pub mod threads;
+
+pub use dtype::{Format, GgmlType};
+pub use error::KernelError;
+pub use kernel::{detect_isa, isa, Isa};
+pub use matmul::{dequantize_row, matmul, matmul_with_isa, MatmulScratch, Weights};
+pub use ops::{
+    add, axpy_f16, dot_f16_f32, f16_to_f32_row, f32_to_f16_row, gelu_tanh, gelu_tanh_exact, mul,
+    rms_norm, scale, silu, softmax,
+};
+pub use threads::Threads;

@@ -1,0 +1,96 @@
+//! Weight element types and what the kernels know about them.
+//!
+//! `GgmlType` is the tensor type tag as stored in GGUF files, re-exported from the `gguf` crate.
+//!
+//! [`Format`] is the kernels' own view: only the types we can compute with, with their block
+//! geometry and the activation format their dot product consumes.
+
+use crate::error::KernelError;
+
+pub use gguf::GgmlType;
+
+/// A weight format the kernels can dequantize and multiply.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q5_0,
+    Q8_0,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+}
+
+/// How activations are prepared before they meet a weight row of a given format.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActKind {
+    /// Plain f32 activations (float weight formats).
+    F32,
+    /// Blocks of 32 quantized to i8 with one scale each (legacy quant formats).
+    Q8_0,
+    /// Super-blocks of 256 quantized to i8 with one f32 scale and 16 partial sums.
+    Q8_K,
+}
+
+impl Format {
+    /// Maps a GGUF type tag to a supported format.
+    pub fn from_ggml(ty: GgmlType) -> Result<Self, KernelError> {
+        Ok(match ty {
+            GgmlType::F32 => Format::F32,
+            GgmlType::F16 => Format::F16,
+            GgmlType::BF16 => Format::BF16,
+            GgmlType::Q4_0 => Format::Q4_0,
+            GgmlType::Q5_0 => Format::Q5_0,
+            GgmlType::Q8_0 => Format::Q8_0,
+            GgmlType::Q4_K => Format::Q4_K,
+            GgmlType::Q5_K => Format::Q5_K,
+            GgmlType::Q6_K => Format::Q6_K,
+            _ => return Err(KernelError::UnsupportedType { ty }),
+        })
+    }
+
+    /// Number of elements per block.
+    pub const fn block_size(self) -> usize {
+        match self {
+            Format::F32 | Format::F16 | Format::BF16 => 1,
+            Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => 32,
+            Format::Q4_K | Format::Q5_K | Format::Q6_K => 256,
+        }
+    }
+
+    /// Number of bytes per block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            Format::F32 => 4,
+            Format::F16 | Format::BF16 => 2,
+            Format::Q4_0 => 18,
+            Format::Q5_0 => 22,
+            Format::Q8_0 => 34,
+            Format::Q4_K => 144,
+            Format::Q5_K => 176,
+            Format::Q6_K => 210,
+        }
+    }
+
+    /// The activation format this weight format's dot product consumes.
+    pub const fn act_kind(self) -> ActKind {
+        match self {
+            Format::F32 | Format::F16 | Format::BF16 => ActKind::F32,
+            Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => ActKind::Q8_0,
+            Format::Q4_K | Format::Q5_K | Format::Q6_K => ActKind::Q8_K,
+        }
+    }
+
+    /// Bytes taken by a row of `cols` elements, or an error if `cols` is not a whole number of blocks.
+    pub fn row_bytes(self, ty: GgmlType, cols: usize) -> Result<usize, KernelError> {
+        let block = self.block_size();
+        if cols == 0 || !cols.is_multiple_of(block) {
+            return Err(KernelError::RaggedRow { ty, cols, block });
+        }
+        Ok(cols / block * self.block_bytes())
+    }
+}

@@ -1,0 +1,333 @@
+//! Threaded matrix multiplication of a quantized weight matrix with a batch of f32 activations.
+//!
+//! `out[i * rows + r] = dot(w.row(r), x[i * cols..(i + 1) * cols])` for `i in 0..m`.
+//!
+//! Design:
+//! - Activations are quantized once per call (Q8_0 or Q8_K, as llama.cpp does) into a reusable
+//!   [`MatmulScratch`], on the calling thread.
+//! - Output rows are split into chunks that the pool's threads claim from a shared counter. Each
+//!   weight row is read from memory once and multiplied with all `m` activation rows while it is
+//!   hot in L1, in groups of up to four activation rows per pass so one unpacked weight block
+//!   feeds four dot products.
+//!
+//! Invariant (batch invariance): every output element is produced by the same per-pair kernel
+//! with the same accumulation order, whatever `m`, the other rows, the group an activation row
+//! lands in, or the thread count; the kernels guarantee that `dot::<N>` gives each pair exactly the
+//! bits `dot::<1>` would.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::dtype::{ActKind, Format, GgmlType};
+use crate::error::KernelError;
+use crate::kernel::{self, detect_isa, isa, DotKernel, Isa, KernelVisitor};
+use crate::quant::{self, ActQ8_0, BlockQ8K, QK8_0, QK_K};
+use crate::threads::Threads;
+
+/// A row-major weight matrix: `rows` output features, each a contiguous row of `cols` inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct Weights<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl<'a> Weights<'a> {
+    /// Checks that `ty` is supported, `cols` is a whole number of blocks and `data` holds exactly
+    /// `rows` rows.
+    pub fn new(
+        ty: GgmlType,
+        data: &'a [u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, KernelError> {
+        let format = Format::from_ggml(ty)?;
+        let expected = format.row_bytes(ty, cols)? * rows;
+        if data.len() != expected {
+            return Err(KernelError::SizeMismatch {
+                what: "weights",
+                ty,
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(Self {
+            ty,
+            data,
+            rows,
+            cols,
+        })
+    }
+
+    fn format(&self) -> Format {
+        Format::from_ggml(self.ty).expect("Weights::new validated the type; this is a bug")
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.data.len() / self.rows.max(1)
+    }
+
+    /// The bytes of row `r`.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let n = self.row_bytes();
+        &self.data[r * n..(r + 1) * n]
+    }
+}
+
+/// Reusable buffers for quantized activations; grows to the largest call and then stops
+/// allocating.
+#[derive(Debug, Default)]
+pub struct MatmulScratch {
+    q8_0: Vec<ActQ8_0>,
+    q8_k: Vec<BlockQ8K>,
+}
+
+impl MatmulScratch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// A raw output pointer shared by the workers; each (activation row, weight row) element is
+/// written by exactly one thread.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: workers write disjoint elements (distinct weight rows) and `Threads::run` joins them
+// before the exclusive borrow the pointer came from ends.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+/// The pieces of one call that every worker reads.
+struct Job<'a, A> {
+    acts: &'a [A],
+    /// Activation blocks per activation row.
+    act_stride: usize,
+    m: usize,
+    rows: usize,
+    out: OutPtr,
+}
+
+/// Multiplies `w` with `m` activation rows `x` (`m * w.cols` floats) into `out` (`m * w.rows`).
+///
+/// Panics if the slice lengths do not match the shapes (a caller bug).
+pub fn matmul(
+    threads: &Threads,
+    w: &Weights,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    matmul_with_isa(isa(), threads, w, x, m, out, scratch);
+}
+
+/// [`matmul`] restricted to instruction set `isa` (capped at what this CPU supports); for tests
+/// and benchmarks that compare kernels.
+pub fn matmul_with_isa(
+    isa: Isa,
+    threads: &Threads,
+    w: &Weights,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    let isa = isa.min(detect_isa());
+    assert_eq!(
+        x.len(),
+        m * w.cols,
+        "matmul: x has {} floats, expected m * cols = {m} * {}",
+        x.len(),
+        w.cols
+    );
+    assert_eq!(
+        out.len(),
+        m * w.rows,
+        "matmul: out has {} floats, expected m * rows = {m} * {}",
+        out.len(),
+        w.rows
+    );
+    if m == 0 || w.rows == 0 {
+        return;
+    }
+    let format = w.format();
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    match format.act_kind() {
+        ActKind::F32 => {
+            let job = Job {
+                acts: x,
+                act_stride: w.cols,
+                m,
+                rows: w.rows,
+                out: out_ptr,
+            };
+            kernel::visit_f32(
+                isa,
+                format,
+                RunAll {
+                    threads,
+                    w,
+                    job: &job,
+                },
+            );
+        }
+        ActKind::Q8_0 => {
+            let per_row = w.cols / QK8_0;
+            scratch.q8_0.resize(m * per_row, ActQ8_0::default());
+            for (xr, ar) in x
+                .chunks_exact(w.cols)
+                .zip(scratch.q8_0.chunks_exact_mut(per_row))
+            {
+                quant::legacy::quantize_act_q8_0(xr, ar);
+            }
+            let job = Job {
+                acts: &scratch.q8_0[..],
+                act_stride: per_row,
+                m,
+                rows: w.rows,
+                out: out_ptr,
+            };
+            kernel::visit_q8_0(
+                isa,
+                format,
+                RunAll {
+                    threads,
+                    w,
+                    job: &job,
+                },
+            );
+        }
+        ActKind::Q8_K => {
+            let per_row = w.cols / QK_K;
+            scratch.q8_k.resize(m * per_row, BlockQ8K::default());
+            for (xr, ar) in x
+                .chunks_exact(w.cols)
+                .zip(scratch.q8_k.chunks_exact_mut(per_row))
+            {
+                quant::kquants::quantize_row_q8_k(xr, ar);
+            }
+            let job = Job {
+                acts: &scratch.q8_k[..],
+                act_stride: per_row,
+                m,
+                rows: w.rows,
+                out: out_ptr,
+            };
+            kernel::visit_q8_k(
+                isa,
+                format,
+                RunAll {
+                    threads,
+                    w,
+                    job: &job,
+                },
+            );
+        }
+    }
+}
+
+/// Runs the kernel it is given over all rows; the kernel module picks the kernel for the format
+/// and this CPU.
+struct RunAll<'a, 'w, A> {
+    threads: &'a Threads,
+    w: &'a Weights<'w>,
+    job: &'a Job<'a, A>,
+}
+
+impl<A: Sync> KernelVisitor<A> for RunAll<'_, '_, A> {
+    fn visit<K: DotKernel<A = A>>(self, k: &K) {
+        run_parallel(self.threads, self.w, k, self.job);
+    }
+}
+
+/// Rows per work chunk: enough chunks for load balance, a multiple of 4, and not tiny.
+fn chunk_rows(rows: usize, threads: usize) -> usize {
+    if threads == 1 {
+        return rows;
+    }
+    let target = rows.div_ceil(threads * 8);
+    target.max(16).next_multiple_of(4)
+}
+
+fn run_parallel<K: DotKernel>(threads: &Threads, w: &Weights, k: &K, job: &Job<K::A>) {
+    let chunk = chunk_rows(w.rows, threads.n());
+    let n_chunks = w.rows.div_ceil(chunk);
+    if n_chunks == 1 {
+        rows_loop(k, w, job, 0..w.rows);
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    threads.run(&|_| loop {
+        let c = next.fetch_add(1, Ordering::Relaxed);
+        if c >= n_chunks {
+            break;
+        }
+        rows_loop(k, w, job, c * chunk..((c + 1) * chunk).min(w.rows));
+    });
+}
+
+/// Computes all `m` outputs of weight rows `rows`.
+fn rows_loop<K: DotKernel>(k: &K, w: &Weights, job: &Job<K::A>, rows: Range<usize>) {
+    let blocks: &[K::W] = quant::cast_blocks(w.data);
+    let per_row = blocks.len() / w.rows;
+    let act = |i: usize| &job.acts[i * job.act_stride..(i + 1) * job.act_stride];
+    let store = |i: usize, r: usize, v: f32| {
+        debug_assert!(i < job.m && r < job.rows);
+        // SAFETY: i < m and r < rows, so the index is in bounds of the `m * rows` output; row `r`
+        // belongs to this chunk only, so no other thread writes this element.
+        unsafe { *job.out.0.add(i * job.rows + r) = v };
+    };
+    for r in rows {
+        let wr = &blocks[r * per_row..(r + 1) * per_row];
+        let mut i = 0;
+        while i + 4 <= job.m {
+            let v = k.dot::<4>(wr, [act(i), act(i + 1), act(i + 2), act(i + 3)]);
+            for (j, v) in v.into_iter().enumerate() {
+                store(i + j, r, v);
+            }
+            i += 4;
+        }
+        match job.m - i {
+            3 => {
+                let v = k.dot::<3>(wr, [act(i), act(i + 1), act(i + 2)]);
+                (0..3).for_each(|j| store(i + j, r, v[j]));
+            }
+            2 => {
+                let v = k.dot::<2>(wr, [act(i), act(i + 1)]);
+                (0..2).for_each(|j| store(i + j, r, v[j]));
+            }
+            1 => store(i, r, k.dot::<1>(wr, [act(i)])[0]),
+            _ => {}
+        }
+    }
+}
+
+/// Decodes one row of `ty` (e.g. an embedding row) into `dst` (`dst.len()` elements).
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), KernelError> {
+    let format = Format::from_ggml(ty)?;
+    let expected = format.row_bytes(ty, dst.len())?;
+    if src.len() != expected {
+        return Err(KernelError::SizeMismatch {
+            what: "dequantize_row",
+            ty,
+            expected,
+            actual: src.len(),
+        });
+    }
+    use quant::{float, kquants, legacy};
+    match format {
+        Format::F32 => float::dequantize_f32(src, dst),
+        Format::F16 => float::dequantize_f16(src, dst),
+        Format::BF16 => float::dequantize_bf16(src, dst),
+        Format::Q4_0 => legacy::dequantize_q4_0(quant::cast_blocks(src), dst),
+        Format::Q5_0 => legacy::dequantize_q5_0(quant::cast_blocks(src), dst),
+        Format::Q8_0 => legacy::dequantize_q8_0(quant::cast_blocks(src), dst),
+        Format::Q4_K => kquants::dequantize_q4_k(quant::cast_blocks(src), dst),
+        Format::Q5_K => kquants::dequantize_q5_k(quant::cast_blocks(src), dst),
+        Format::Q6_K => kquants::dequantize_q6_k(quant::cast_blocks(src), dst),
+    }
+    Ok(())
+}

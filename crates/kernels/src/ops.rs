@@ -1,0 +1,143 @@
+//! Small element-wise and reduction kernels of the forward pass, plus f16 helpers for a KV cache.
+//!
+//! Where llama.cpp's numerics are cheap to follow they are followed, since the model must
+//! reproduce its greedy tokens: RMS norm sums squares in f64 and applies scale then weight as two
+//! roundings; softmax sums in f64; [`gelu_tanh`] goes through ggml's f16 lookup table.
+//! f16 values are passed as raw `u16` bits so callers need not depend on a half-float crate.
+
+use std::sync::OnceLock;
+
+/// `out = x / sqrt(mean(x^2) + eps) * weight`.
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    assert_eq!(x.len(), weight.len(), "rms_norm: weight length");
+    assert_eq!(x.len(), out.len(), "rms_norm: out length");
+    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (sum / x.len().max(1) as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = (v * scale) * w;
+    }
+}
+
+/// In-place softmax; an empty slice is left alone, `-inf` entries become 0.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    if max == f32::NEG_INFINITY {
+        return;
+    }
+    let mut sum = 0.0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+const GELU_COEF_A: f32 = 0.044_715;
+
+#[inline]
+fn gelu_tanh_scalar(x: f32) -> f32 {
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + GELU_COEF_A * x * x)).tanh())
+}
+
+/// In-place tanh-approximated GELU in full f32.
+pub fn gelu_tanh_exact(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = gelu_tanh_scalar(*v);
+    }
+}
+
+/// ggml's table: GELU of every f16 input, rounded to f16.
+fn gelu_table() -> &'static [u16] {
+    static TABLE: OnceLock<Vec<u16>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| {
+                half::f16::from_f32(gelu_tanh_scalar(half::f16::from_bits(bits).to_f32())).to_bits()
+            })
+            .collect()
+    })
+}
+
+/// In-place tanh-approximated GELU as llama.cpp computes it: inputs in (-10, 10) are rounded to
+/// f16 and looked up in a table of f16 results; outside that range it is 0 or the identity.
+pub fn gelu_tanh(x: &mut [f32]) {
+    let table = gelu_table();
+    for v in x.iter_mut() {
+        *v = if *v <= -10.0 {
+            0.0
+        } else if *v >= 10.0 {
+            *v
+        } else {
+            half::f16::from_bits(table[usize::from(half::f16::from_f32(*v).to_bits())]).to_f32()
+        };
+    }
+}
+
+/// In-place SiLU: `x * sigmoid(x)`.
+pub fn silu(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v /= 1.0 + (-*v).exp();
+    }
+}
+
+/// `a[i] *= b[i]`.
+pub fn mul(a: &mut [f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "mul: length mismatch");
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x *= y;
+    }
+}
+
+/// `a[i] += b[i]`.
+pub fn add(a: &mut [f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "add: length mismatch");
+    for (x, &y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+}
+
+/// `x[i] *= s`.
+pub fn scale(x: &mut [f32], s: f32) {
+    for v in x.iter_mut() {
+        *v *= s;
+    }
+}
+
+/// Rounds a row of f32 to f16 bits (nearest, ties to even), e.g. to store a K or V row.
+pub fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
+    assert_eq!(src.len(), dst.len(), "f32_to_f16_row: length mismatch");
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_f32(s).to_bits();
+    }
+}
+
+/// Widens a row of f16 bits to f32.
+pub fn f16_to_f32_row(src: &[u16], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "f16_to_f32_row: length mismatch");
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_bits(s).to_f32();
+    }
+}
+
+/// Dot of an f16 row (bits) with an f32 row, e.g. a cached key with a query.
+pub fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot_f16_f32: length mismatch");
+    let mut lanes = [0.0f32; 8];
+    for (i, (&h, &v)) in a.iter().zip(b).enumerate() {
+        lanes[i % 8] += half::f16::from_bits(h).to_f32() * v;
+    }
+    lanes.iter().sum()
+}
+
+/// `y += a * x` with `x` an f16 row (bits), e.g. accumulating a cached value row.
+pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "axpy_f16: length mismatch");
+    for (o, &h) in y.iter_mut().zip(x) {
+        *o += a * half::f16::from_bits(h).to_f32();
+    }
+}

@@ -1,0 +1,309 @@
+//! The 256-element "k-quant" formats: Q4_K, Q5_K and Q6_K weights, and the Q8_K activation format
+//! they are multiplied with.
+//!
+//! Layouts follow ggml exactly:
+//! - Q4_K / Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and 6-bit min packed into 12 bytes;
+//!   value `d * sc * q - dmin * m`. Quants come in 4 chunks of 64: byte `l` of chunk `c` holds
+//!   element `64c + l` in its low nibble and `64c + 32 + l` in its high nibble. Q5_K adds the fifth
+//!   bit: bit `2c` (low nibble) / `2c + 1` (high nibble) of `qh[l]`.
+//! - Q6_K: 16 groups of 16 with signed 8-bit scales; value `d * sc * (q - 32)` with 6-bit `q`.
+//!   Two halves of 128: byte `l < 32` of `ql` holds elements `l` (low) and `l + 64` (high), byte
+//!   `l + 32` holds `l + 32` and `l + 96`; `qh[l]` holds the top two bits of those four elements.
+//! - Q8_K: f32 scale, 256 signed bytes, and the sums of each group of 16 quants (`bsums`), which
+//!   let min/offset terms be applied once per group instead of per element.
+
+use super::{f16_to_f32, PodBlock};
+
+/// Elements per k-quant super-block.
+pub const QK_K: usize = 256;
+
+/// Q4_K weight block (144 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ4K {
+    pub d: [u8; 2],
+    pub dmin: [u8; 2],
+    pub scales: [u8; 12],
+    pub qs: [u8; QK_K / 2],
+}
+
+/// Q5_K weight block (176 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ5K {
+    pub d: [u8; 2],
+    pub dmin: [u8; 2],
+    pub scales: [u8; 12],
+    pub qh: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 2],
+}
+
+/// Q6_K weight block (210 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ6K {
+    pub ql: [u8; QK_K / 2],
+    pub qh: [u8; QK_K / 4],
+    pub scales: [i8; QK_K / 16],
+    pub d: [u8; 2],
+}
+
+/// Q8_K activation block (292 bytes), as ggml's `block_q8_K`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ8K {
+    pub d: f32,
+    pub qs: [i8; QK_K],
+    pub bsums: [i16; QK_K / 16],
+}
+
+impl Default for BlockQ8K {
+    fn default() -> Self {
+        Self {
+            d: 0.0,
+            qs: [0; QK_K],
+            bsums: [0; QK_K / 16],
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
+const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
+const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
+const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 292);
+
+// SAFETY: repr(C) structs of byte arrays: alignment 1, no padding, any bit pattern valid.
+unsafe impl PodBlock for BlockQ4K {}
+// SAFETY: as above.
+unsafe impl PodBlock for BlockQ5K {}
+// SAFETY: as above.
+unsafe impl PodBlock for BlockQ6K {}
+
+/// Quantizes a row of f32 into Q8_K blocks exactly as ggml's `quantize_row_q8_K_ref`: the scale
+/// maps the signed value of largest magnitude to -127, quants round half to even and clamp at 127.
+pub fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
+    assert_eq!(
+        x.len(),
+        out.len() * QK_K,
+        "quantize_row_q8_k: length mismatch"
+    );
+    for (chunk, block) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in chunk {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            *block = BlockQ8K::default();
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in block.qs.iter_mut().zip(chunk) {
+            *q = (iscale * v).round_ties_even().min(127.0) as i8;
+        }
+        for (s, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
+            *s = group.iter().map(|&q| i16::from(q)).sum();
+        }
+        block.d = 1.0 / iscale;
+    }
+}
+
+pub fn dequantize_q8_k(blocks: &[BlockQ8K], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        blocks.len() * QK_K,
+        "dequantize_q8_k: length mismatch"
+    );
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        for (o, &q) in y.iter_mut().zip(&b.qs) {
+            *o = b.d * f32::from(q);
+        }
+    }
+}
+
+/// Unpacks the eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K block.
+#[inline]
+pub fn k4_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut mn = [0u8; 8];
+    for j in 0..4 {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+    }
+    for j in 4..8 {
+        sc[j] = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
+        mn[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    (sc, mn)
+}
+
+/// Q4_K quants (0..=15) in element order.
+pub fn q4_k_quants(b: &BlockQ4K) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for c in 0..4 {
+        for l in 0..32 {
+            let byte = b.qs[32 * c + l];
+            q[64 * c + l] = byte & 0x0F;
+            q[64 * c + 32 + l] = byte >> 4;
+        }
+    }
+    q
+}
+
+/// Q5_K quants (0..=31) in element order.
+pub fn q5_k_quants(b: &BlockQ5K) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for c in 0..4 {
+        for l in 0..32 {
+            let byte = b.qs[32 * c + l];
+            let hi = b.qh[l] >> (2 * c);
+            q[64 * c + l] = (byte & 0x0F) | ((hi & 1) << 4);
+            q[64 * c + 32 + l] = (byte >> 4) | (((hi >> 1) & 1) << 4);
+        }
+    }
+    q
+}
+
+/// Q6_K quants (0..=63, offset 32 not yet removed) in element order.
+pub fn q6_k_quants(b: &BlockQ6K) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for half in 0..2 {
+        let ql = &b.ql[64 * half..64 * half + 64];
+        let qh = &b.qh[32 * half..32 * half + 32];
+        let y = &mut q[128 * half..128 * half + 128];
+        for l in 0..32 {
+            let h = qh[l];
+            y[l] = (ql[l] & 0x0F) | ((h & 3) << 4);
+            y[l + 32] = (ql[l + 32] & 0x0F) | (((h >> 2) & 3) << 4);
+            y[l + 64] = (ql[l] >> 4) | (((h >> 4) & 3) << 4);
+            y[l + 96] = (ql[l + 32] >> 4) | (((h >> 6) & 3) << 4);
+        }
+    }
+    q
+}
+
+/// Shared decode for Q4_K/Q5_K: `d * sc * q - dmin * m` per sub-block of 32.
+fn dequantize_scaled_mins(d: f32, dmin: f32, scales: &[u8; 12], q: &[u8; QK_K], y: &mut [f32]) {
+    let (sc, mn) = k4_scales_mins(scales);
+    for (j, (ys, qs)) in y.chunks_exact_mut(32).zip(q.chunks_exact(32)).enumerate() {
+        let d1 = d * f32::from(sc[j]);
+        let m1 = dmin * f32::from(mn[j]);
+        for (o, &v) in ys.iter_mut().zip(qs) {
+            *o = d1 * f32::from(v) - m1;
+        }
+    }
+}
+
+pub fn dequantize_q4_k(blocks: &[BlockQ4K], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        blocks.len() * QK_K,
+        "dequantize_q4_k: length mismatch"
+    );
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        dequantize_scaled_mins(
+            f16_to_f32(b.d),
+            f16_to_f32(b.dmin),
+            &b.scales,
+            &q4_k_quants(b),
+            y,
+        );
+    }
+}
+
+pub fn dequantize_q5_k(blocks: &[BlockQ5K], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        blocks.len() * QK_K,
+        "dequantize_q5_k: length mismatch"
+    );
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        dequantize_scaled_mins(
+            f16_to_f32(b.d),
+            f16_to_f32(b.dmin),
+            &b.scales,
+            &q5_k_quants(b),
+            y,
+        );
+    }
+}
+
+pub fn dequantize_q6_k(blocks: &[BlockQ6K], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        blocks.len() * QK_K,
+        "dequantize_q6_k: length mismatch"
+    );
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let d = f16_to_f32(b.d);
+        let q = q6_k_quants(b);
+        for (g, (ys, qs)) in y.chunks_exact_mut(16).zip(q.chunks_exact(16)).enumerate() {
+            let dg = d * f32::from(b.scales[g]);
+            for (o, &v) in ys.iter_mut().zip(qs) {
+                *o = dg * f32::from(i16::from(v) - 32);
+            }
+        }
+    }
+}
+
+/// Exact integer parts of a Q4_K/Q5_K super-block dot: `(sum_j sc_j * q.x_j, sum_j m_j * sum x_j)`.
+#[inline]
+fn scaled_mins_idot(scales: &[u8; 12], q: &[u8; QK_K], x: &BlockQ8K) -> (i32, i32) {
+    let (sc, mn) = k4_scales_mins(scales);
+    let mut isum = 0i32;
+    let mut msum = 0i32;
+    for j in 0..8 {
+        let dot: i32 = q[32 * j..32 * j + 32]
+            .iter()
+            .zip(&x.qs[32 * j..32 * j + 32])
+            .map(|(&w, &a)| i32::from(w) * i32::from(a))
+            .sum();
+        isum += i32::from(sc[j]) * dot;
+        msum += i32::from(mn[j]) * (i32::from(x.bsums[2 * j]) + i32::from(x.bsums[2 * j + 1]));
+    }
+    (isum, msum)
+}
+
+/// Scalar reference: Q4_K weight row dot Q8_K activation row.
+pub fn dot_q4_k(w: &[BlockQ4K], x: &[BlockQ8K]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q4_k: block count mismatch");
+    let mut acc = 0.0f32;
+    for (b, a) in w.iter().zip(x) {
+        let (isum, msum) = scaled_mins_idot(&b.scales, &q4_k_quants(b), a);
+        acc += a.d * f16_to_f32(b.d) * isum as f32 - a.d * f16_to_f32(b.dmin) * msum as f32;
+    }
+    acc
+}
+
+/// Scalar reference: Q5_K weight row dot Q8_K activation row.
+pub fn dot_q5_k(w: &[BlockQ5K], x: &[BlockQ8K]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q5_k: block count mismatch");
+    let mut acc = 0.0f32;
+    for (b, a) in w.iter().zip(x) {
+        let (isum, msum) = scaled_mins_idot(&b.scales, &q5_k_quants(b), a);
+        acc += a.d * f16_to_f32(b.d) * isum as f32 - a.d * f16_to_f32(b.dmin) * msum as f32;
+    }
+    acc
+}
+
+/// Scalar reference: Q6_K weight row dot Q8_K activation row.
+pub fn dot_q6_k(w: &[BlockQ6K], x: &[BlockQ8K]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q6_k: block count mismatch");
+    let mut acc = 0.0f32;
+    for (b, a) in w.iter().zip(x) {
+        let q = q6_k_quants(b);
+        let mut isum = 0i32;
+        for g in 0..16 {
+            let dot: i32 = q[16 * g..16 * g + 16]
+                .iter()
+                .zip(&a.qs[16 * g..16 * g + 16])
+                .map(|(&w, &v)| i32::from(w) * i32::from(v))
+                .sum();
+            isum += i32::from(b.scales[g]) * (dot - 32 * i32::from(a.bsums[g]));
+        }
+        acc += a.d * f16_to_f32(b.d) * isum as f32;
+    }
+    acc
+}

@@ -1,0 +1,228 @@
+//! The 32-element "legacy" formats: Q4_0, Q5_0 and Q8_0 weights, and the Q8_0 activation format
+//! they are multiplied with.
+//!
+//! Element `j` of a block decodes as `d * (q_j - offset)` with offset 8 (Q4_0), 16 (Q5_0) or 0
+//! (Q8_0). Nibble order follows ggml: byte `j` holds element `j` in its low nibble and element
+//! `j + 16` in its high nibble; Q5_0 keeps the fifth bit of element `j` in bit `j` of `qh`.
+//!
+//! Activations are quantized to [`ActQ8_0`], which is ggml's `block_q8_0` with the scale already
+//! rounded through f16 and widened (so it decodes to the same values as llama.cpp's block) plus the
+//! block's integer sum, which the SIMD kernels use to fold the weight offset into one correction.
+
+use super::{f16_to_f32, f32_to_f16, PodBlock};
+
+/// Elements per block of the legacy formats.
+pub const QK8_0: usize = 32;
+
+/// Q8_0 weight block: f16 scale and 32 signed bytes (34 bytes).
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ8_0 {
+    pub d: [u8; 2],
+    pub qs: [i8; QK8_0],
+}
+
+/// Q4_0 weight block: f16 scale and 32 unsigned nibbles, value `d * (q - 8)` (18 bytes).
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ4_0 {
+    pub d: [u8; 2],
+    pub qs: [u8; QK8_0 / 2],
+}
+
+/// Q5_0 weight block: f16 scale, 32 high bits, 32 low nibbles, value `d * (q - 16)` (22 bytes).
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct BlockQ5_0 {
+    pub d: [u8; 2],
+    pub qh: [u8; 4],
+    pub qs: [u8; QK8_0 / 2],
+}
+
+/// Quantized activation block for the legacy formats.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[repr(C)]
+pub struct ActQ8_0 {
+    /// Scale, already rounded to f16 precision.
+    pub d: f32,
+    /// Sum of `qs`, used to apply the weight offset once per block.
+    pub sum: i32,
+    pub qs: [i8; QK8_0],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
+const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
+const _: () = assert!(std::mem::size_of::<ActQ8_0>() == 40);
+
+// SAFETY: repr(C) structs of byte arrays: alignment 1, no padding, any bit pattern valid.
+unsafe impl PodBlock for BlockQ8_0 {}
+// SAFETY: as above.
+unsafe impl PodBlock for BlockQ4_0 {}
+// SAFETY: as above.
+unsafe impl PodBlock for BlockQ5_0 {}
+
+/// Quantizes 32 floats the way llama.cpp's x86 `quantize_row_q8_0` does: scale `amax / 127`
+/// stored as f16, multiplier `127 / amax` (unrounded), round half to even.
+/// Returns the f16 scale bits and the quants.
+#[inline]
+fn quantize_block_q8_0(x: &[f32]) -> ([u8; 2], [i8; QK8_0]) {
+    debug_assert_eq!(x.len(), QK8_0);
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut qs = [0i8; QK8_0];
+    for (q, &v) in qs.iter_mut().zip(x) {
+        // |v * id| <= 127 up to rounding, so the cast cannot saturate meaningfully.
+        *q = (v * id).round_ties_even() as i8;
+    }
+    (f32_to_f16(d), qs)
+}
+
+/// Quantizes a row of f32 into ggml `block_q8_0` blocks (`x.len() == 32 * out.len()`).
+pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+    assert_eq!(
+        x.len(),
+        out.len() * QK8_0,
+        "quantize_row_q8_0: length mismatch"
+    );
+    for (chunk, block) in x.chunks_exact(QK8_0).zip(out.iter_mut()) {
+        let (d, qs) = quantize_block_q8_0(chunk);
+        *block = BlockQ8_0 { d, qs };
+    }
+}
+
+/// Quantizes a row of f32 into activation blocks (`x.len() == 32 * out.len()`).
+pub fn quantize_act_q8_0(x: &[f32], out: &mut [ActQ8_0]) {
+    assert_eq!(
+        x.len(),
+        out.len() * QK8_0,
+        "quantize_act_q8_0: length mismatch"
+    );
+    for (chunk, block) in x.chunks_exact(QK8_0).zip(out.iter_mut()) {
+        let (d, qs) = quantize_block_q8_0(chunk);
+        let sum = qs.iter().map(|&q| i32::from(q)).sum();
+        *block = ActQ8_0 {
+            d: f16_to_f32(d),
+            sum,
+            qs,
+        };
+    }
+}
+
+/// Decodes the 32 quants of a Q5_0 block to unsigned 5-bit values in element order.
+#[inline]
+pub fn q5_0_quants(b: &BlockQ5_0) -> [u8; QK8_0] {
+    let qh = u32::from_le_bytes(b.qh);
+    let mut q = [0u8; QK8_0];
+    for j in 0..QK8_0 / 2 {
+        let hi0 = ((qh >> j) & 1) as u8;
+        let hi1 = ((qh >> (j + 16)) & 1) as u8;
+        q[j] = (b.qs[j] & 0x0F) | (hi0 << 4);
+        q[j + 16] = (b.qs[j] >> 4) | (hi1 << 4);
+    }
+    q
+}
+
+/// Decodes the 32 quants of a Q4_0 block to unsigned 4-bit values in element order.
+#[inline]
+pub fn q4_0_quants(b: &BlockQ4_0) -> [u8; QK8_0] {
+    let mut q = [0u8; QK8_0];
+    for j in 0..QK8_0 / 2 {
+        q[j] = b.qs[j] & 0x0F;
+        q[j + 16] = b.qs[j] >> 4;
+    }
+    q
+}
+
+pub fn dequantize_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        blocks.len() * QK8_0,
+        "dequantize_q8_0: length mismatch"
+    );
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK8_0)) {
+        let d = f16_to_f32(b.d);
+        for (o, &q) in y.iter_mut().zip(&b.qs) {
+            *o = f32::from(q) * d;
+        }
+    }
+}
+
+pub fn dequantize_q4_0(blocks: &[BlockQ4_0], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        blocks.len() * QK8_0,
+        "dequantize_q4_0: length mismatch"
+    );
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK8_0)) {
+        let d = f16_to_f32(b.d);
+        for (o, q) in y.iter_mut().zip(q4_0_quants(b)) {
+            *o = f32::from(i16::from(q) - 8) * d;
+        }
+    }
+}
+
+pub fn dequantize_q5_0(blocks: &[BlockQ5_0], out: &mut [f32]) {
+    assert_eq!(
+        out.len(),
+        blocks.len() * QK8_0,
+        "dequantize_q5_0: length mismatch"
+    );
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK8_0)) {
+        let d = f16_to_f32(b.d);
+        for (o, q) in y.iter_mut().zip(q5_0_quants(b)) {
+            *o = f32::from(i16::from(q) - 16) * d;
+        }
+    }
+}
+
+/// Integer dot of unsigned quants with an activation block, minus `offset * sum(x)`.
+#[inline]
+fn block_idot(q: &[u8; QK8_0], offset: i32, x: &ActQ8_0) -> i32 {
+    let raw: i32 = q
+        .iter()
+        .zip(&x.qs)
+        .map(|(&w, &a)| i32::from(w) * i32::from(a))
+        .sum();
+    raw - offset * x.sum
+}
+
+/// Scalar reference: Q8_0 weight row dot Q8_0 activation row.
+pub fn dot_q8_0(w: &[BlockQ8_0], x: &[ActQ8_0]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q8_0: block count mismatch");
+    let mut acc = 0.0f32;
+    for (b, a) in w.iter().zip(x) {
+        let isum: i32 =
+            b.qs.iter()
+                .zip(&a.qs)
+                .map(|(&p, &q)| i32::from(p) * i32::from(q))
+                .sum();
+        acc += f16_to_f32(b.d) * a.d * isum as f32;
+    }
+    acc
+}
+
+/// Scalar reference: Q4_0 weight row dot Q8_0 activation row.
+pub fn dot_q4_0(w: &[BlockQ4_0], x: &[ActQ8_0]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q4_0: block count mismatch");
+    let mut acc = 0.0f32;
+    for (b, a) in w.iter().zip(x) {
+        acc += f16_to_f32(b.d) * a.d * block_idot(&q4_0_quants(b), 8, a) as f32;
+    }
+    acc
+}
+
+/// Scalar reference: Q5_0 weight row dot Q8_0 activation row.
+pub fn dot_q5_0(w: &[BlockQ5_0], x: &[ActQ8_0]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_q5_0: block count mismatch");
+    let mut acc = 0.0f32;
+    for (b, a) in w.iter().zip(x) {
+        acc += f16_to_f32(b.d) * a.d * block_idot(&q5_0_quants(b), 16, a) as f32;
+    }
+    acc
+}

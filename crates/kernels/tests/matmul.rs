@@ -1,0 +1,214 @@
+//! The public matmul: agreement with a decoded f64 reference, batch invariance, SIMD vs scalar,
+//! and input validation.
+
+mod common;
+
+use common::{random_weights, Rng, ALL_TYPES};
+use kernels::dtype::ActKind;
+use kernels::quant::{kquants, legacy, ActQ8_0, BlockQ8K, QK8_0, QK_K};
+use kernels::{
+    dequantize_row, detect_isa, matmul, matmul_with_isa, Format, GgmlType, Isa, KernelError,
+    MatmulScratch, Threads, Weights,
+};
+
+/// Activations as the kernels of `ty` see them after quantization, decoded to f32.
+fn decoded_activations(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    match Format::from_ggml(ty).expect("supported").act_kind() {
+        ActKind::F32 => x.to_vec(),
+        ActKind::Q8_0 => {
+            let mut a = vec![ActQ8_0::default(); x.len() / QK8_0];
+            legacy::quantize_act_q8_0(x, &mut a);
+            a.iter()
+                .flat_map(|b| b.qs.map(|q| b.d * f32::from(q)))
+                .collect()
+        }
+        ActKind::Q8_K => {
+            let mut a = vec![BlockQ8K::default(); x.len() / QK_K];
+            kquants::quantize_row_q8_k(x, &mut a);
+            let mut d = vec![0f32; x.len()];
+            kquants::dequantize_q8_k(&a, &mut d);
+            d
+        }
+    }
+}
+
+/// f64 reference of the whole product plus the per-element error scale sum |w x|.
+fn reference(w: &Weights, x: &[f32], m: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut want = vec![0f64; m * w.rows];
+    let mut scale = vec![0f64; m * w.rows];
+    let mut wr = vec![0f32; w.cols];
+    for r in 0..w.rows {
+        dequantize_row(w.ty, w.row(r), &mut wr).expect("valid row");
+        for i in 0..m {
+            let xd = decoded_activations(w.ty, &x[i * w.cols..(i + 1) * w.cols]);
+            want[i * w.rows + r] = wr
+                .iter()
+                .zip(&xd)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            scale[i * w.rows + r] = wr
+                .iter()
+                .zip(&xd)
+                .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
+                .sum();
+        }
+    }
+    (want, scale)
+}
+
+fn isas() -> Vec<Isa> {
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni]
+        .into_iter()
+        .filter(|&i| i <= detect_isa())
+        .collect()
+}
+
+#[test]
+fn matmul_matches_decoded_reference_for_every_format_and_isa() {
+    let mut rng = Rng::new(11);
+    let threads = Threads::new(3);
+    let mut scratch = MatmulScratch::new();
+    for ty in ALL_TYPES {
+        let (rows, cols, m) = (37, 3 * QK_K, 6);
+        let data = random_weights(&mut rng, ty, rows, cols);
+        let w = Weights::new(ty, &data, rows, cols).expect("valid weights");
+        let x = rng.activations(m * cols);
+        let (want, scale) = reference(&w, &x, m);
+        for isa in isas() {
+            let mut out = vec![f32::NAN; m * rows];
+            matmul_with_isa(isa, &threads, &w, &x, m, &mut out, &mut scratch);
+            for (k, (&got, (&want, &s))) in out.iter().zip(want.iter().zip(&scale)).enumerate() {
+                let err = (f64::from(got) - want).abs();
+                assert!(
+                    err <= 3e-6 * s + 1e-9,
+                    "{ty:?} {isa:?} element {k}: got {got}, want {want}, scale {s}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn each_output_is_bit_identical_whatever_the_batch_and_thread_count() {
+    let mut rng = Rng::new(12);
+    let pools = [Threads::new(1), Threads::new(2), Threads::new(4)];
+    let mut scratch = MatmulScratch::new();
+    for ty in ALL_TYPES {
+        let (rows, cols, m) = (70, 2 * QK_K, 11);
+        let data = random_weights(&mut rng, ty, rows, cols);
+        let w = Weights::new(ty, &data, rows, cols).expect("valid weights");
+        let x = rng.activations(m * cols);
+        for isa in isas() {
+            let mut full = vec![0f32; m * rows];
+            matmul_with_isa(isa, &pools[1], &w, &x, m, &mut full, &mut scratch);
+            // Every row alone, on every pool size.
+            for pool in &pools {
+                for i in 0..m {
+                    let mut one = vec![0f32; rows];
+                    matmul_with_isa(
+                        isa,
+                        pool,
+                        &w,
+                        &x[i * cols..(i + 1) * cols],
+                        1,
+                        &mut one,
+                        &mut scratch,
+                    );
+                    assert_eq!(
+                        one.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        full[i * rows..(i + 1) * rows]
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>(),
+                        "{ty:?} {isa:?} row {i} alone on {} threads",
+                        pool.n()
+                    );
+                }
+            }
+            // Rows in reverse order land in different groups of four.
+            let rev: Vec<f32> = (0..m)
+                .rev()
+                .flat_map(|i| x[i * cols..(i + 1) * cols].to_vec())
+                .collect();
+            let mut out_rev = vec![0f32; m * rows];
+            matmul_with_isa(isa, &pools[2], &w, &rev, m, &mut out_rev, &mut scratch);
+            for i in 0..m {
+                let a = &full[i * rows..(i + 1) * rows];
+                let b = &out_rev[(m - 1 - i) * rows..(m - i) * rows];
+                assert!(
+                    a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "{ty:?} {isa:?} row {i} reordered"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn default_matmul_uses_the_best_isa() {
+    let mut rng = Rng::new(13);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    let data = random_weights(&mut rng, GgmlType::Q4_K, 8, QK_K);
+    let w = Weights::new(GgmlType::Q4_K, &data, 8, QK_K).expect("valid weights");
+    let x = rng.activations(QK_K);
+    let mut a = vec![0f32; 8];
+    let mut b = vec![0f32; 8];
+    matmul(&threads, &w, &x, 1, &mut a, &mut scratch);
+    matmul_with_isa(kernels::isa(), &threads, &w, &x, 1, &mut b, &mut scratch);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn weights_new_validates_type_shape_and_size() {
+    let data = vec![0u8; 2 * 34 * 2];
+    assert!(Weights::new(GgmlType::Q8_0, &data, 2, 64).is_ok());
+    assert!(matches!(
+        Weights::new(GgmlType::Q8_0, &data, 3, 64),
+        Err(KernelError::SizeMismatch {
+            expected: 204,
+            actual: 136,
+            ..
+        })
+    ));
+    assert!(matches!(
+        Weights::new(GgmlType::Q8_0, &data, 2, 48),
+        Err(KernelError::RaggedRow { .. })
+    ));
+    assert!(matches!(
+        Weights::new(GgmlType::Q4_1, &data, 2, 64),
+        Err(KernelError::UnsupportedType { ty: GgmlType::Q4_1 })
+    ));
+}
+
+#[test]
+fn empty_batch_writes_nothing() {
+    let data = vec![0u8; 34];
+    let w = Weights::new(GgmlType::Q8_0, &data, 1, 32).expect("valid weights");
+    let mut out: Vec<f32> = vec![];
+    matmul(
+        &Threads::new(2),
+        &w,
+        &[],
+        0,
+        &mut out,
+        &mut MatmulScratch::new(),
+    );
+    assert!(out.is_empty());
+}
+
+#[test]
+#[should_panic(expected = "matmul: x has")]
+fn mismatched_activation_length_panics() {
+    let data = vec![0u8; 34];
+    let w = Weights::new(GgmlType::Q8_0, &data, 1, 32).expect("valid weights");
+    let mut out = vec![0f32; 1];
+    matmul(
+        &Threads::new(1),
+        &w,
+        &[0.0; 31],
+        1,
+        &mut out,
+        &mut MatmulScratch::new(),
+    );
+}

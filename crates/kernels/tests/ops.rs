@@ -1,0 +1,108 @@
+//! Element-wise kernels and f16 helpers against straightforward f64 formulas.
+
+mod common;
+
+use common::Rng;
+use kernels::*;
+
+#[test]
+fn rms_norm_scales_to_unit_rms_then_applies_weight() {
+    let mut rng = Rng::new(21);
+    let x = rng.activations(640);
+    let w: Vec<f32> = (0..640).map(|_| 1.0 + rng.unit()).collect();
+    let mut out = vec![0f32; 640];
+    rms_norm(&x, &w, 1e-6, &mut out);
+    let ms: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / 640.0;
+    let inv = 1.0 / (ms + 1e-6).sqrt();
+    for i in 0..640 {
+        let want = f64::from(x[i]) * inv * f64::from(w[i]);
+        assert!(
+            (f64::from(out[i]) - want).abs() <= 1e-6 * want.abs().max(1e-3),
+            "{i}"
+        );
+    }
+}
+
+#[test]
+fn softmax_is_a_distribution_that_preserves_order_and_ignores_neg_infinity() {
+    let mut x = vec![1.0f32, 3.0, 2.0, f32::NEG_INFINITY, 50.0, -50.0];
+    softmax(&mut x);
+    let total: f32 = x.iter().sum();
+    assert!((total - 1.0).abs() < 1e-6);
+    assert_eq!(x[3], 0.0);
+    assert!(x[4] > x[1] && x[1] > x[2] && x[2] > x[0] && x[0] > x[5]);
+    let mut all_masked = vec![f32::NEG_INFINITY; 3];
+    softmax(&mut all_masked);
+    assert!(all_masked.iter().all(|v| *v == f32::NEG_INFINITY));
+}
+
+#[test]
+fn gelu_table_version_stays_within_f16_precision_of_exact_gelu() {
+    let xs: Vec<f32> = (-1200..1200).map(|i| i as f32 / 100.0).collect();
+    let mut a = xs.clone();
+    let mut b = xs.clone();
+    gelu_tanh(&mut a);
+    gelu_tanh_exact(&mut b);
+    for ((&x, &p), &q) in xs.iter().zip(&a).zip(&b) {
+        // Input and output both rounded to f16: relative error ~2^-10 plus slope * input error.
+        assert!(
+            (p - q).abs() <= 2e-3 * q.abs().max(x.abs()) + 1e-6,
+            "x={x}: {p} vs {q}"
+        );
+    }
+    assert_eq!(a[0], 0.0, "below -10 is zero");
+    assert_eq!(
+        *a.last().expect("non-empty"),
+        *xs.last().expect("non-empty"),
+        "above 10 is identity"
+    );
+}
+
+#[test]
+fn silu_mul_add_scale_follow_their_definitions() {
+    let mut x = vec![-2.0f32, 0.0, 3.0];
+    silu(&mut x);
+    for (got, v) in x.iter().zip([-2.0f32, 0.0, 3.0]) {
+        assert!((got - v / (1.0 + (-v).exp())).abs() < 1e-7);
+    }
+    let mut a = vec![1.0f32, 2.0];
+    mul(&mut a, &[3.0, 4.0]);
+    assert_eq!(a, [3.0, 8.0]);
+    add(&mut a, &[1.0, -8.0]);
+    assert_eq!(a, [4.0, 0.0]);
+    scale(&mut a, 0.5);
+    assert_eq!(a, [2.0, 0.0]);
+}
+
+#[test]
+fn f16_rows_round_trip_and_feed_dot_and_axpy() {
+    let mut rng = Rng::new(22);
+    for n in [1usize, 7, 8, 63, 256, 257] {
+        let x = rng.activations(n);
+        let mut h = vec![0u16; n];
+        f32_to_f16_row(&x, &mut h);
+        let mut back = vec![0f32; n];
+        f16_to_f32_row(&h, &mut back);
+        for (&a, &b) in x.iter().zip(&back) {
+            assert!((a - b).abs() <= a.abs() * 4.9e-4 + 6e-8, "{a} -> {b}");
+        }
+        let q = rng.activations(n);
+        let want: f64 = back
+            .iter()
+            .zip(&q)
+            .map(|(&a, &b)| f64::from(a) * f64::from(b))
+            .sum();
+        let scale: f64 = back
+            .iter()
+            .zip(&q)
+            .map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs())
+            .sum();
+        assert!((f64::from(dot_f16_f32(&h, &q)) - want).abs() <= 1e-6 * scale + 1e-9);
+        let mut y = q.clone();
+        axpy_f16(0.75, &h, &mut y);
+        for i in 0..n {
+            let want = f64::from(q[i]) + 0.75 * f64::from(back[i]);
+            assert!((f64::from(y[i]) - want).abs() <= 1e-6 * want.abs() + 1e-7);
+        }
+    }
+}

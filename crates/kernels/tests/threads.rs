@@ -1,0 +1,71 @@
+//! The worker pool: every index runs once per job, jobs can borrow the caller's stack, panics
+//! propagate, and the pool survives many jobs.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use kernels::Threads;
+
+#[test]
+fn run_calls_every_worker_index_exactly_once() {
+    for n in 1..=4 {
+        let pool = Threads::new(n);
+        assert_eq!(pool.n(), n);
+        let seen = Mutex::new(vec![0u32; n]);
+        pool.run(&|i| seen.lock().expect("not poisoned")[i] += 1);
+        assert_eq!(*seen.lock().expect("not poisoned"), vec![1; n]);
+    }
+}
+
+#[test]
+fn pool_of_zero_behaves_as_one() {
+    assert_eq!(Threads::new(0).n(), 1);
+}
+
+#[test]
+fn many_back_to_back_jobs_all_complete() {
+    let pool = Threads::new(3);
+    let total = AtomicUsize::new(0);
+    for _ in 0..5000 {
+        pool.run(&|i| {
+            total.fetch_add(i + 1, Ordering::Relaxed);
+        });
+    }
+    assert_eq!(total.load(Ordering::Relaxed), 5000 * 6);
+}
+
+#[test]
+fn a_panicking_worker_is_reported_and_the_pool_still_works() {
+    let pool = Threads::new(2);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.run(&|i| {
+            if i == 1 {
+                panic!("boom");
+            }
+        })
+    }));
+    assert!(r.is_err());
+    let hits = AtomicUsize::new(0);
+    pool.run(&|_| {
+        hits.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(hits.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_panic_on_the_calling_thread_waits_for_workers_first() {
+    let pool = Threads::new(3);
+    let done = AtomicUsize::new(0);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.run(&|i| {
+            if i == 0 {
+                panic!("caller fails");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            done.fetch_add(1, Ordering::Relaxed);
+        })
+    }));
+    assert!(r.is_err());
+    // Both workers finished before run() unwound, so the borrow of `done` was never dangling.
+    assert_eq!(done.load(Ordering::Relaxed), 2);
+}
