@@ -1,4 +1,10 @@
-"""Tokenizer goldens for Gemma 3 270M, computed with llama.cpp (through llama-cpp-python).
+"""Tokenizer goldens computed with llama.cpp (through llama-cpp-python).
+
+1. Gemma 3 270M (SentencePiece vocabulary, the default model) -> gemma3_270m.json.
+2. A synthetic byte-level BPE vocabulary (-> bpe_synthetic.json), because no BPE model is at hand:
+   merges are learned here from the golden texts, written into a tiny GGUF once per
+   pre-tokenizer (default, gpt-2, llama-bpe, qwen2) and tokenized by llama.cpp. The JSON holds
+   the vocabulary itself, so the Rust test needs no GGUF file for this part.
 
 For each text this records the token ids llama.cpp produces with add_bos=True and
   - special=False (control-token strings are plain text), and
@@ -11,14 +17,20 @@ leading/trailing spaces, numbers, CJK, Arabic, Hebrew, Devanagari, Cyrillic, emo
 ZWJ sequences), accented Latin, control characters, special-token strings and one long text
 made of all of them, so the golden test also exercises a multi-thousand-token input.
 
-Usage: python tokenizer_goldens.py [--model PATH] [--out PATH]
+Usage: python tokenizer_goldens.py [--model PATH] [--out PATH] [--bpe-out PATH]
 Run with the oracle venv: /work/tmp/oracle/bin/python scripts/oracle/tokenizer_goldens.py
 """
 
 import argparse
+import collections
 import hashlib
 import json
+import re
+import tempfile
 from pathlib import Path
+
+import gguf
+import numpy as np
 
 import llama_cpp
 from llama_cpp import Llama
@@ -26,6 +38,9 @@ from llama_cpp import Llama
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = "/work/tmp/model/gemma-3-270m-q4_k_m.gguf"
 DEFAULT_OUT = REPO / "crates/tokenizer/tests/goldens/gemma3_270m.json"
+DEFAULT_BPE_OUT = REPO / "crates/tokenizer/tests/goldens/bpe_synthetic.json"
+BPE_PRES = ["default", "gpt-2", "llama-bpe", "qwen2"]
+N_MERGES = 1500
 
 TEXTS = [
     ("hello", "Hello, world!"),
@@ -76,16 +91,28 @@ def sha256(path):
     return h.hexdigest()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
-    args = ap.parse_args()
+def write_cases(path, header, cases):
+    """One case per line: readable diffs without one line per id."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("{\n")
+        for k, v in header.items():
+            f.write(f" {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},\n")
+        f.write(' "cases": [\n')
+        f.write(",\n".join(" " + json.dumps(c, ensure_ascii=False) for c in cases))
+        f.write("\n ]\n}\n")
+    json.load(open(path, encoding="utf-8"))  # the hand-assembled file must parse
+    n_ids = sum(len(c["ids"]) for c in cases)
+    print(f"wrote {len(cases)} cases ({n_ids} ids) to {path}")
 
-    llm = Llama(model_path=args.model, vocab_only=True, verbose=False)
+
+def all_texts():
     texts = list(TEXTS)
     texts.append(("long_mixed", "\n\n".join(t for _, t in TEXTS) * 3))
+    return texts
 
+
+def tokenize_cases(llm, texts):
     cases = []
     for name, text in texts:
         case = {"name": name, "text": text}
@@ -96,32 +123,145 @@ def main():
             detok = llm.detokenize(body, special=False)
             case["detok" if key == "ids" else "detok_special"] = detok.decode("utf-8", errors="replace")
         cases.append(case)
+    return cases
 
-    out = {
+
+def gemma_goldens(model, out_path):
+    llm = Llama(model_path=model, vocab_only=True, verbose=False)
+    header = {
         "generator": "scripts/oracle/tokenizer_goldens.py",
         "llama_cpp_python": llama_cpp.__version__,
-        "model": Path(args.model).name,
-        "model_sha256": sha256(args.model),
+        "model": Path(model).name,
+        "model_sha256": sha256(model),
         "n_vocab": llm.n_vocab(),
         "bos": llm.token_bos(),
         "eos": llm.token_eos(),
         "add_bos": True,
-        "cases": cases,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    # One case per line: readable diffs without one line per id.
-    header = {k: v for k, v in out.items() if k != "cases"}
-    with open(args.out, "w", encoding="utf-8") as f:
-        f.write("{\n")
-        for k, v in header.items():
-            f.write(f" {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},\n")
-        f.write(' "cases": [\n')
-        lines = [" " + json.dumps(c, ensure_ascii=False) for c in cases]
-        f.write(",\n".join(lines))
-        f.write("\n ]\n}\n")
-    json.load(open(args.out, encoding="utf-8"))  # the hand-assembled file must parse
-    n_ids = sum(len(c["ids"]) for c in cases)
-    print(f"wrote {len(cases)} cases ({n_ids} ids) to {args.out}")
+    write_cases(out_path, header, tokenize_cases(llm, all_texts()))
+
+
+def byte_alphabet():
+    """GPT-2's byte -> printable char map."""
+    keep = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, shifted = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(0x100 + shifted)
+            shifted += 1
+    return table
+
+
+def learn_merges(texts, n_merges):
+    """Plain BPE training over byte-level words (split loosely; llama.cpp does the real split)."""
+    alphabet = byte_alphabet()
+    words = collections.Counter()
+    for _, text in texts:
+        for w in re.findall(r" ?\w+| ?[^\w\s]+|\s+", text):
+            words[tuple(alphabet[b] for b in w.encode("utf-8"))] += 1
+    merges = []
+    for _ in range(n_merges):
+        pairs = collections.Counter()
+        for w, n in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += n
+        if not pairs:
+            break
+        # Most frequent pair; ties broken by the pair text so the result is reproducible.
+        (a, b), _ = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        merges.append((a, b))
+        merged = collections.Counter()
+        for w, n in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and w[i] == a and w[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += n
+        words = merged
+    return merges
+
+
+def bpe_vocab(texts):
+    alphabet = byte_alphabet()
+    tokens = [alphabet[b] for b in range(256)]
+    types = [1] * 256
+    merges = learn_merges(texts, N_MERGES)
+    for a, b in merges:
+        if a + b not in tokens:
+            tokens.append(a + b)
+            types.append(1)
+    # Whole words without merges (LLaMA 3 emits such words directly), then special tokens.
+    extra = [("Pneumonoultramicroscopicsilicovolcanoconiosis", 1), ("Ġantidisestablishmentarianism", 1),
+             ("<|begin_of_text|>", 3), ("<|end|>", 3), ("<|im_end|>", 3), ("<start_of_turn>", 3),
+             ("<end_of_turn>", 3), ("<td>", 4), ("</td>", 4)]
+    for t, ty in extra:
+        if t not in tokens:
+            tokens.append(t)
+            types.append(ty)
+    return tokens, types, [f"{a} {b}" for a, b in merges]
+
+
+def bpe_goldens(out_path):
+    texts = all_texts()
+    texts.append(("contractions", "I'M don't we'LL it's THEY'RE you've I'd 'tis"))
+    texts.append(("digit_groups", "1234567 12 123456 1,2345.678 ٣٤٥ Ⅻ"))
+    texts.append(("whitespace_runs", "a  \n\n  b x.\n\ny end \u2003\u2003z \r\n\r\n w"))
+    tokens, types, merges = bpe_vocab(texts)
+    bos = tokens.index("<|begin_of_text|>")
+    eos = tokens.index("<|end|>")
+    header = {
+        "generator": "scripts/oracle/tokenizer_goldens.py",
+        "llama_cpp_python": llama_cpp.__version__,
+        "tokens": tokens,
+        "token_types": types,
+        "merges": merges,
+        "bos": bos,
+        "eos": eos,
+    }
+    cases = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre in BPE_PRES:
+            path = str(Path(tmp) / f"bpe-{pre}.gguf")
+            w = gguf.GGUFWriter(path, "llama")
+            w.add_context_length(128)
+            w.add_embedding_length(8)
+            w.add_block_count(1)
+            w.add_feed_forward_length(8)
+            w.add_head_count(1)
+            w.add_layer_norm_rms_eps(1e-6)
+            w.add_tokenizer_model("gpt2")
+            w.add_tokenizer_pre(pre)
+            w.add_token_list(tokens)
+            w.add_token_types(types)
+            w.add_token_merges(merges)
+            w.add_bos_token_id(bos)
+            w.add_eos_token_id(eos)
+            w.add_tensor("token_embd.weight", np.zeros((len(tokens), 8), dtype=np.float32))
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+            llm = Llama(model_path=path, vocab_only=True, verbose=False)
+            for case in tokenize_cases(llm, texts):
+                case["pre"] = pre
+                cases.append(case)
+    write_cases(out_path, header, cases)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--bpe-out", default=str(DEFAULT_BPE_OUT))
+    args = ap.parse_args()
+    gemma_goldens(args.model, args.out)
+    bpe_goldens(args.bpe_out)
 
 
 if __name__ == "__main__":
