@@ -1,0 +1,317 @@
+//! The Llama-family forward passes (llama, qwen2, qwen3, gemma3) against llama.cpp, on tiny
+//! models the test writes itself.
+//!
+//! Design: `model::testing::tiny_model_gguf` builds each GGUF in-process from a fixed seed;
+//! `scripts/oracle/tiny_models.py` fed the very same bytes to llama.cpp and committed what it
+//! computed under `tests/goldens/tiny/<arch>.json`, together with the bytes' sha256. Each test
+//! first checks the sha256 (a drifted generator would make the comparison meaningless), then
+//! loads the file with `model::load` and runs the golden's prompt and greedy continuation
+//! through a `Session`. llama.cpp is never run here.
+//!
+//! Tolerance: both sides keep K and V in f16, but llama.cpp also rounds activations to f16
+//! before its F16 matmul (`blk.1.ffn_up`) where we keep them in f32, and sums in a different
+//! order. Logits spread over roughly ±10. Observed max |ours − llama.cpp| over all prompt and
+//! continuation logits (see `eprintln!` output with `--nocapture`): see the report in each
+//! test's output; the bound below is several times that and still far below the gaps a real
+//! mistake produces (a wrong RoPE layout, window or norm moves logits by whole units).
+
+use std::path::PathBuf;
+
+use model::testing::{tiny_model_gguf, tiny_model_writer, TINY_ARCHS, TINY_SEED};
+use model::{LoadedModel, LogitsWanted, Session};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Largest accepted |ours − llama.cpp| on any logit.
+const LOGIT_TOL: f32 = 2e-2;
+/// Tokens per KV tile: small, so the 41-token runs span many tiles and windows cross tiles.
+const TILE: usize = 4;
+const MAX_LEN: usize = 64;
+
+/// What llama.cpp computed for one tiny model.
+struct Golden {
+    sha256: String,
+    prompt: Vec<u32>,
+    prompt_logits: Vec<Vec<f32>>,
+    continuation: Vec<u32>,
+    continuation_logits: Vec<Vec<f32>>,
+    text: String,
+    text_tokens: Vec<u32>,
+}
+
+fn golden_path(arch: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/goldens/tiny/{arch}.json"))
+}
+
+fn read_golden(arch: &str) -> Golden {
+    let path = golden_path(arch);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run scripts/oracle/tiny_models.py)",
+            path.display()
+        )
+    });
+    let v: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: bad JSON: {e}", path.display()));
+    let field = |k: &str| {
+        v.get(k)
+            .unwrap_or_else(|| panic!("{arch} golden lacks {k:?}"))
+    };
+    let ids = |k: &str| -> Vec<u32> {
+        let list = field(k)
+            .as_array()
+            .unwrap_or_else(|| panic!("{k} is not a list"));
+        list.iter()
+            .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+            .collect::<Option<_>>()
+            .unwrap_or_else(|| panic!("{arch} golden {k}: not token ids"))
+    };
+    let rows = |k: &str| -> Vec<Vec<f32>> {
+        let list = field(k)
+            .as_array()
+            .unwrap_or_else(|| panic!("{k} is not a list"));
+        list.iter()
+            .map(|r| {
+                let r = r.as_array()?;
+                r.iter().map(|x| x.as_f64().map(|x| x as f32)).collect()
+            })
+            .collect::<Option<_>>()
+            .unwrap_or_else(|| panic!("{arch} golden {k}: not rows of numbers"))
+    };
+    let string = |k: &str| field(k).as_str().map(str::to_string).unwrap_or_default();
+    Golden {
+        sha256: string("sha256"),
+        prompt: ids("prompt"),
+        prompt_logits: rows("prompt_logits"),
+        continuation: ids("continuation"),
+        continuation_logits: rows("continuation_logits"),
+        text: string("text"),
+        text_tokens: ids("text_tokens"),
+    }
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes `bytes` to a file of this test binary's scratch dir and loads it.
+fn load_bytes(name: &str, bytes: &[u8]) -> Result<LoadedModel, model::ModelError> {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{name}-{}.gguf", std::process::id()));
+    std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let loaded = model::load(&path, 1);
+    // The model maps the file; on Unix the mapping outlives the directory entry.
+    if cfg!(unix) {
+        let _ = std::fs::remove_file(&path);
+    }
+    loaded
+}
+
+/// The tiny model of `arch`, after checking it is the one the golden was computed from.
+fn load_tiny(arch: &str, golden: &Golden) -> LoadedModel {
+    let bytes = tiny_model_gguf(arch, TINY_SEED);
+    let sha = hex_sha256(&bytes);
+    assert_eq!(
+        sha, golden.sha256,
+        "tiny {arch} GGUF no longer matches its golden: crates/model/src/testing.rs changed \
+         what it writes; regenerate with scripts/oracle/tiny_models.py"
+    );
+    match load_bytes(&format!("tiny-{arch}"), &bytes) {
+        Ok(m) => m,
+        Err(e) => panic!("loading tiny {arch}: {e}"),
+    }
+}
+
+/// The worst logit disagreement seen so far.
+#[derive(Default)]
+struct MaxDiff {
+    diff: f32,
+    at: String,
+}
+
+impl MaxDiff {
+    /// Folds in one row of logits, `what` naming it for the report.
+    fn row(&mut self, what: &str, ours: &[f32], theirs: &[f32]) {
+        assert_eq!(ours.len(), theirs.len(), "{what}: vocab size differs");
+        for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
+            let d = (a - b).abs();
+            // NaN must fail, so compare with `!(d <= ..)`.
+            if !(d <= self.diff) {
+                self.diff = d;
+                self.at = format!("{what}, token {i}: ours {a}, llama.cpp {b}");
+            }
+        }
+    }
+
+    fn check(&self, arch: &str) {
+        eprintln!(
+            "{arch}: max |logit diff| vs llama.cpp = {:.2e} ({})",
+            self.diff, self.at
+        );
+        assert!(
+            self.diff <= LOGIT_TOL,
+            "{arch}: logits differ from llama.cpp by {} > {LOGIT_TOL} at {}",
+            self.diff,
+            self.at
+        );
+    }
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Runs `prompt` in chunks of `chunk` tokens asking for every position's logits.
+fn prompt_logits(m: &mut LoadedModel, s: &mut Session, prompt: &[u32], chunk: usize) -> Vec<f32> {
+    let (mut all, mut logits) = (Vec::new(), Vec::new());
+    for piece in prompt.chunks(chunk) {
+        s.run(
+            &mut m.transformer,
+            &[(0, piece, LogitsWanted::All)],
+            &mut logits,
+        )
+        .unwrap_or_else(|e| panic!("forward pass failed: {e}"));
+        all.extend_from_slice(&logits);
+    }
+    all
+}
+
+/// Prompt logits, then the greedy continuation one token at a time, against the golden.
+fn check_against_llama_cpp(arch: &str) {
+    let golden = read_golden(arch);
+    let mut m = load_tiny(arch, &golden);
+    let vocab = m.transformer.config().vocab_size;
+    let mut s = Session::new(&m.transformer, 1, MAX_LEN, TILE);
+    let mut diff = MaxDiff::default();
+
+    let all = prompt_logits(&mut m, &mut s, &golden.prompt, golden.prompt.len());
+    assert_eq!(
+        all.len(),
+        golden.prompt.len() * vocab,
+        "{arch}: prompt logit rows"
+    );
+    for (p, (ours, theirs)) in all.chunks(vocab).zip(&golden.prompt_logits).enumerate() {
+        diff.row(&format!("prompt position {p}"), ours, theirs);
+    }
+
+    let mut next = argmax(&all[all.len() - vocab..]);
+    let mut generated = Vec::new();
+    let mut logits = Vec::new();
+    for (step, theirs) in golden.continuation_logits.iter().enumerate() {
+        generated.push(next);
+        assert_eq!(
+            generated[..],
+            golden.continuation[..generated.len()],
+            "{arch}: greedy continuation departs from llama.cpp at step {step} \
+             (max logit diff so far {} at {})",
+            diff.diff,
+            diff.at
+        );
+        s.run(
+            &mut m.transformer,
+            &[(0, &[next], LogitsWanted::Last)],
+            &mut logits,
+        )
+        .unwrap_or_else(|e| panic!("{arch}: decode step {step} failed: {e}"));
+        diff.row(&format!("continuation step {step}"), &logits, theirs);
+        next = argmax(&logits);
+    }
+    assert_eq!(
+        generated, golden.continuation,
+        "{arch}: greedy continuation"
+    );
+    diff.check(arch);
+}
+
+#[test]
+fn llama_matches_llama_cpp() {
+    check_against_llama_cpp("llama");
+}
+
+#[test]
+fn qwen2_matches_llama_cpp() {
+    check_against_llama_cpp("qwen2");
+}
+
+#[test]
+fn qwen3_matches_llama_cpp() {
+    check_against_llama_cpp("qwen3");
+}
+
+#[test]
+fn gemma3_matches_llama_cpp() {
+    check_against_llama_cpp("gemma3");
+}
+
+/// Chunk boundaries (here every 5 tokens, across tiles of 4 and gemma3's window of 8) must
+/// not change any position's logits.
+#[test]
+fn chunked_prompt_matches_llama_cpp() {
+    for arch in TINY_ARCHS {
+        let golden = read_golden(arch);
+        let mut m = load_tiny(arch, &golden);
+        let vocab = m.transformer.config().vocab_size;
+        let mut s = Session::new(&m.transformer, 1, MAX_LEN, TILE);
+        let all = prompt_logits(&mut m, &mut s, &golden.prompt, 5);
+        let mut diff = MaxDiff::default();
+        for (p, (ours, theirs)) in all.chunks(vocab).zip(&golden.prompt_logits).enumerate() {
+            diff.row(&format!("chunked prompt position {p}"), ours, theirs);
+        }
+        diff.check(arch);
+    }
+}
+
+#[test]
+fn gemma3_tiny_has_one_global_layer_in_six() {
+    let golden = read_golden("gemma3");
+    let m = load_tiny("gemma3", &golden);
+    let windows: Vec<Option<usize>> = m
+        .transformer
+        .config()
+        .layers
+        .iter()
+        .map(|l| l.window)
+        .collect();
+    let w = Some(8);
+    assert_eq!(windows, [w, w, w, w, w, None, w]);
+}
+
+#[test]
+fn tokenizer_matches_llama_cpp_on_tiny_vocab() {
+    for arch in TINY_ARCHS {
+        let golden = read_golden(arch);
+        let m = load_tiny(arch, &golden);
+        let ids = m.tokenizer.encode(&golden.text, true, false);
+        assert_eq!(
+            ids, golden.text_tokens,
+            "{arch}: tokens of {:?}",
+            golden.text
+        );
+    }
+}
+
+#[test]
+fn unknown_architecture_is_refused_naming_it_and_the_supported_ones() {
+    let mut w = tiny_model_writer("llama", TINY_SEED).expect("llama is a tiny arch");
+    w.add_metadata("general.architecture", "mamba");
+    let msg = match load_bytes("tiny-mamba", &w.write_to_vec()) {
+        Ok(_) => panic!("an architecture named mamba was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        msg.contains("\"mamba\""),
+        "error does not name the architecture: {msg}"
+    );
+    for arch in TINY_ARCHS {
+        assert!(msg.contains(arch), "error does not list {arch}: {msg}");
+    }
+}
