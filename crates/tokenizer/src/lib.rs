@@ -47,7 +47,6 @@ enum Segmenter {
     },
 }
 
-#[derive(Debug)]
 struct Inner {
     vocab: Compiled,
     segmenter: Segmenter,
@@ -56,9 +55,26 @@ struct Inner {
 }
 
 /// A tokenizer for one model's vocabulary. Cheap to clone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Tokenizer {
     inner: Arc<Inner>,
+}
+
+// The tables hold hundreds of thousands of entries; debug output shows only the summary.
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let model = match &self.inner.segmenter {
+            Segmenter::Spm => "spm".to_string(),
+            Segmenter::Bpe { pre, .. } => format!("bpe/{pre:?}"),
+        };
+        f.debug_struct("Tokenizer")
+            .field("model", &model)
+            .field("vocab_size", &self.vocab_size())
+            .field("bos", &self.bos_id())
+            .field("eos", &self.eos_id())
+            .field("eog", &self.eog_ids())
+            .finish()
+    }
 }
 
 impl Tokenizer {

@@ -361,3 +361,16 @@ fn unk_is_special_and_ids_outside_the_vocab_decode_to_nothing() {
         "a"
     );
 }
+
+#[test]
+fn tokenizer_is_shareable_across_threads_and_debug_prints_a_summary() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<crate::IncrementalDecoder>();
+    let t = spm(&[("a", -1.0)]);
+    let shown = format!("{t:?}");
+    assert!(
+        shown.contains("vocab_size: 260") && !shown.contains("<0x00>"),
+        "{shown}"
+    );
+}

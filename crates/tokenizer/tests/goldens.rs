@@ -41,10 +41,12 @@ fn tokenizer() -> Option<&'static Tokenizer> {
                      TESSERA_SKIP_MODEL_TESTS=1 to skip these tests."
                 );
             };
+            let start = Instant::now();
             let file = gguf::GgufFile::open(&path)
                 .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
             let tok = Tokenizer::from_metadata(file.metadata())
                 .unwrap_or_else(|e| panic!("cannot build tokenizer from {}: {e}", path.display()));
+            eprintln!("loaded {} in {:?}", path.display(), start.elapsed());
             Some(tok)
         })
         .as_ref()
