@@ -128,9 +128,15 @@ pub struct IncrementalDecoder {
 }
 
 impl IncrementalDecoder {
-    pub(crate) fn new(tokenizer: Tokenizer, skip_special: bool) -> Self {
+    /// A decoder that hides control tokens (BOS, EOS, `<end_of_turn>`, ...).
+    pub fn new(tokenizer: &Tokenizer) -> Self {
+        Self::with_skip_special(tokenizer, true)
+    }
+
+    /// A decoder that hides control tokens only if `skip_special`.
+    pub fn with_skip_special(tokenizer: &Tokenizer, skip_special: bool) -> Self {
         Self {
-            tokenizer,
+            tokenizer: tokenizer.clone(),
             skip_special,
             pending: Vec::new(),
         }

@@ -183,7 +183,7 @@ impl Tokenizer {
 
     /// A streaming decoder for generated tokens (no prefix-space handling).
     pub fn incremental_decoder(&self, skip_special: bool) -> IncrementalDecoder {
-        IncrementalDecoder::new(self.clone(), skip_special)
+        IncrementalDecoder::with_skip_special(self, skip_special)
     }
 
     /// The raw output bytes of one token: `▁` as a space, byte-fallback tokens as their byte,
