@@ -15,7 +15,8 @@ tokens are hidden). Only the vocabulary is loaded (vocab_only=True); no weights 
 The texts cover English prose, code (indentation, tabs, CRLF), runs of spaces and newlines,
 leading/trailing spaces, numbers, CJK, Arabic, Hebrew, Devanagari, Cyrillic, emoji (including
 ZWJ sequences), accented Latin, control characters, special-token strings and one long text
-made of all of them, so the golden test also exercises a multi-thousand-token input.
+made of all of them, so the golden test also exercises a multi-thousand-token input, plus
+150 seeded random mixtures of those character classes and special-token strings.
 
 Usage: python tokenizer_goldens.py [--model PATH] [--out PATH] [--bpe-out PATH]
 Run with the oracle venv: /work/tmp/oracle/bin/python scripts/oracle/tokenizer_goldens.py
@@ -25,6 +26,7 @@ import argparse
 import collections
 import hashlib
 import json
+import random
 import re
 import tempfile
 from pathlib import Path
@@ -83,6 +85,35 @@ TEXTS = [
 ]
 
 
+# Building blocks of the seeded random texts: they mix classes that are tokenized differently
+# (runs of spaces, newlines, CJK, combining marks, emoji, special-token strings, contractions).
+FUZZ_POOLS = [
+    list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+    list("0123456789"),
+    list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"),
+    [" ", "  ", "   ", "    ", "\n", "\n\n", "\t", "\r\n", "\r", " \n ", "\u00a0", "\u2003", "\u3000",
+     "\u000b", "\u0085"],
+    list("你好世界天气漢字カタカナひらがな한국어"),
+    ["😀", "🦀", "👨\u200d👩\u200d👧", "🏳️\u200d🌈", "👍🏽"],
+    ["\u0301", "e\u0301", "é", "ß", "Ł", "ø", "Ж", "ы", "ا", "ل", "ש", "न", "\u093f", "٣", "Ⅻ", "½", "²"],
+    ["<start_of_turn>", "<end_of_turn>", "<bos>", "<eos>", "</s>", "<td>", "<unused5>", "<0x41>", "\u2581",
+     "<|end|>", "<|im_end|>", "<mask>", "[multimodal]", "<table>"],
+    ["'s", "'S", "'ll", "'LL", "'re", "'ve", "'d", "'m", "'t", "n't"],
+    ["the", " the", "hello", " world", "Hello", "ing", " and", "tokenizer", "\u200b", "\ufeff", "\ue000",
+     "\u0000", "\u0007"],
+]
+N_FUZZ = 150
+
+
+def fuzz_texts(seed=20261129, n=N_FUZZ):
+    rng = random.Random(seed)
+    texts = []
+    for i in range(n):
+        parts = [rng.choice(rng.choice(FUZZ_POOLS)) for _ in range(rng.randint(1, 30))]
+        texts.append((f"fuzz{i}", "".join(parts)))
+    return texts
+
+
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -99,17 +130,17 @@ def write_cases(path, header, cases):
         for k, v in header.items():
             f.write(f" {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)},\n")
         f.write(' "cases": [\n')
-        f.write(",\n".join(" " + json.dumps(c, ensure_ascii=False) for c in cases))
+        compact = (",", ":")
+        f.write(",\n".join(" " + json.dumps(c, ensure_ascii=False, separators=compact) for c in cases))
         f.write("\n ]\n}\n")
     json.load(open(path, encoding="utf-8"))  # the hand-assembled file must parse
-    n_ids = sum(len(c["ids"]) for c in cases)
-    print(f"wrote {len(cases)} cases ({n_ids} ids) to {path}")
+    print(f"wrote {len(cases)} cases to {path}")
 
 
 def all_texts():
     texts = list(TEXTS)
     texts.append(("long_mixed", "\n\n".join(t for _, t in TEXTS) * 3))
-    return texts
+    return texts + fuzz_texts()
 
 
 def tokenize_cases(llm, texts):
@@ -208,7 +239,8 @@ def bpe_vocab(texts):
 
 
 def bpe_goldens(out_path):
-    texts = all_texts()
+    # The long text stays out: four pre-tokenizers would quadruple it.
+    texts = [t for t in all_texts() if t[0] != "long_mixed"]
     texts.append(("contractions", "I'M don't we'LL it's THEY'RE you've I'd 'tis"))
     texts.append(("digit_groups", "1234567 12 123456 1,2345.678 ٣٤٥ Ⅻ"))
     texts.append(("whitespace_runs", "a  \n\n  b x.\n\ny end \u2003\u2003z \r\n\r\n w"))
@@ -224,7 +256,8 @@ def bpe_goldens(out_path):
         "bos": bos,
         "eos": eos,
     }
-    cases = []
+    # One case per text, with ids keyed by pre-tokenizer name.
+    cases = [{"name": name, "text": text, "ids": {}, "ids_special": {}} for name, text in texts]
     with tempfile.TemporaryDirectory() as tmp:
         for pre in BPE_PRES:
             path = str(Path(tmp) / f"bpe-{pre}.gguf")
@@ -248,9 +281,10 @@ def bpe_goldens(out_path):
             w.write_tensors_to_file()
             w.close()
             llm = Llama(model_path=path, vocab_only=True, verbose=False)
-            for case in tokenize_cases(llm, texts):
-                case["pre"] = pre
-                cases.append(case)
+            for case, (_, text) in zip(cases, texts):
+                raw = text.encode("utf-8")
+                case["ids"][pre] = llm.tokenize(raw, add_bos=True, special=False)
+                case["ids_special"][pre] = llm.tokenize(raw, add_bos=True, special=True)
     write_cases(out_path, header, cases)
 
 

@@ -107,7 +107,7 @@ fn golden_metadata_matches_the_model() {
     assert_eq!(Some(tok.vocab_size() as u64), g["n_vocab"].as_u64());
     assert_eq!(tok.bos_id().map(u64::from), g["bos"].as_u64());
     assert_eq!(tok.eos_id().map(u64::from), g["eos"].as_u64());
-    assert!(cases(&g).len() >= 30);
+    assert!(cases(&g).len() >= 180);
 }
 
 #[test]
@@ -141,7 +141,9 @@ fn decodes_golden_ids_back_to_the_text_and_to_llama_cpp_detokenization() {
     for case in cases(&g) {
         let name = case["name"].as_str().unwrap_or("?");
         let plain = ids(&case["ids"]);
-        assert_eq!(tok.decode(&plain, true), text(case), "round trip of {name}");
+        // A literal U+2581 in the text is the SPM space marker, so it comes back as a space.
+        let want = text(case).replace('\u{2581}', " ");
+        assert_eq!(tok.decode(&plain, true), want, "round trip of {name}");
         let special = ids(&case["ids_special"]);
         let llama = case["detok_special"].as_str().expect("detok_special");
         assert_eq!(
