@@ -7,7 +7,6 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use model::{Sampler, SamplingParams, Session};
-use tokenizer::IncrementalDecoder;
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -76,7 +75,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let load_time = t0.elapsed();
     let mut session = Session::new(&tf, 1, prompt.len() + args.max_tokens, 16);
     let mut sampler = Sampler::new(params, args.seed);
-    let mut decoder = IncrementalDecoder::new(&tok);
+    let mut decoder = tok.incremental_decoder(true);
     let mut out = std::io::stdout().lock();
 
     let t1 = Instant::now();

@@ -1,1 +1,91 @@
-//! placeholder
+//! Tessera's model layer: configuration from GGUF metadata, the weights, the forward pass over a
+//! ragged batch, the KV pool it reads and writes through tile tables, and sampling.
+//!
+//! The model owns no KV cache and no sequences: callers (the engine) hand it a `Batch` and a
+//! `KvPool`, and get logits back.
+
+pub mod attention;
+pub mod batch;
+pub mod config;
+pub mod forward;
+pub mod kv;
+pub mod ops;
+pub mod sampler;
+pub mod session;
+#[doc(hidden)]
+pub mod testing;
+pub mod weights;
+
+use std::path::Path;
+
+pub use batch::{Batch, LogitsWanted, SeqChunk};
+pub use config::{Arch, ModelConfig};
+pub use forward::Transformer;
+pub use kv::{KvLayout, KvPool, TileId};
+pub use sampler::{Sampler, SamplingParams};
+pub use session::Session;
+pub use tokenizer::Tokenizer;
+
+/// Everything that can go wrong loading or running a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+    #[error("unsupported architecture {name:?} (supported: {})", config::Arch::SUPPORTED.join(", "))]
+    UnsupportedArch { name: String },
+    #[error("{path}: {source}")]
+    InFile {
+        path: String,
+        #[source]
+        source: Box<ModelError>,
+    },
+    #[error("invalid model configuration: {0}")]
+    Invalid(String),
+    #[error("{path}: tensor {name} is missing")]
+    MissingTensor { path: String, name: String },
+    #[error("{path}: tensor {name}: {problem}")]
+    BadTensor {
+        path: String,
+        name: String,
+        problem: String,
+    },
+    #[error("bad batch: {0}")]
+    BadBatch(String),
+    #[error("kernel error: {0}")]
+    Kernel(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(#[from] tokenizer::TokenizerError),
+}
+
+impl ModelError {
+    pub(crate) fn invalid(msg: impl Into<String>) -> ModelError {
+        ModelError::Invalid(msg.into())
+    }
+
+    pub(crate) fn kernel(e: impl std::fmt::Display) -> ModelError {
+        ModelError::Kernel(e.to_string())
+    }
+}
+
+/// A model ready to run: its tokenizer and its transformer.
+pub struct LoadedModel {
+    pub tokenizer: Tokenizer,
+    pub transformer: Transformer,
+}
+
+/// Opens a GGUF file and loads its tokenizer and weights (zero-copy), using `threads` workers.
+pub fn load(path: &Path, threads: usize) -> Result<LoadedModel, ModelError> {
+    let file = gguf::GgufFile::open(path)?;
+    let in_file = |e: ModelError| ModelError::InFile {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    };
+    let cfg = ModelConfig::from_metadata(file.metadata()).map_err(in_file)?;
+    let tokenizer = Tokenizer::from_metadata(file.metadata()).map_err(|e| in_file(e.into()))?;
+    let weights = weights::ModelWeights::load(file, &cfg)?;
+    let transformer = Transformer::new(cfg, weights, kernels::Threads::new(threads.max(1)));
+    Ok(LoadedModel {
+        tokenizer,
+        transformer,
+    })
+}

@@ -1,0 +1,474 @@
+//! The engine: one step = plan → forward → sample → emit. It owns the model, the KV pool, the
+//! scheduler and the per-request state, and runs on its own thread (see `handle.rs`).
+//!
+//! Every step it also notices aborted requests and clients that went away (their event receiver
+//! was dropped) and frees their tiles at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use model::{Batch, KvLayout, KvPool, LogitsWanted, ModelError, SeqChunk};
+use tokenizer::Tokenizer;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::request::{
+    EngineError, Event, FinishReason, GenerateRequest, RequestState, StopCheck, TokenLogprob,
+    Usage,
+};
+use crate::scheduler::{AddError, Scheduler, SchedulerConfig, StepPlan};
+use crate::sequence::{SeqId, Sequence};
+use crate::stats::EngineStats;
+
+/// What the engine needs of a model: one ragged batch against the KV tiles.
+pub trait Model: Send + 'static {
+    fn kv_layout(&self, tile_size: usize) -> KvLayout;
+    fn vocab_size(&self) -> usize;
+    fn context_length(&self) -> usize;
+    fn forward(
+        &mut self,
+        batch: &Batch,
+        kv: &mut KvPool,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError>;
+}
+
+impl Model for model::Transformer {
+    fn kv_layout(&self, tile_size: usize) -> KvLayout {
+        KvLayout::new(self.config(), tile_size)
+    }
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+    fn context_length(&self) -> usize {
+        self.config().context_length
+    }
+    fn forward(
+        &mut self,
+        batch: &Batch,
+        kv: &mut KvPool,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        model::Transformer::forward(self, batch, kv, logits)
+    }
+}
+
+/// Engine settings (validated by `EngineConfig::validate`).
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub tile_size: usize,
+    /// Bytes of KV memory for the pool.
+    pub kv_bytes: usize,
+    pub max_batch_tokens: usize,
+    pub max_seqs: usize,
+    pub chunked_prefill: bool,
+    pub prefix_caching: bool,
+    /// Requests allowed to wait; beyond it submissions are refused as overloaded.
+    pub max_waiting: usize,
+    pub aging_steps: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            tile_size: 16,
+            kv_bytes: 512 << 20,
+            max_batch_tokens: 512,
+            max_seqs: 64,
+            chunked_prefill: true,
+            prefix_caching: true,
+            max_waiting: 1024,
+            aging_steps: 200,
+        }
+    }
+}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tile_size == 0 || self.tile_size > 1024 {
+            return Err("tile size must be in 1..=1024".into());
+        }
+        if self.max_seqs == 0 {
+            return Err("max-seqs must be at least 1".into());
+        }
+        if self.max_batch_tokens < self.max_seqs {
+            return Err("max-batch-tokens must be at least max-seqs (every decoder needs a slot)".into());
+        }
+        Ok(())
+    }
+}
+
+/// The engine proper (single-threaded; `handle.rs` puts it on a thread).
+pub struct Engine<M: Model> {
+    model: M,
+    pool: KvPool,
+    sched: Scheduler,
+    tokenizer: Tokenizer,
+    reqs: HashMap<SeqId, RequestState>,
+    stats: Arc<EngineStats>,
+    logits: Vec<f32>,
+    context_length: usize,
+    arrivals: u64,
+}
+
+impl<M: Model> Engine<M> {
+    pub fn new(model: M, tokenizer: Tokenizer, cfg: &EngineConfig, stats: Arc<EngineStats>) -> Self {
+        let layout = model.kv_layout(cfg.tile_size);
+        let pool = KvPool::with_bytes(layout.clone(), cfg.kv_bytes);
+        let sched_cfg = SchedulerConfig {
+            max_batch_tokens: cfg.max_batch_tokens,
+            max_seqs: cfg.max_seqs,
+            chunked_prefill: cfg.chunked_prefill,
+            aging_steps: cfg.aging_steps,
+        };
+        let sched = Scheduler::new(sched_cfg, &layout, pool.n_tiles(), cfg.prefix_caching);
+        stats.tiles_total.store(pool.n_tiles() as u64, Relaxed);
+        let context_length = model.context_length();
+        Engine {
+            model,
+            pool,
+            sched,
+            tokenizer,
+            reqs: HashMap::new(),
+            stats,
+            logits: Vec::new(),
+            context_length,
+            arrivals: 0,
+        }
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.sched
+    }
+
+    pub fn context_length(&self) -> usize {
+        self.context_length
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    /// Fails every request with an internal error and frees its tiles.
+    pub fn fail_all(&mut self, msg: &str) {
+        let ids: Vec<SeqId> = self.reqs.keys().copied().collect();
+        for id in ids {
+            self.sched.remove(id);
+            if let Some(r) = self.reqs.remove(&id) {
+                let _ = r.events.send(Event::Error(EngineError::Internal(msg.to_string())));
+            }
+        }
+        self.publish_counts();
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.sched.is_idle()
+    }
+
+    /// Queues a request; refusals are sent as an `Event::Error` on its channel.
+    pub fn submit(&mut self, id: SeqId, req: GenerateRequest, events: UnboundedSender<Event>) {
+        if let Err(e) = self.check(&req) {
+            let _ = events.send(Event::Error(e));
+            return;
+        }
+        let max_new = req.max_tokens.min(self.context_length - req.prompt.len());
+        self.arrivals += 1;
+        let mut seq = Sequence::new(id, req.prompt.clone(), max_new, req.priority, self.arrivals);
+        seq.wants_prompt_logits = req.prompt_logprobs.is_some();
+        if let Err(e) = self.sched.add(seq) {
+            let msg = match e {
+                AddError::TooLong { .. } => format!("prompt plus max_tokens: {e}"),
+                AddError::Empty => "the prompt is empty".into(),
+            };
+            let _ = events.send(Event::Error(EngineError::InvalidRequest(msg)));
+            return;
+        }
+        let sampler = model::Sampler::new(req.sampling.clone(), id.0);
+        self.reqs.insert(
+            id,
+            RequestState {
+                decoder: self.tokenizer.incremental_decoder(true),
+                req,
+                sampler,
+                held: String::new(),
+                events,
+                arrived: Instant::now(),
+                scheduled_at: None,
+                first_token_at: None,
+                last_token_at: None,
+                prompt_logprobs: Vec::new(),
+                prompt_logprobs_sent: false,
+            },
+        );
+        self.publish_counts();
+    }
+
+    fn check(&self, req: &GenerateRequest) -> Result<(), EngineError> {
+        let bad = |m: String| Err(EngineError::InvalidRequest(m));
+        if req.prompt.is_empty() {
+            return bad("the prompt is empty".into());
+        }
+        if let Some(t) = req.prompt.iter().find(|&&t| t as usize >= self.model.vocab_size()) {
+            return bad(format!("token id {t} is outside the vocabulary"));
+        }
+        if req.prompt.len() >= self.context_length {
+            return bad(format!(
+                "the prompt has {} tokens; the context length is {}",
+                req.prompt.len(),
+                self.context_length
+            ));
+        }
+        if req.max_tokens == 0 && req.prompt_logprobs.is_none() {
+            return bad("max_tokens must be at least 1".into());
+        }
+        req.sampling
+            .validate()
+            .or_else(|(field, msg)| bad(format!("{field} {msg}")))
+    }
+
+    /// Aborts a request (explicitly, or because its client went away).
+    pub fn abort(&mut self, id: SeqId) {
+        self.finish(id, FinishReason::Abort);
+    }
+
+    /// Aborts every request whose client dropped its receiver.
+    pub fn reap_disconnected(&mut self) {
+        let gone: Vec<SeqId> = self
+            .reqs
+            .iter()
+            .filter(|(_, r)| r.events.is_closed())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            self.abort(id);
+        }
+    }
+
+    /// Runs one step. Returns the number of tokens processed (0 when idle).
+    pub fn step(&mut self) -> Result<usize, ModelError> {
+        let plan = self.sched.plan();
+        self.stats
+            .preemptions
+            .fetch_add(plan.preempted.len() as u64, Relaxed);
+        if plan.chunks.is_empty() {
+            self.publish_counts();
+            return Ok(0);
+        }
+        self.note_scheduled(&plan);
+        self.run_forward(&plan)?;
+        self.postprocess(&plan);
+        self.stats.steps.fetch_add(1, Relaxed);
+        self.stats.tokens_per_step.observe(plan.n_tokens() as f64);
+        self.publish_counts();
+        Ok(plan.n_tokens())
+    }
+
+    /// Records queue time for requests scheduled for the first time.
+    fn note_scheduled(&mut self, plan: &StepPlan) {
+        let now = Instant::now();
+        for c in &plan.chunks {
+            if let Some(r) = self.reqs.get_mut(&c.seq) {
+                if r.scheduled_at.is_none() {
+                    r.scheduled_at = Some(now);
+                    self.stats.queue_time.observe((now - r.arrived).as_secs_f64());
+                }
+            }
+        }
+    }
+
+    fn run_forward(&mut self, plan: &StepPlan) -> Result<(), ModelError> {
+        let mut tokens = Vec::with_capacity(plan.n_tokens());
+        let mut chunks = Vec::with_capacity(plan.chunks.len());
+        for c in &plan.chunks {
+            let s = self.sched.get(c.seq).expect("planned sequence exists: this is a bug");
+            chunks.push(SeqChunk {
+                start_pos: c.start,
+                first_token: tokens.len(),
+                len: c.len,
+                tile_tables: self
+                    .sched
+                    .tile_tables(c.seq)
+                    .expect("planned sequence exists: this is a bug"),
+                logits: c.logits,
+            });
+            tokens.extend_from_slice(&s.tokens[c.start..c.start + c.len]);
+        }
+        let batch = Batch {
+            tokens: &tokens,
+            seqs: &chunks,
+        };
+        self.model.forward(&batch, &mut self.pool, &mut self.logits)
+    }
+
+    /// Samples, commits, and emits events for every chunk of the step.
+    fn postprocess(&mut self, plan: &StepPlan) {
+        let vocab = self.model.vocab_size();
+        let mut row = 0;
+        let logits = std::mem::take(&mut self.logits);
+        for c in &plan.chunks {
+            let n_rows = match c.logits {
+                LogitsWanted::None => 0,
+                LogitsWanted::Last => 1,
+                LogitsWanted::All => c.len,
+            };
+            let rows = &logits[row * vocab..(row + n_rows) * vocab];
+            row += n_rows;
+            let Some(seq) = self.sched.get(c.seq) else {
+                continue;
+            };
+            let completes = c.start + c.len == seq.tokens.len();
+            if c.logits == LogitsWanted::All {
+                self.collect_prompt_logprobs(c.seq, c.start, c.len, rows);
+            }
+            if !completes || n_rows == 0 {
+                self.sched.commit(c.seq, c.len, None);
+                continue;
+            }
+            let last = &rows[(n_rows - 1) * vocab..n_rows * vocab];
+            self.sample_and_emit(c.seq, c.len, last);
+        }
+        self.logits = logits;
+    }
+
+    fn collect_prompt_logprobs(&mut self, id: SeqId, start: usize, len: usize, rows: &[f32]) {
+        let vocab = self.model.vocab_size();
+        let (Some(seq), Some(r)) = (self.sched.get(id), self.reqs.get_mut(&id)) else {
+            return;
+        };
+        let top_n = r.req.prompt_logprobs.unwrap_or(0);
+        if r.prompt_logprobs.is_empty() {
+            r.prompt_logprobs.push(None);
+        }
+        // Row i predicts the token at position start + i + 1.
+        for i in 0..len {
+            let pos = start + i + 1;
+            if pos >= seq.prompt_len || pos < r.prompt_logprobs.len() {
+                continue;
+            }
+            let token = seq.tokens[pos];
+            let (lp, top) = model::sampler::logprobs(&rows[i * vocab..(i + 1) * vocab], token, top_n);
+            r.prompt_logprobs.push(Some(TokenLogprob { token, logprob: lp, top }));
+        }
+        if r.prompt_logprobs.len() >= seq.prompt_len && !r.prompt_logprobs_sent {
+            r.prompt_logprobs_sent = true;
+            let _ = r.events.send(Event::PromptLogprobs(r.prompt_logprobs.clone()));
+        }
+    }
+
+    fn sample_and_emit(&mut self, id: SeqId, computed: usize, logits: &[f32]) {
+        let Some(seq) = self.sched.get(id) else {
+            return;
+        };
+        let (out_len, total_len, max_total) = (
+            seq.output().len(),
+            seq.tokens.len(),
+            seq.max_total_len,
+        );
+        let Some(r) = self.reqs.get_mut(&id) else {
+            return;
+        };
+        if r.req.max_tokens == 0 {
+            // Prompt scoring only (echo with max_tokens 0).
+            self.sched.commit(id, computed, None);
+            self.finish(id, FinishReason::Length);
+            return;
+        }
+        let mut row = logits.to_vec();
+        let token = r.sampler.sample(&mut row);
+        r.sampler.accept(token);
+        let logprob = r.req.logprobs.map(|n| {
+            let (lp, top) = model::sampler::logprobs(logits, token, n);
+            TokenLogprob { token, logprob: lp, top }
+        });
+        self.sched.commit(id, computed, Some(token));
+        let now = Instant::now();
+        match r.last_token_at {
+            None => {
+                r.first_token_at = Some(now);
+                self.stats.ttft.observe((now - r.arrived).as_secs_f64());
+            }
+            Some(t) => self.stats.itl.observe((now - t).as_secs_f64()),
+        }
+        r.last_token_at = Some(now);
+        self.stats.generation_tokens.fetch_add(1, Relaxed);
+
+        let is_eog = !r.req.ignore_eos && self.tokenizer.is_eog(token);
+        let is_stop_id = r.req.stop_token_ids.contains(&token);
+        if is_eog || is_stop_id {
+            let _ = r.events.send(Event::Token { id: token, text: String::new(), logprob });
+            self.finish(id, FinishReason::Stop);
+            return;
+        }
+        let delta = r.decoder.push(token);
+        match r.filter_stop(&delta) {
+            StopCheck::Stop(text) => {
+                let _ = r.events.send(Event::Token { id: token, text, logprob });
+                self.finish(id, FinishReason::Stop);
+            }
+            StopCheck::Emit(text) => {
+                let _ = r.events.send(Event::Token { id: token, text, logprob });
+                if out_len + 1 >= r.req.max_tokens || total_len + 1 >= max_total {
+                    self.finish(id, FinishReason::Length);
+                }
+            }
+        }
+    }
+
+    /// Ends a request: frees its tiles now and sends its last event.
+    fn finish(&mut self, id: SeqId, reason: FinishReason) {
+        let seq = self.sched.remove(id);
+        let Some(mut r) = self.reqs.remove(&id) else {
+            return;
+        };
+        let (prompt_tokens, completion_tokens, cached_tokens) = seq
+            .as_ref()
+            .map_or((0, 0, 0), |s| (s.prompt_len, s.output().len(), s.cached_prompt_tokens));
+        let mut text = String::new();
+        if reason != FinishReason::Abort {
+            text = std::mem::take(&mut r.held);
+            text.push_str(&r.decoder.flush());
+            if let StopCheck::Stop(t) = r.filter_stop("") {
+                text = t;
+            }
+        }
+        let usage = Usage {
+            prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+        };
+        let st = &self.stats;
+        st.prompt_tokens.fetch_add(prompt_tokens as u64, Relaxed);
+        st.prefix_queried_tokens.fetch_add(prompt_tokens as u64, Relaxed);
+        st.prefix_hit_tokens.fetch_add(cached_tokens as u64, Relaxed);
+        match reason {
+            FinishReason::Stop => st.finished_stop.fetch_add(1, Relaxed),
+            FinishReason::Length => st.finished_length.fetch_add(1, Relaxed),
+            FinishReason::Abort => st.finished_abort.fetch_add(1, Relaxed),
+        };
+        st.e2e.observe(r.arrived.elapsed().as_secs_f64());
+        let _ = r.events.send(Event::Finished {
+            reason,
+            text,
+            usage,
+        });
+        self.publish_counts();
+    }
+
+    /// Aborts everything (shutdown), freeing all tiles.
+    pub fn abort_all(&mut self) {
+        let ids: Vec<SeqId> = self.reqs.keys().copied().collect();
+        for id in ids {
+            self.abort(id);
+        }
+    }
+
+    fn publish_counts(&self) {
+        let c = self.sched.tile_counts();
+        let st = &self.stats;
+        st.running.store(self.sched.num_running() as u64, Relaxed);
+        st.waiting.store(self.sched.num_waiting() as u64, Relaxed);
+        st.tiles_in_use.store(c.in_use as u64, Relaxed);
+        st.tiles_cached.store(c.cached as u64, Relaxed);
+    }
+}

@@ -1,0 +1,216 @@
+//! `EngineHandle`: the only way the async side reaches the engine thread.
+//!
+//! Submitting a request returns a stream of events; dropping that stream aborts the request
+//! (the engine notices within one step and frees its tiles). The engine thread loads the model
+//! itself, and a load failure is returned by `spawn`, not left behind as a dead thread.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokenizer::Tokenizer;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use crate::engine::{Engine, EngineConfig, Model};
+use crate::request::{EngineError, Event, GenerateRequest};
+use crate::sequence::SeqId;
+use crate::stats::EngineStats;
+
+enum Command {
+    Submit(SeqId, GenerateRequest, UnboundedSender<Event>),
+    Abort(SeqId),
+    /// Stop accepting; finish in-flight work until the deadline, then abort the rest and exit.
+    Shutdown(Instant),
+}
+
+/// Facts about the loaded model the server needs.
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    pub context_length: usize,
+    pub vocab_size: usize,
+    pub kv_tiles: usize,
+    pub tile_size: usize,
+}
+
+/// The events of one request. Dropping it aborts the request.
+pub struct RequestStream {
+    pub id: SeqId,
+    pub events: UnboundedReceiver<Event>,
+}
+
+/// A cloneable handle to the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: Sender<Command>,
+    next_id: Arc<AtomicU64>,
+    stats: Arc<EngineStats>,
+    tokenizer: Tokenizer,
+    info: ModelInfo,
+    max_waiting: usize,
+    accepting: Arc<AtomicBool>,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread, which calls `load` to get the model and tokenizer. Returns once
+    /// the model is loaded, or with the load error.
+    pub fn spawn<M, F>(cfg: EngineConfig, load: F) -> Result<EngineHandle, String>
+    where
+        M: Model,
+        F: FnOnce() -> Result<(M, Tokenizer), String> + Send + 'static,
+    {
+        cfg.validate()?;
+        let (tx, rx) = mpsc::channel::<Command>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(Tokenizer, ModelInfo), String>>();
+        let stats = Arc::new(EngineStats::default());
+        let thread_stats = stats.clone();
+        let thread_cfg = cfg.clone();
+        let thread = std::thread::Builder::new()
+            .name("tessera-engine".into())
+            .spawn(move || {
+                let (model, tokenizer) = match load() {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let engine = Engine::new(model, tokenizer.clone(), &thread_cfg, thread_stats);
+                let info = ModelInfo {
+                    context_length: engine.context_length(),
+                    vocab_size: engine.vocab_size(),
+                    kv_tiles: engine.scheduler().tile_counts().total,
+                    tile_size: thread_cfg.tile_size,
+                };
+                if ready_tx.send(Ok((tokenizer, info))).is_err() {
+                    return;
+                }
+                run_loop(engine, rx);
+            })
+            .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+        let (tokenizer, info) = match ready_rx.recv() {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err("the engine thread died while loading the model".into());
+            }
+        };
+        Ok(EngineHandle {
+            tx,
+            next_id: Arc::new(AtomicU64::new(1)),
+            stats,
+            tokenizer,
+            info,
+            max_waiting: cfg.max_waiting,
+            accepting: Arc::new(AtomicBool::new(true)),
+            thread: Arc::new(Mutex::new(Some(thread))),
+        })
+    }
+
+    /// Queues a request. Fails at once when the waiting line is full or the engine stopped.
+    pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, EngineError> {
+        if !self.accepting.load(Relaxed) {
+            return Err(EngineError::Stopped);
+        }
+        let waiting = self.stats.waiting.load(Relaxed) as usize;
+        if waiting >= self.max_waiting {
+            return Err(EngineError::Overloaded(format!(
+                "{waiting} requests are waiting (limit {})",
+                self.max_waiting
+            )));
+        }
+        let id = SeqId(self.next_id.fetch_add(1, Relaxed));
+        let (etx, erx) = unbounded_channel();
+        // Count it as waiting right away so a burst cannot overshoot the limit.
+        self.stats.waiting.fetch_add(1, Relaxed);
+        self.tx
+            .send(Command::Submit(id, req, etx))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(RequestStream { id, events: erx })
+    }
+
+    pub fn abort(&self, id: SeqId) {
+        let _ = self.tx.send(Command::Abort(id));
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// Stops accepting requests, lets in-flight ones finish for up to `grace`, aborts the rest
+    /// and waits for the engine thread to exit.
+    pub fn shutdown(&self, grace: Duration) {
+        self.accepting.store(false, Relaxed);
+        let _ = self.tx.send(Command::Shutdown(Instant::now() + grace));
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run_loop<M: Model>(mut engine: Engine<M>, rx: Receiver<Command>) {
+    let mut deadline: Option<Instant> = None;
+    let mut connected = true;
+    loop {
+        // Block for work when idle; otherwise take whatever arrived since the last step.
+        if !engine.has_work() {
+            if deadline.is_some() || !connected {
+                return;
+            }
+            match rx.recv_timeout(Duration::from_millis(250)) {
+                Ok(cmd) => apply(&mut engine, cmd, &mut deadline),
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        loop {
+            match rx.try_recv() {
+                Ok(cmd) => apply(&mut engine, cmd, &mut deadline),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    connected = false;
+                    break;
+                }
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            engine.abort_all();
+            return;
+        }
+        engine.reap_disconnected();
+        if let Err(e) = engine.step() {
+            // A model error is a bug (inputs are validated); fail the requests, keep serving.
+            tracing::error!("forward pass failed: {e}");
+            engine.fail_all(&e.to_string());
+        }
+    }
+}
+
+fn apply<M: Model>(engine: &mut Engine<M>, cmd: Command, deadline: &mut Option<Instant>) {
+    match cmd {
+        Command::Submit(id, req, events) => {
+            if deadline.is_some() {
+                let _ = events.send(Event::Error(EngineError::Stopped));
+            } else {
+                engine.submit(id, req, events);
+            }
+        }
+        Command::Abort(id) => engine.abort(id),
+        Command::Shutdown(d) => *deadline = Some(d),
+    }
+}

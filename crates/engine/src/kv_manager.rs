@@ -1,0 +1,236 @@
+//! Per-sequence tile tables over the tile allocator: prefix adoption, growth, sliding-window
+//! release and freeing. Only the scheduler calls it; the model only reads the tables.
+//!
+//! A sequence has one table per KV group (see `model::KvLayout`). Full tiles are keyed by a hash
+//! chained over the sequence's tokens, mixed with the group index, so a second request with the
+//! same prefix finds the same tiles in every group. A windowed group's tiles that lie wholly
+//! below every future query's window are released (`TileId::RELEASED` in the table); a prefix
+//! hit on a windowed group only needs the tiles inside the window of its first new token.
+
+use model::KvLayout;
+
+use crate::tiles::{chain_key, PrefixKey, TileAllocator, TileCounts, TileId};
+
+/// The tiles one sequence holds.
+#[derive(Debug, Default, Clone)]
+pub struct SeqTiles {
+    /// One table per KV group.
+    pub tables: Vec<Vec<TileId>>,
+    /// Chain key of each full tile registered so far (group-independent).
+    chain: Vec<PrefixKey>,
+}
+
+impl SeqTiles {
+    /// Tokens whose tile slots exist.
+    pub fn capacity(&self, tile_size: usize) -> usize {
+        self.tables.first().map_or(0, |t| t.len() * tile_size)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.iter().all(|t| t.is_empty())
+    }
+}
+
+/// The KV memory manager: the allocator plus the geometry of the groups.
+pub struct KvManager {
+    alloc: TileAllocator,
+    tile_size: usize,
+    /// Window of each group (`None` = global).
+    windows: Vec<Option<usize>>,
+}
+
+fn group_key(chain: PrefixKey, group: usize) -> PrefixKey {
+    chain_key(Some(chain), group, &[])
+}
+
+impl KvManager {
+    pub fn new(layout: &KvLayout, n_tiles: usize, prefix_caching: bool) -> KvManager {
+        KvManager {
+            alloc: TileAllocator::new(n_tiles, prefix_caching),
+            tile_size: layout.tile_size,
+            windows: layout.groups.iter().map(|g| g.window).collect(),
+        }
+    }
+
+    pub fn tile_size(&self) -> usize {
+        self.tile_size
+    }
+
+    pub fn counts(&self) -> TileCounts {
+        self.alloc.counts()
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        self.alloc.check()
+    }
+
+    pub fn n_groups(&self) -> usize {
+        self.windows.len()
+    }
+
+    /// The most tiles a sequence of `len` tokens can hold at once when prefilled in chunks of
+    /// at most `chunk` tokens (windowed groups keep only their window plus the chunk).
+    pub fn max_tiles_for(&self, len: usize, chunk: usize) -> usize {
+        let ts = self.tile_size;
+        self.windows
+            .iter()
+            .map(|w| {
+                let all = len.div_ceil(ts);
+                match w {
+                    None => all,
+                    Some(w) => all.min((w + chunk.max(1)).div_ceil(ts) + 1),
+                }
+            })
+            .sum()
+    }
+
+    /// Whether a request of `len` tokens could ever fit in the whole pool.
+    pub fn fits_pool(&self, len: usize, chunk: usize) -> bool {
+        self.max_tiles_for(len, chunk) <= self.alloc.n_tiles()
+    }
+
+    /// Finds the longest run of cached full tiles for `tokens` (never all of them: at least one
+    /// token is left to compute), adopts them into a fresh `SeqTiles` and returns it with the
+    /// number of tokens it covers.
+    pub fn adopt_prefix(&mut self, tokens: &[u32]) -> (SeqTiles, usize) {
+        let ts = self.tile_size;
+        let mut seq = SeqTiles {
+            tables: vec![Vec::new(); self.n_groups()],
+            chain: Vec::new(),
+        };
+        let max_full = tokens.len().saturating_sub(1) / ts;
+        // Chain keys of the prompt's full tiles, and how far the global groups hit.
+        let mut chain = Vec::with_capacity(max_full);
+        let mut hit = 0;
+        for i in 0..max_full {
+            let key = chain_key(chain.last().copied(), 0, &tokens[i * ts..(i + 1) * ts]);
+            chain.push(key);
+            let global_hit = (0..self.n_groups())
+                .filter(|&g| self.windows[g].is_none())
+                .all(|g| self.alloc.lookup(group_key(key, g)).is_some());
+            if !global_hit {
+                break;
+            }
+            hit = i + 1;
+        }
+        // Shrink until every windowed group has the tiles the first new token can see.
+        while hit > 0 && !self.windows_cached(&chain, hit) {
+            hit -= 1;
+        }
+        for g in 0..self.n_groups() {
+            let lo = self.first_visible_tile(g, hit * ts);
+            for (i, key) in chain.iter().enumerate().take(hit) {
+                let t = if i < lo {
+                    TileId::RELEASED
+                } else {
+                    let t = self
+                        .alloc
+                        .lookup(group_key(*key, g))
+                        .expect("checked above: this is a bug");
+                    self.alloc.acquire(t);
+                    t
+                };
+                seq.tables[g].push(t);
+            }
+        }
+        chain.truncate(hit);
+        seq.chain = chain;
+        (seq, hit * ts)
+    }
+
+    /// First tile index of group `g` that a query at `pos` (or later) can see.
+    fn first_visible_tile(&self, g: usize, pos: usize) -> usize {
+        match self.windows[g] {
+            None => 0,
+            Some(w) => (pos + 1).saturating_sub(w) / self.tile_size,
+        }
+    }
+
+    fn windows_cached(&self, chain: &[PrefixKey], hit: usize) -> bool {
+        (0..self.n_groups()).all(|g| {
+            let lo = self.first_visible_tile(g, hit * self.tile_size);
+            (lo..hit).all(|i| self.alloc.lookup(group_key(chain[i], g)).is_some())
+        })
+    }
+
+    /// Tiles needed to grow `seq` to hold `new_len` tokens.
+    pub fn tiles_needed(&self, seq: &SeqTiles, new_len: usize) -> usize {
+        let want = new_len.div_ceil(self.tile_size);
+        seq.tables
+            .iter()
+            .map(|t| want.saturating_sub(t.len()))
+            .sum()
+    }
+
+    pub fn available(&self) -> usize {
+        self.alloc.available()
+    }
+
+    /// Grows every table of `seq` to cover `new_len` tokens. On failure nothing is allocated.
+    pub fn grow(&mut self, seq: &mut SeqTiles, new_len: usize) -> Result<(), ()> {
+        if self.tiles_needed(seq, new_len) > self.alloc.available() {
+            return Err(());
+        }
+        let want = new_len.div_ceil(self.tile_size);
+        for table in seq.tables.iter_mut() {
+            while table.len() < want {
+                let t = self
+                    .alloc
+                    .allocate()
+                    .expect("availability checked above: this is a bug");
+                table.push(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases windowed tiles that no query at `next_pos` or later can see.
+    pub fn release_out_of_window(&mut self, seq: &mut SeqTiles, next_pos: usize) {
+        for g in 0..self.n_groups() {
+            let lo = self.first_visible_tile(g, next_pos);
+            let table = &mut seq.tables[g];
+            for t in table.iter_mut().take(lo) {
+                if *t != TileId::RELEASED {
+                    self.alloc.release(*t);
+                    *t = TileId::RELEASED;
+                }
+            }
+        }
+    }
+
+    /// Registers the tiles that became full now that `tokens[..computed]` are in the cache.
+    pub fn register_full(&mut self, seq: &mut SeqTiles, tokens: &[u32], computed: usize) {
+        let ts = self.tile_size;
+        let full = computed.min(tokens.len()) / ts;
+        while seq.chain.len() < full {
+            let i = seq.chain.len();
+            let key = chain_key(seq.chain.last().copied(), 0, &tokens[i * ts..(i + 1) * ts]);
+            seq.chain.push(key);
+            for g in 0..self.n_groups() {
+                let t = seq.tables[g][i];
+                if t != TileId::RELEASED {
+                    self.alloc.register(t, group_key(key, g));
+                }
+            }
+        }
+    }
+
+    /// Releases every tile of `seq`, tail first (across all groups), so chains are evicted
+    /// tail first.
+    pub fn free(&mut self, seq: &mut SeqTiles) {
+        let len = seq.tables.iter().map(Vec::len).max().unwrap_or(0);
+        for i in (0..len).rev() {
+            for table in &seq.tables {
+                if let Some(&t) = table.get(i) {
+                    if t != TileId::RELEASED {
+                        self.alloc.release(t);
+                    }
+                }
+            }
+        }
+        for table in seq.tables.iter_mut() {
+            table.clear();
+        }
+        seq.chain.clear();
+    }
+}

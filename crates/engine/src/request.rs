@@ -1,0 +1,155 @@
+//! What a client asks of the engine and what it gets back, plus the per-request state the engine
+//! keeps beside the scheduler's `Sequence`: sampler, detokenizer, stop conditions, channel.
+
+use std::time::Instant;
+
+use model::{Sampler, SamplingParams};
+use tokenizer::IncrementalDecoder;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A generation request in token space (the server tokenizes).
+#[derive(Clone, Debug, Default)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    /// Tokens to generate at most (0 with `prompt_logprobs` scores the prompt only).
+    pub max_tokens: usize,
+    pub stop_token_ids: Vec<u32>,
+    /// Generation ends before any of these strings; the string itself is not emitted.
+    pub stop_strings: Vec<String>,
+    /// Keep going past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Log-probability of each generated token plus this many alternatives.
+    pub logprobs: Option<usize>,
+    /// Log-probabilities of the prompt tokens (plus this many alternatives each).
+    pub prompt_logprobs: Option<usize>,
+    /// Lower runs sooner.
+    pub priority: i32,
+}
+
+/// A token's log-probability and the top alternatives at its position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// End-of-generation token, stop token or stop string.
+    Stop,
+    /// max_tokens or the context limit.
+    Length,
+    /// Aborted (by the client or shutdown).
+    Abort,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+/// Why the engine refused a request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("the server is overloaded: {0}")]
+    Overloaded(String),
+    #[error("the engine has stopped")]
+    Stopped,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// What the engine streams back for a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Prompt log-probabilities (entry 0, the first prompt token, has none).
+    PromptLogprobs(Vec<Option<TokenLogprob>>),
+    /// One generated token and the text it completes (possibly empty, held back while it could
+    /// start a stop string or finish a UTF-8 character).
+    Token {
+        id: u32,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
+    /// The last event of a request.
+    Finished {
+        reason: FinishReason,
+        /// Text held back until the end (a partial character or a partial stop-string match).
+        text: String,
+        usage: Usage,
+    },
+    /// The request failed; also the last event.
+    Error(EngineError),
+}
+
+/// Engine-side state of one request.
+pub(crate) struct RequestState {
+    pub req: GenerateRequest,
+    pub sampler: Sampler,
+    pub decoder: IncrementalDecoder,
+    /// Decoded text not yet sent, because it may be the start of a stop string.
+    pub held: String,
+    pub events: UnboundedSender<Event>,
+    pub arrived: Instant,
+    pub scheduled_at: Option<Instant>,
+    pub first_token_at: Option<Instant>,
+    pub last_token_at: Option<Instant>,
+    /// Prompt positions whose log-probabilities were computed (they are sent once, complete).
+    pub prompt_logprobs: Vec<Option<TokenLogprob>>,
+    pub prompt_logprobs_sent: bool,
+}
+
+/// Result of feeding one token's text through the stop-string filter.
+pub(crate) enum StopCheck {
+    /// Text safe to send now.
+    Emit(String),
+    /// A stop string was found: send this text (before it) and finish.
+    Stop(String),
+}
+
+impl RequestState {
+    /// Adds decoded text; returns what can be sent without risking a stop-string leak.
+    pub fn filter_stop(&mut self, delta: &str) -> StopCheck {
+        self.held.push_str(delta);
+        let stops = &self.req.stop_strings;
+        if stops.is_empty() {
+            return StopCheck::Emit(std::mem::take(&mut self.held));
+        }
+        if let Some(at) = stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+            let out = self.held[..at].to_string();
+            self.held.clear();
+            return StopCheck::Stop(out);
+        }
+        // Hold back the longest tail of `held` that is a prefix of some stop string.
+        let mut keep = 0;
+        for s in stops {
+            for (i, _) in self.held.char_indices() {
+                let tail = &self.held[i..];
+                if tail.len() > keep && s.starts_with(tail) {
+                    keep = tail.len();
+                }
+            }
+        }
+        let cut = self.held.len() - keep;
+        let out = self.held[..cut].to_string();
+        self.held.drain(..cut);
+        StopCheck::Emit(out)
+    }
+}

@@ -1,0 +1,360 @@
+//! The scheduler: decides, every step, which sequences run and how many tokens each.
+//!
+//! Pure logic over `Sequence`s and the `KvManager` (which only it owns); the model never sees
+//! it. One step's plan:
+//! 1. every running sequence that decodes gets its next token (highest priority first);
+//! 2. running sequences still prefilling get chunks, then waiting ones are admitted (adopting
+//!    their longest cached prefix first), until `max_batch_tokens` or `max_seqs` is used up;
+//!    with chunked prefill off a prompt runs whole in one step.
+//! When the pool has no tile for a sequence, the lowest-priority, latest-arrived running
+//! sequence is preempted: its tiles are released and it goes back to the front of the waiting
+//! line with the tokens it has, to be recomputed (reusing the prefix cache) later. A resumed
+//! sequence is protected from preemption until it produces a token. Waiting sequences age:
+//! every `aging_steps` steps waited counts as one priority level, so none starves.
+
+use std::collections::HashMap;
+
+use model::{KvLayout, LogitsWanted, TileId};
+
+use crate::kv_manager::KvManager;
+use crate::sequence::{SeqId, SeqStatus, Sequence};
+use crate::tiles::TileCounts;
+
+/// Scheduling limits, validated by the engine's config.
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// Tokens per step (decode tokens plus prefill chunks).
+    pub max_batch_tokens: usize,
+    /// Sequences per step.
+    pub max_seqs: usize,
+    pub chunked_prefill: bool,
+    /// Steps of waiting worth one priority level.
+    pub aging_steps: u64,
+}
+
+/// One sequence's share of a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduledChunk {
+    pub seq: SeqId,
+    /// Position of the first token (= tokens already computed).
+    pub start: usize,
+    pub len: usize,
+    pub logits: LogitsWanted,
+}
+
+/// What to run this step.
+#[derive(Debug, Default)]
+pub struct StepPlan {
+    pub chunks: Vec<ScheduledChunk>,
+    /// Sequences preempted while planning (for metrics and events).
+    pub preempted: Vec<SeqId>,
+}
+
+impl StepPlan {
+    pub fn n_tokens(&self) -> usize {
+        self.chunks.iter().map(|c| c.len).sum()
+    }
+}
+
+/// Why a sequence cannot be added.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddError {
+    #[error("{needed} tokens can never fit in the KV pool ({tiles} tiles of {tile_size})")]
+    TooLong {
+        needed: usize,
+        tiles: usize,
+        tile_size: usize,
+    },
+    #[error("empty prompt")]
+    Empty,
+}
+
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    kv: KvManager,
+    seqs: HashMap<SeqId, Sequence>,
+    waiting: Vec<SeqId>,
+    running: Vec<SeqId>,
+    preemptions_total: u64,
+}
+
+impl Scheduler {
+    pub fn new(cfg: SchedulerConfig, layout: &KvLayout, n_tiles: usize, caching: bool) -> Self {
+        Scheduler {
+            cfg,
+            kv: KvManager::new(layout, n_tiles, caching),
+            seqs: HashMap::new(),
+            waiting: Vec::new(),
+            running: Vec::new(),
+            preemptions_total: 0,
+        }
+    }
+
+    /// Largest prefill piece a sequence gets in one step.
+    fn chunk_limit(&self) -> usize {
+        self.cfg.max_batch_tokens.max(1)
+    }
+
+    /// Queues a sequence; refuses one that could never fit the pool.
+    pub fn add(&mut self, mut seq: Sequence) -> Result<(), AddError> {
+        if seq.tokens.is_empty() {
+            return Err(AddError::Empty);
+        }
+        let chunk = if self.cfg.chunked_prefill { self.chunk_limit() } else { seq.max_total_len };
+        if !self.kv.fits_pool(seq.max_total_len, chunk) {
+            let c = self.kv.counts();
+            return Err(AddError::TooLong {
+                needed: seq.max_total_len,
+                tiles: c.total,
+                tile_size: self.kv.tile_size(),
+            });
+        }
+        seq.status = SeqStatus::Waiting;
+        self.waiting.push(seq.id);
+        self.seqs.insert(seq.id, seq);
+        Ok(())
+    }
+
+    pub fn get(&self, id: SeqId) -> Option<&Sequence> {
+        self.seqs.get(&id)
+    }
+
+    pub fn tile_tables(&self, id: SeqId) -> Option<&[Vec<TileId>]> {
+        self.seqs.get(&id).map(|s| s.tiles.tables.as_slice())
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    pub fn tile_counts(&self) -> TileCounts {
+        self.kv.counts()
+    }
+
+    pub fn preemptions_total(&self) -> u64 {
+        self.preemptions_total
+    }
+
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.kv.check()
+    }
+
+    /// Plans the next step.
+    pub fn plan(&mut self) -> StepPlan {
+        let mut plan = StepPlan::default();
+        let mut budget = self.cfg.max_batch_tokens.max(1);
+        let mut seats = self.cfg.max_seqs.max(1);
+
+        let seqs = &self.seqs;
+        self.running
+            .sort_by_key(|id| seqs.get(id).map(|s| (s.priority, s.arrival)));
+        // Decoders first, then running sequences still prefilling, each in priority order.
+        let order: Vec<SeqId> = {
+            let (dec, pre): (Vec<SeqId>, Vec<SeqId>) =
+                self.running.iter().partition(|id| self.seqs[id].is_decoding());
+            dec.into_iter().chain(pre).collect()
+        };
+        let mut scheduled: Vec<SeqId> = Vec::new();
+        for id in order {
+            if !self.running.contains(&id) {
+                continue; // preempted earlier in this loop
+            }
+            if seats == 0 || budget == 0 {
+                break;
+            }
+            let want = self.piece(id, budget, plan.chunks.is_empty());
+            if want == 0 {
+                continue;
+            }
+            if !self.make_room(id, want, &scheduled, &mut plan) {
+                continue;
+            }
+            plan.chunks.push(self.chunk(id, want));
+            scheduled.push(id);
+            budget -= want.min(budget);
+            seats -= 1;
+        }
+        self.admit_waiting(&mut plan, budget, seats);
+        plan
+    }
+
+    /// Tokens sequence `id` runs this step given the budget left.
+    fn piece(&self, id: SeqId, budget: usize, batch_empty: bool) -> usize {
+        let s = &self.seqs[&id];
+        let need = s.uncomputed();
+        if self.cfg.chunked_prefill {
+            need.min(budget).min(self.chunk_limit())
+        } else if need <= budget || batch_empty {
+            need
+        } else {
+            0
+        }
+    }
+
+    fn chunk(&self, id: SeqId, len: usize) -> ScheduledChunk {
+        let s = &self.seqs[&id];
+        let end = s.num_computed + len;
+        let logits = if s.wants_prompt_logits && s.num_computed < s.prompt_len {
+            LogitsWanted::All
+        } else if end == s.tokens.len() {
+            LogitsWanted::Last
+        } else {
+            LogitsWanted::None
+        };
+        ScheduledChunk {
+            seq: id,
+            start: s.num_computed,
+            len,
+            logits,
+        }
+    }
+
+    /// Releases out-of-window tiles and grows `id` by `want` tokens, preempting others (or, as a
+    /// last resort, `id` itself) when the pool is short. Returns whether `id` can run.
+    fn make_room(
+        &mut self,
+        id: SeqId,
+        want: usize,
+        scheduled: &[SeqId],
+        plan: &mut StepPlan,
+    ) -> bool {
+        loop {
+            let s = self.seqs.get_mut(&id).expect("running sequence exists: this is a bug");
+            self.kv.release_out_of_window(&mut s.tiles, s.num_computed);
+            let new_len = s.num_computed + want;
+            if self.kv.grow(&mut s.tiles, new_len).is_ok() {
+                return true;
+            }
+            let allow_protected = plan.chunks.is_empty();
+            match self.pick_victim(id, scheduled, allow_protected) {
+                Some(v) => {
+                    self.preempt(v);
+                    plan.preempted.push(v);
+                    if v == id {
+                        return false;
+                    }
+                }
+                None => return false,
+            }
+        }
+    }
+
+    /// The running sequence to preempt: not yet scheduled this step, not protected (unless
+    /// allowed), lowest priority then latest arrival; `id` itself if nobody else qualifies.
+    fn pick_victim(&self, id: SeqId, scheduled: &[SeqId], allow_protected: bool) -> Option<SeqId> {
+        let candidates = self
+            .running
+            .iter()
+            .filter(|&&r| r != id && !scheduled.contains(&r))
+            .filter(|&&r| allow_protected || !self.seqs[&r].protected);
+        let worst = candidates.max_by_key(|&&r| {
+            let s = &self.seqs[&r];
+            (s.priority, s.arrival)
+        });
+        match worst {
+            Some(&v) => Some(v),
+            None if !self.seqs[&id].protected || allow_protected => Some(id),
+            None => None,
+        }
+    }
+
+    /// Sends a running sequence back to the front of the waiting line, freeing its tiles.
+    fn preempt(&mut self, id: SeqId) {
+        let s = self.seqs.get_mut(&id).expect("victim exists: this is a bug");
+        self.kv.free(&mut s.tiles);
+        s.num_computed = 0;
+        s.status = SeqStatus::Waiting;
+        s.preemptions += 1;
+        s.protected = true;
+        self.preemptions_total += 1;
+        self.running.retain(|&r| r != id);
+        self.waiting.insert(0, id);
+        tracing::debug!(seq = id.0, "preempted");
+    }
+
+    /// Effective priority of a waiting sequence (lower runs sooner).
+    fn effective_priority(&self, s: &Sequence) -> i64 {
+        let aged = s.waited_steps / self.cfg.aging_steps.max(1);
+        s.priority as i64 - aged as i64
+    }
+
+    fn admit_waiting(&mut self, plan: &mut StepPlan, mut budget: usize, mut seats: usize) {
+        let mut order = self.waiting.clone();
+        // Preempted sequences first (they were running), then by aged priority and arrival.
+        order.sort_by_key(|id| {
+            let s = &self.seqs[id];
+            (s.preemptions == 0, self.effective_priority(s), s.arrival)
+        });
+        let mut blocked = false;
+        for id in order {
+            if blocked || seats == 0 || budget == 0 {
+                break;
+            }
+            let n_groups = self.kv.n_groups();
+            let s = self.seqs.get_mut(&id).expect("waiting sequence exists: this is a bug");
+            if s.tiles.is_empty() && s.num_computed == 0 && !s.wants_prompt_logits {
+                let (tiles, hit) = self.kv.adopt_prefix(&s.tokens);
+                s.tiles = tiles;
+                s.num_computed = hit;
+                if s.preemptions == 0 {
+                    s.cached_prompt_tokens = hit.min(s.prompt_len);
+                }
+            } else if s.tiles.is_empty() {
+                s.tiles.tables = vec![Vec::new(); n_groups];
+            }
+            let want = self.piece(id, budget, plan.chunks.is_empty());
+            let s = self.seqs.get_mut(&id).expect("waiting sequence exists: this is a bug");
+            self.kv.release_out_of_window(&mut s.tiles, s.num_computed);
+            if want == 0 || self.kv.grow(&mut s.tiles, s.num_computed + want).is_err() {
+                // Not now: give the adopted tiles back so they stay evictable, keep the order.
+                self.kv.free(&mut s.tiles);
+                s.num_computed = 0;
+                blocked = true;
+                continue;
+            }
+            s.status = SeqStatus::Running;
+            self.waiting.retain(|&w| w != id);
+            self.running.push(id);
+            plan.chunks.push(self.chunk(id, want));
+            budget -= want.min(budget);
+            seats -= 1;
+        }
+        for id in &self.waiting {
+            if let Some(s) = self.seqs.get_mut(id) {
+                s.waited_steps += 1;
+            }
+        }
+    }
+
+    /// Records that a chunk ran: its tokens are now cached; `sampled` is the token sampled from
+    /// its last logits, if any.
+    pub fn commit(&mut self, id: SeqId, computed: usize, sampled: Option<u32>) {
+        let Some(s) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        s.num_computed += computed;
+        self.kv.register_full(&mut s.tiles, &s.tokens, s.num_computed);
+        if let Some(t) = sampled {
+            s.tokens.push(t);
+            s.protected = false;
+        }
+    }
+
+    /// Removes a sequence (finished or aborted) and frees its tiles at once.
+    pub fn remove(&mut self, id: SeqId) -> Option<Sequence> {
+        let mut s = self.seqs.remove(&id)?;
+        self.kv.free(&mut s.tiles);
+        s.status = SeqStatus::Finished;
+        self.running.retain(|&r| r != id);
+        self.waiting.retain(|&w| w != id);
+        Some(s)
+    }
+}

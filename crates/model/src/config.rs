@@ -1,0 +1,308 @@
+//! Model hyper-parameters read from GGUF metadata.
+//!
+//! One `ModelConfig` describes every supported architecture: the differences between Gemma 3,
+//! Llama, Qwen 2 and Qwen 3 are a handful of switches (norm placement, QK-norm, QKV bias, the
+//! activation, the RoPE layout, per-layer sliding windows) rather than separate code paths.
+//! Everything the forward pass needs to know per layer is resolved here once, at load, into
+//! `LayerSpec`s, so the hot loop never looks at metadata.
+
+use gguf::Metadata;
+
+use crate::ModelError;
+
+/// The architectures Tessera can run, chosen by `general.architecture`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Gemma3,
+    Llama,
+    Qwen2,
+    Qwen3,
+}
+
+impl Arch {
+    /// The `general.architecture` strings we accept, for error messages.
+    pub const SUPPORTED: &'static [&'static str] = &["gemma3", "llama", "qwen2", "qwen3"];
+
+    pub fn from_name(name: &str) -> Option<Arch> {
+        match name {
+            "gemma3" => Some(Arch::Gemma3),
+            "llama" => Some(Arch::Llama),
+            "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Gemma3 => "gemma3",
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+        }
+    }
+}
+
+/// The gated MLP's activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// SiLU (SwiGLU): Llama, Qwen.
+    Silu,
+    /// GELU, tanh approximation (GeGLU): Gemma.
+    GeluTanh,
+}
+
+/// How RoPE pairs up the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (x[2i], x[2i+1]): GGUF Llama (its Q/K weights are permuted for this).
+    Interleaved,
+    /// Halves (x[i], x[i + d/2]): "NeoX" style, used by Gemma and Qwen.
+    Neox,
+}
+
+/// Per-layer attention settings, resolved at load.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerSpec {
+    /// `Some(w)`: a query at position p sees keys at positions p-w+1 ..= p only.
+    pub window: Option<usize>,
+    /// Inverse frequencies of RoPE for this layer, one per rotated pair.
+    pub rope_inv_freq: Vec<f32>,
+}
+
+/// Everything the forward pass needs to know about a model.
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub n_layers: usize,
+    /// Width of the residual stream.
+    pub d_model: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub d_ff: usize,
+    pub vocab_size: usize,
+    /// The context length the model was trained for.
+    pub context_length: usize,
+    pub rms_eps: f32,
+    pub activation: Activation,
+    pub rope_style: RopeStyle,
+    /// Gemma: norms after attention and after the MLP as well as before them.
+    pub post_norms: bool,
+    /// Gemma, Qwen 3: RMS-norm over each head of Q and K before RoPE.
+    pub qk_norm: bool,
+    /// Qwen 2: biases on the Q, K and V projections.
+    pub qkv_bias: bool,
+    /// Gemma: embeddings are multiplied by sqrt(d_model).
+    pub embed_scale: f32,
+    /// Scale applied to Q before the dot with K.
+    pub attn_scale: f32,
+    /// Gemma 2 style tanh soft-capping of the final logits (0 = off).
+    pub final_logit_softcap: f32,
+    pub layers: Vec<LayerSpec>,
+}
+
+impl ModelConfig {
+    /// Reads the configuration of a supported architecture from GGUF metadata.
+    pub fn from_metadata(md: &Metadata) -> Result<ModelConfig, ModelError> {
+        let arch_name = md.require_str("general.architecture")?;
+        let arch = Arch::from_name(arch_name).ok_or_else(|| ModelError::UnsupportedArch {
+            name: arch_name.to_string(),
+        })?;
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let n_layers = md.require_u32(&key("block_count"))? as usize;
+        let d_model = md.require_u32(&key("embedding_length"))? as usize;
+        let d_ff = md.require_u32(&key("feed_forward_length"))? as usize;
+        let n_heads = md.require_u32(&key("attention.head_count"))? as usize;
+        let n_kv_heads = md
+            .get_u32(&key("attention.head_count_kv"))?
+            .map(|v| v as usize)
+            .unwrap_or(n_heads);
+        let head_dim = match md.get_u32(&key("attention.key_length"))? {
+            Some(v) => v as usize,
+            None if n_heads > 0 => d_model / n_heads,
+            None => 0,
+        };
+        if let Some(v) = md.get_u32(&key("attention.value_length"))? {
+            if v as usize != head_dim {
+                return Err(ModelError::invalid("attention.value_length differs from key_length"));
+            }
+        }
+        if n_layers == 0 || d_model == 0 || n_heads == 0 || n_kv_heads == 0 || head_dim == 0 {
+            return Err(ModelError::invalid("a model dimension is zero"));
+        }
+        if n_heads % n_kv_heads != 0 {
+            return Err(ModelError::invalid("head_count is not a multiple of head_count_kv"));
+        }
+        if head_dim % 2 != 0 {
+            return Err(ModelError::invalid("head dimension must be even for RoPE"));
+        }
+        let context_length = md
+            .get_u32(&key("context_length"))?
+            .map(|v| v as usize)
+            .unwrap_or(4096);
+        let rms_eps = md
+            .get_f32(&key("attention.layer_norm_rms_epsilon"))?
+            .unwrap_or(1e-6);
+        let vocab_size = match md.get_array("tokenizer.ggml.tokens")? {
+            Some(a) => a.len(),
+            None => md.require_u32(&key("vocab_size"))? as usize,
+        };
+        let rope_base = md.get_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+        let rope_dims = md
+            .get_u32(&key("rope.dimension_count"))?
+            .map(|v| v as usize)
+            .unwrap_or(head_dim);
+        if rope_dims > head_dim || rope_dims % 2 != 0 {
+            return Err(ModelError::invalid("rope.dimension_count must be even and <= head dim"));
+        }
+        let scaling = RopeScaling::from_metadata(md, arch_name)?;
+
+        let global_freqs = scaling.apply(&inv_freqs(rope_dims, rope_base));
+        let mut cfg = ModelConfig {
+            arch,
+            n_layers,
+            d_model,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            d_ff,
+            vocab_size,
+            context_length,
+            rms_eps,
+            activation: Activation::Silu,
+            rope_style: RopeStyle::Neox,
+            post_norms: false,
+            qk_norm: false,
+            qkv_bias: false,
+            embed_scale: 1.0,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            final_logit_softcap: md
+                .get_f32(&key("final_logit_softcapping"))?
+                .unwrap_or(0.0),
+            layers: vec![
+                LayerSpec {
+                    window: None,
+                    rope_inv_freq: global_freqs.clone(),
+                };
+                n_layers
+            ],
+        };
+        match arch {
+            Arch::Gemma3 => {
+                cfg.activation = Activation::GeluTanh;
+                cfg.post_norms = true;
+                cfg.qk_norm = true;
+                cfg.embed_scale = (d_model as f32).sqrt();
+                let window = md.require_u32(&key("attention.sliding_window"))? as usize;
+                if window == 0 {
+                    return Err(ModelError::invalid("attention.sliding_window is zero"));
+                }
+                // Gemma 3: five local (sliding-window, RoPE base 10k, unscaled) layers to each
+                // global one; llama.cpp hard-codes the same pattern of 6.
+                let local_freqs = inv_freqs(rope_dims, 10_000.0);
+                for (i, layer) in cfg.layers.iter_mut().enumerate() {
+                    if (i + 1) % 6 != 0 {
+                        layer.window = Some(window);
+                        layer.rope_inv_freq = local_freqs.clone();
+                    }
+                }
+            }
+            Arch::Llama => cfg.rope_style = RopeStyle::Interleaved,
+            Arch::Qwen2 => cfg.qkv_bias = true,
+            Arch::Qwen3 => cfg.qk_norm = true,
+        }
+        Ok(cfg)
+    }
+
+    /// K (or V) floats per token per layer.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Q floats per token per layer.
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+}
+
+/// RoPE frequency scaling from `{arch}.rope.scaling.*`.
+enum RopeScaling {
+    None,
+    /// Positions divided by `factor` (frequencies multiplied by 1/factor).
+    Linear(f32),
+    /// Llama 3's frequency-dependent scaling.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_context: f32,
+    },
+}
+
+impl RopeScaling {
+    fn from_metadata(md: &Metadata, arch: &str) -> Result<RopeScaling, ModelError> {
+        let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+        let factor = md.get_f32(&key("factor"))?.unwrap_or(1.0);
+        let kind = md.get_str(&key("type"))?.unwrap_or("none");
+        match kind {
+            "none" => {}
+            "linear" if factor > 0.0 && factor != 1.0 => return Ok(RopeScaling::Linear(factor)),
+            "linear" => {}
+            "llama3" => {
+                return Ok(RopeScaling::Llama3 {
+                    factor,
+                    low_freq_factor: md.get_f32(&key("low_freq_factor"))?.unwrap_or(1.0),
+                    high_freq_factor: md.get_f32(&key("high_freq_factor"))?.unwrap_or(4.0),
+                    original_context: md
+                        .get_u32(&key("original_context_length"))?
+                        .unwrap_or(8192) as f32,
+                })
+            }
+            other => {
+                return Err(ModelError::invalid(format!(
+                    "unsupported RoPE scaling type {other:?}"
+                )))
+            }
+        }
+        Ok(RopeScaling::None)
+    }
+
+    fn apply(&self, freqs: &[f32]) -> Vec<f32> {
+        match *self {
+            RopeScaling::None => freqs.to_vec(),
+            RopeScaling::Linear(f) => freqs.iter().map(|x| x / f).collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_context,
+            } => {
+                let low_wavelen = original_context / low_freq_factor;
+                let high_wavelen = original_context / high_freq_factor;
+                freqs
+                    .iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f32::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (original_context / wavelen - low_freq_factor)
+                                / (high_freq_factor - low_freq_factor);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// theta_i = base^(-2i/d) for i in 0..d/2.
+fn inv_freqs(rope_dims: usize, base: f32) -> Vec<f32> {
+    (0..rope_dims / 2)
+        .map(|i| base.powf(-((2 * i) as f32) / rope_dims as f32))
+        .collect()
+}

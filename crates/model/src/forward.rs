@@ -1,0 +1,315 @@
+//! The transformer forward pass over a ragged batch.
+//!
+//! One straight-line pass that reads like the papers: embed, then per layer
+//! norm → QKV → (QK-norm) → RoPE → store K/V in tiles → paged attention → output projection →
+//! (post-norm) → residual, norm → gated MLP → (post-norm) → residual; then the final norm and the
+//! output projection for the rows whose logits were asked for.
+//!
+//! Every matmul runs over all tokens of the batch at once, so each weight is read once per step
+//! however many sequences are in it. Row results never depend on the other rows (the kernels are
+//! batch-invariant and attention only reads its own sequence), so a sequence's logits are the
+//! same alone or batched. Buffers live in `Workspace` and only grow.
+
+use kernels::{matmul, MatmulScratch, Threads};
+
+use crate::attention::{attend, AttnScratch, ChunkAttention};
+use crate::batch::{Batch, LogitsWanted};
+use crate::config::{Activation, ModelConfig, RopeStyle};
+use crate::kv::{KvLayout, KvPool, TileId};
+use crate::ops::{add_in_place, gelu_tanh, rms_norm_rows, silu};
+use crate::weights::{Matrix, ModelWeights};
+use crate::ModelError;
+
+/// Activations of one forward pass, reused across passes.
+#[derive(Default)]
+struct Workspace {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    /// cos/sin per (token, pair) for each distinct RoPE table.
+    rope: Vec<Vec<(f32, f32)>>,
+    picked: Vec<f32>,
+    attn: AttnScratch,
+    mm: MatmulScratch,
+}
+
+fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// A loaded decoder-only transformer (any architecture `ModelConfig` describes).
+pub struct Transformer {
+    cfg: ModelConfig,
+    w: ModelWeights,
+    threads: Threads,
+    /// Distinct RoPE frequency tables, and which one each layer uses.
+    rope_tables: Vec<Vec<f32>>,
+    layer_rope: Vec<usize>,
+    ws: Workspace,
+}
+
+impl Transformer {
+    pub fn new(cfg: ModelConfig, w: ModelWeights, threads: Threads) -> Transformer {
+        let mut rope_tables: Vec<Vec<f32>> = Vec::new();
+        let mut layer_rope = Vec::with_capacity(cfg.n_layers);
+        for l in &cfg.layers {
+            let idx = match rope_tables.iter().position(|t| *t == l.rope_inv_freq) {
+                Some(i) => i,
+                None => {
+                    rope_tables.push(l.rope_inv_freq.clone());
+                    rope_tables.len() - 1
+                }
+            };
+            layer_rope.push(idx);
+        }
+        Transformer {
+            cfg,
+            w,
+            threads,
+            rope_tables,
+            layer_rope,
+            ws: Workspace::default(),
+        }
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    pub fn weights(&self) -> &ModelWeights {
+        &self.w
+    }
+
+    /// Runs the batch, writing K/V of its tokens into `kv` and the requested logits into
+    /// `logits` (`[rows][vocab]`, rows in batch order).
+    pub fn forward(
+        &mut self,
+        batch: &Batch,
+        kv: &mut KvPool,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        check_batch(batch, kv.layout(), &self.cfg)?;
+        let cfg = &self.cfg;
+        let n = batch.tokens.len();
+        let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+        let ws = &mut self.ws;
+
+        // Embeddings (scaled for Gemma).
+        let x = sized(&mut ws.x, n * d);
+        let row_bytes = self.w.embed.row_bytes();
+        for (i, &tok) in batch.tokens.iter().enumerate() {
+            let t = tok as usize;
+            let src = &self.w.embed.data[t * row_bytes..(t + 1) * row_bytes];
+            let dst = &mut x[i * d..(i + 1) * d];
+            kernels::dequantize_row(self.w.embed.ty, src, dst).map_err(ModelError::kernel)?;
+            if cfg.embed_scale != 1.0 {
+                dst.iter_mut().for_each(|v| *v *= cfg.embed_scale);
+            }
+        }
+        fill_rope(&mut ws.rope, &self.rope_tables, batch);
+
+        for (li, lw) in self.w.layers.iter().enumerate() {
+            let h = sized(&mut ws.h, n * d);
+            rms_norm_rows(&ws.x[..n * d], &lw.attn_norm, cfg.rms_eps, h);
+            let q = sized(&mut ws.q, n * qd);
+            let k = sized(&mut ws.k, n * kvd);
+            let v = sized(&mut ws.v, n * kvd);
+            mm(&self.threads, &lw.wq, h, n, q, &mut ws.mm);
+            mm(&self.threads, &lw.wk, h, n, k, &mut ws.mm);
+            mm(&self.threads, &lw.wv, h, n, v, &mut ws.mm);
+            for (buf, bias) in [(&mut *q, &lw.bq), (&mut *k, &lw.bk), (&mut *v, &lw.bv)] {
+                if let Some(b) = bias {
+                    buf.chunks_exact_mut(b.len()).for_each(|r| add_in_place(r, b));
+                }
+            }
+            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                head_norm(q, qn, cfg.rms_eps);
+                head_norm(k, kn, cfg.rms_eps);
+            }
+            let rope = &ws.rope[self.layer_rope[li]];
+            apply_rope(q, rope, n, cfg.head_dim, cfg.rope_style);
+            apply_rope(k, rope, n, cfg.head_dim, cfg.rope_style);
+
+            let (group, in_group) = kv.layout().layer_slot[li];
+            let ts = kv.layout().tile_size;
+            let att = sized(&mut ws.att, n * qd);
+            for sc in batch.seqs {
+                let table = &sc.tile_tables[group];
+                for t in 0..sc.len {
+                    let pos = sc.start_pos + t;
+                    let row = sc.first_token + t;
+                    let tile = table[pos / ts];
+                    kv.store(
+                        tile,
+                        in_group,
+                        pos % ts,
+                        &k[row * kvd..(row + 1) * kvd],
+                        &v[row * kvd..(row + 1) * kvd],
+                    );
+                }
+                let a = ChunkAttention {
+                    tiles: table,
+                    in_group,
+                    start_pos: sc.start_pos,
+                    len: sc.len,
+                    window: cfg.layers[li].window,
+                    n_heads: cfg.n_heads,
+                    n_kv_heads: cfg.n_kv_heads,
+                    head_dim: cfg.head_dim,
+                    scale: cfg.attn_scale,
+                };
+                let rows = sc.first_token * qd..(sc.first_token + sc.len) * qd;
+                attend(&a, kv, &q[rows.clone()], &mut att[rows], &mut ws.attn);
+            }
+            let o = sized(&mut ws.o, n * d);
+            mm(&self.threads, &lw.wo, att, n, o, &mut ws.mm);
+            if let Some(pn) = &lw.post_attn_norm {
+                let tmp = sized(&mut ws.h, n * d);
+                rms_norm_rows(o, pn, cfg.rms_eps, tmp);
+                o.copy_from_slice(tmp);
+            }
+            add_in_place(&mut ws.x[..n * d], o);
+
+            let h = sized(&mut ws.h, n * d);
+            rms_norm_rows(&ws.x[..n * d], &lw.ffn_norm, cfg.rms_eps, h);
+            let gate = sized(&mut ws.gate, n * ff);
+            let up = sized(&mut ws.up, n * ff);
+            mm(&self.threads, &lw.w_gate, h, n, gate, &mut ws.mm);
+            mm(&self.threads, &lw.w_up, h, n, up, &mut ws.mm);
+            for (g, u) in gate.iter_mut().zip(up.iter()) {
+                let a = match cfg.activation {
+                    Activation::Silu => silu(*g),
+                    Activation::GeluTanh => gelu_tanh(*g),
+                };
+                *g = a * u;
+            }
+            let o = sized(&mut ws.o, n * d);
+            mm(&self.threads, &lw.w_down, gate, n, o, &mut ws.mm);
+            if let Some(pn) = &lw.post_ffn_norm {
+                let tmp = sized(&mut ws.h, n * d);
+                rms_norm_rows(o, pn, cfg.rms_eps, tmp);
+                o.copy_from_slice(tmp);
+            }
+            add_in_place(&mut ws.x[..n * d], o);
+        }
+
+        // Gather the rows whose logits are wanted, then norm and project only those.
+        let rows = batch.n_logit_rows();
+        let picked = sized(&mut ws.picked, rows * d);
+        let mut r = 0;
+        for sc in batch.seqs {
+            let range = match sc.logits {
+                LogitsWanted::None => continue,
+                LogitsWanted::Last => sc.first_token + sc.len - 1..sc.first_token + sc.len,
+                LogitsWanted::All => sc.first_token..sc.first_token + sc.len,
+            };
+            for t in range {
+                picked[r * d..(r + 1) * d].copy_from_slice(&ws.x[t * d..(t + 1) * d]);
+                r += 1;
+            }
+        }
+        let normed = sized(&mut ws.h, rows * d);
+        rms_norm_rows(picked, &self.w.output_norm, cfg.rms_eps, normed);
+        logits.resize(rows * cfg.vocab_size, 0.0);
+        mm(&self.threads, &self.w.output, normed, rows, logits, &mut ws.mm);
+        if cfg.final_logit_softcap > 0.0 {
+            let c = cfg.final_logit_softcap;
+            logits.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
+        }
+        Ok(())
+    }
+}
+
+fn mm(th: &Threads, w: &Matrix, x: &[f32], n: usize, out: &mut [f32], s: &mut MatmulScratch) {
+    matmul(th, &w.weights(), x, n, out, s);
+}
+
+/// Rejects a batch the forward pass cannot run, before touching anything.
+fn check_batch(batch: &Batch, layout: &KvLayout, cfg: &ModelConfig) -> Result<(), ModelError> {
+    let bad = |m: String| Err(ModelError::BadBatch(m));
+    if let Some(&t) = batch.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+        return bad(format!("token id {t} is outside the vocabulary ({})", cfg.vocab_size));
+    }
+    let mut covered = 0;
+    for (i, s) in batch.seqs.iter().enumerate() {
+        if s.len == 0 || s.first_token != covered {
+            return bad(format!("sequence {i}: chunks must be non-empty and consecutive"));
+        }
+        covered += s.len;
+        if s.tile_tables.len() != layout.groups.len() {
+            return bad(format!("sequence {i}: one tile table per KV group is needed"));
+        }
+        let need = (s.start_pos + s.len).div_ceil(layout.tile_size);
+        for (g, table) in s.tile_tables.iter().enumerate() {
+            if table.len() < need {
+                return bad(format!("sequence {i}: tile table {g} too short"));
+            }
+            let first_new = s.start_pos / layout.tile_size;
+            if table[first_new..need].contains(&TileId::RELEASED) {
+                return bad(format!("sequence {i}: a tile being written was released"));
+            }
+        }
+    }
+    if covered != batch.tokens.len() {
+        return bad("sequence chunks do not cover the batch's tokens".into());
+    }
+    Ok(())
+}
+
+/// cos/sin of every (token, frequency) for each distinct RoPE table.
+fn fill_rope(out: &mut Vec<Vec<(f32, f32)>>, tables: &[Vec<f32>], batch: &Batch) {
+    out.resize_with(tables.len(), Vec::new);
+    for (dst, freqs) in out.iter_mut().zip(tables) {
+        dst.clear();
+        for s in batch.seqs {
+            for t in 0..s.len {
+                let p = (s.start_pos + t) as f32;
+                dst.extend(freqs.iter().map(|f| {
+                    let theta = p * f;
+                    (theta.cos(), theta.sin())
+                }));
+            }
+        }
+    }
+}
+
+/// Rotates every head of each of the `n` tokens in `x` (`[n][heads*head_dim]`); `cs` holds
+/// `n * pairs` (cos, sin) entries. With partial rotary (`pairs < head_dim/2`) the tail of each
+/// head is left as is.
+fn apply_rope(x: &mut [f32], cs: &[(f32, f32)], n: usize, head_dim: usize, style: RopeStyle) {
+    if n == 0 || cs.is_empty() {
+        return;
+    }
+    let pairs = cs.len() / n;
+    let row = x.len() / n;
+    for t in 0..n {
+        let tcs = &cs[t * pairs..(t + 1) * pairs];
+        for head in x[t * row..(t + 1) * row].chunks_exact_mut(head_dim) {
+            for (i, &(c, s)) in tcs.iter().enumerate() {
+                let (ia, ib) = match style {
+                    RopeStyle::Neox => (i, i + pairs),
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                };
+                let (a, b) = (head[ia], head[ib]);
+                head[ia] = a * c - b * s;
+                head[ib] = a * s + b * c;
+            }
+        }
+    }
+}
+
+/// RMS-norm over each head of each token (QK-norm).
+fn head_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    for head in x.chunks_exact_mut(w.len()) {
+        crate::ops::rms_norm_in_place(head, w, eps);
+    }
+}

@@ -1,0 +1,206 @@
+//! Weights: zero-copy views of the GGUF mmap, checked once at load.
+//!
+//! Quantized matrices stay quantized in the mmap (nothing is dequantized at load); only the small
+//! F32 vectors (norm weights, biases) are copied out. The `GgufFile` is leaked on purpose: a
+//! model lives as long as the process that serves it, and `&'static` views keep the forward
+//! pass free of lifetimes and reference counting.
+
+use gguf::{GgmlType, GgufFile};
+use kernels::Weights;
+
+use crate::config::ModelConfig;
+use crate::ModelError;
+
+/// A matrix of `rows` output features by `cols` input features, in its GGUF block format.
+#[derive(Clone, Copy, Debug)]
+pub struct Matrix {
+    pub ty: GgmlType,
+    pub data: &'static [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Matrix {
+    pub fn weights(&self) -> Weights<'static> {
+        Weights {
+            ty: self.ty,
+            data: self.data,
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+
+    /// Bytes of one row (one output feature).
+    pub fn row_bytes(&self) -> usize {
+        self.data.len() / self.rows.max(1)
+    }
+}
+
+/// The weights of one transformer block.
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub wq: Matrix,
+    pub wk: Matrix,
+    pub wv: Matrix,
+    pub wo: Matrix,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub w_gate: Matrix,
+    pub w_up: Matrix,
+    pub w_down: Matrix,
+    pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// All weights of a model.
+pub struct ModelWeights {
+    pub file: &'static GgufFile,
+    /// `[vocab][d_model]`: token embeddings, one row per token.
+    pub embed: Matrix,
+    pub output_norm: Vec<f32>,
+    /// The output projection; the embeddings when tied.
+    pub output: Matrix,
+    pub layers: Vec<LayerWeights>,
+}
+
+impl ModelWeights {
+    pub fn load(file: GgufFile, cfg: &ModelConfig) -> Result<ModelWeights, ModelError> {
+        let file: &'static GgufFile = Box::leak(Box::new(file));
+        let l = Loader { file };
+        let embed = l.matrix("token_embd.weight", cfg.vocab_size, cfg.d_model)?;
+        let output = match file.tensor("output.weight") {
+            Some(_) => l.matrix("output.weight", cfg.vocab_size, cfg.d_model)?,
+            None => embed,
+        };
+        let (d, q, kv, ff, hd) = (
+            cfg.d_model,
+            cfg.q_dim(),
+            cfg.kv_dim(),
+            cfg.d_ff,
+            cfg.head_dim,
+        );
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for i in 0..cfg.n_layers {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let opt_vec = |s: &str, len: usize| -> Result<Option<Vec<f32>>, ModelError> {
+                if file.tensor(&n(s)).is_some() {
+                    l.vector(&n(s), len).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            let need_vec = |s: &str, len: usize| l.vector(&n(s), len);
+            let layer = LayerWeights {
+                attn_norm: need_vec("attn_norm.weight", d)?,
+                wq: l.matrix(&n("attn_q.weight"), q, d)?,
+                wk: l.matrix(&n("attn_k.weight"), kv, d)?,
+                wv: l.matrix(&n("attn_v.weight"), kv, d)?,
+                wo: l.matrix(&n("attn_output.weight"), d, q)?,
+                bq: opt_vec("attn_q.bias", q)?,
+                bk: opt_vec("attn_k.bias", kv)?,
+                bv: opt_vec("attn_v.bias", kv)?,
+                q_norm: if cfg.qk_norm {
+                    Some(need_vec("attn_q_norm.weight", hd)?)
+                } else {
+                    None
+                },
+                k_norm: if cfg.qk_norm {
+                    Some(need_vec("attn_k_norm.weight", hd)?)
+                } else {
+                    None
+                },
+                post_attn_norm: if cfg.post_norms {
+                    Some(need_vec("post_attention_norm.weight", d)?)
+                } else {
+                    None
+                },
+                ffn_norm: need_vec("ffn_norm.weight", d)?,
+                w_gate: l.matrix(&n("ffn_gate.weight"), ff, d)?,
+                w_up: l.matrix(&n("ffn_up.weight"), ff, d)?,
+                w_down: l.matrix(&n("ffn_down.weight"), d, ff)?,
+                post_ffn_norm: if cfg.post_norms {
+                    Some(need_vec("post_ffw_norm.weight", d)?)
+                } else {
+                    None
+                },
+            };
+            if cfg.qkv_bias && (layer.bq.is_none() || layer.bk.is_none() || layer.bv.is_none()) {
+                return Err(ModelError::MissingTensor {
+                    path: file.path().display().to_string(),
+                    name: n("attn_{q,k,v}.bias"),
+                });
+            }
+            layers.push(layer);
+        }
+        Ok(ModelWeights {
+            file,
+            embed,
+            output_norm: l.vector("output_norm.weight", d)?,
+            output,
+            layers,
+        })
+    }
+}
+
+struct Loader {
+    file: &'static GgufFile,
+}
+
+impl Loader {
+    fn path(&self) -> String {
+        self.file.path().display().to_string()
+    }
+
+    /// A `[rows][cols]` matrix; GGUF stores it as dims `[cols, rows]`.
+    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
+        let t = self.file.require_tensor(name)?;
+        let dims = &t.info.dims;
+        let want = [cols as u64, rows as u64];
+        let shape_ok = dims.len() >= 2 && dims[..2] == want && dims[2..].iter().all(|&x| x == 1);
+        if !shape_ok {
+            return Err(ModelError::BadTensor {
+                path: self.path(),
+                name: name.to_string(),
+                problem: format!("shape {dims:?}, expected {want:?}"),
+            });
+        }
+        let m = Matrix {
+            ty: t.info.ggml_type,
+            data: t.data,
+            rows,
+            cols,
+        };
+        Weights::new(m.ty, m.data, rows, cols).map_err(|e| ModelError::BadTensor {
+            path: self.path(),
+            name: name.to_string(),
+            problem: e.to_string(),
+        })?;
+        Ok(m)
+    }
+
+    /// An F32 (or other format, dequantized) vector of `len` values.
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+        let t = self.file.require_tensor(name)?;
+        let n: u64 = t.info.dims.iter().product();
+        if n != len as u64 {
+            return Err(ModelError::BadTensor {
+                path: self.path(),
+                name: name.to_string(),
+                problem: format!("{n} values, expected {len}"),
+            });
+        }
+        let mut out = vec![0.0; len];
+        kernels::dequantize_row(t.info.ggml_type, t.data, &mut out).map_err(|e| {
+            ModelError::BadTensor {
+                path: self.path(),
+                name: name.to_string(),
+                problem: e.to_string(),
+            }
+        })?;
+        Ok(out)
+    }
+}
