@@ -12,7 +12,9 @@
 //! `len == 0`; a symbol's `id` is the token id of its current text, if any.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
+
+use crate::hash::FastMap;
 
 use crate::pretokenize;
 use crate::unicode::byte_to_char;
@@ -21,14 +23,14 @@ use crate::vocab::{Compiled, PreTokenizer};
 /// Merge ranks by the ids of the left and right halves.
 #[derive(Debug)]
 pub(crate) struct Merges {
-    ranks: HashMap<(u32, u32), u32>,
+    ranks: FastMap<(u32, u32), u32>,
 }
 
 impl Merges {
     /// Parses `"left right"` merge lines. Lines whose halves are not both tokens can never
     /// apply (every symbol is a token or a single char) and are dropped.
     pub fn new(vocab: &Compiled, merges: &[String]) -> Self {
-        let mut ranks = HashMap::with_capacity(merges.len());
+        let mut ranks = FastMap::with_capacity_and_hasher(merges.len(), Default::default());
         for (rank, line) in merges.iter().enumerate() {
             // Split at the first space after the first byte, so a left half may itself be " ".
             let space = line.bytes().skip(1).position(|b| b == b' ');

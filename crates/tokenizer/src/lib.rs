@@ -20,6 +20,7 @@
 mod bpe;
 mod decode;
 mod error;
+mod hash;
 mod metadata;
 mod pretokenize;
 mod special;
@@ -40,7 +41,7 @@ use vocab::{Attr, Compiled};
 /// The segmentation algorithm with its model-specific tables.
 #[derive(Debug)]
 enum Segmenter {
-    Spm,
+    Spm(spm::WordCuts),
     Bpe {
         pre: PreTokenizer,
         merges: bpe::Merges,
@@ -64,7 +65,7 @@ pub struct Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let model = match &self.inner.segmenter {
-            Segmenter::Spm => "spm".to_string(),
+            Segmenter::Spm(_) => "spm".to_string(),
             Segmenter::Bpe { pre, .. } => format!("bpe/{pre:?}"),
         };
         f.debug_struct("Tokenizer")
@@ -87,7 +88,7 @@ impl Tokenizer {
     pub fn from_vocab(vocab: &Vocab) -> Result<Tokenizer, TokenizerError> {
         let compiled = Compiled::build(vocab)?;
         let segmenter = match vocab.model {
-            VocabModel::Spm => Segmenter::Spm,
+            VocabModel::Spm => Segmenter::Spm(spm::WordCuts::new(&compiled)),
             VocabModel::Bpe(pre) => Segmenter::Bpe {
                 pre,
                 merges: bpe::Merges::new(&compiled, &vocab.merges),
@@ -127,14 +128,14 @@ impl Tokenizer {
                 }
                 Fragment::Text(t) => {
                     match &self.inner.segmenter {
-                        Segmenter::Spm => {
+                        Segmenter::Spm(cuts) => {
                             escaped.clear();
                             if v.add_space_prefix && after_special {
                                 escaped.push('\u{2581}');
                             }
                             escaped
                                 .extend(t.chars().map(|c| if c == ' ' { '\u{2581}' } else { c }));
-                            spm::encode(v, &escaped, &mut out);
+                            spm::encode(v, cuts, &escaped, &mut out);
                         }
                         Segmenter::Bpe { pre, merges } => bpe::encode(v, merges, *pre, t, &mut out),
                     }

@@ -7,13 +7,19 @@
 //! symbol's pairs with its neighbours. Finally each symbol becomes its token, or, when it is a
 //! single character with no token, one byte-fallback token per UTF-8 byte.
 //!
+//! Speed: one heap over a whole paragraph is slow (it outgrows the cache), so the text is first
+//! cut before every `▁` whose preceding character can never be merged with a following `▁`
+//! (no vocabulary token contains that character followed by `▁`). No token can span such a
+//! cut, merges on the two sides are independent, and the result is unchanged; the heaps stay
+//! word-sized.
+//!
 //! Invariants: symbols always cover the text contiguously in list order, so a pair's text is
 //! the byte range `left.start .. right.start + right.len`; a merged-away symbol has `len == 0`.
 //! A heap entry is stale exactly when one side is gone or its recorded size differs from the
 //! current sizes (a symbol only ever grows), which is how stale entries are skipped.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashSet};
 
 use crate::vocab::Compiled;
 
@@ -59,12 +65,62 @@ impl PartialEq for Bigram {
 
 impl Eq for Bigram {}
 
+const SPACE: char = '\u{2581}';
+
+/// Where whitespace-escaped text may be cut into independently segmented words.
+#[derive(Debug)]
+pub(crate) struct WordCuts {
+    /// Characters that some token contains directly before a `▁` (other than `▁` itself).
+    joiners: HashSet<char>,
+}
+
+impl WordCuts {
+    pub fn new(vocab: &Compiled) -> Self {
+        let mut joiners = HashSet::new();
+        for piece in &vocab.pieces {
+            let mut prev = None;
+            for c in piece.chars() {
+                if c == SPACE {
+                    joiners.extend(prev.filter(|&p| p != SPACE));
+                }
+                prev = Some(c);
+            }
+        }
+        Self { joiners }
+    }
+}
+
 /// Segments `text` (already whitespace-escaped) and appends the ids to `out`.
-pub(crate) fn encode(vocab: &Compiled, text: &str, out: &mut Vec<u32>) {
+pub(crate) fn encode(vocab: &Compiled, cuts: &WordCuts, text: &str, out: &mut Vec<u32>) {
+    // Buffers reused across words: most words are a few characters long.
+    let mut symbols = Vec::new();
+    let mut heap = BinaryHeap::new();
+    let mut start = 0;
+    let mut prev: Option<char> = None;
+    for (at, c) in text.char_indices() {
+        let cut = c == SPACE && prev.is_some_and(|p| p != SPACE && !cuts.joiners.contains(&p));
+        if cut {
+            encode_word(vocab, &text[start..at], &mut symbols, &mut heap, out);
+            start = at;
+        }
+        prev = Some(c);
+    }
+    encode_word(vocab, &text[start..], &mut symbols, &mut heap, out);
+}
+
+/// Segments one word (a text no token spans beyond) with the score-ordered merge.
+fn encode_word(
+    vocab: &Compiled,
+    text: &str,
+    symbols: &mut Vec<Symbol>,
+    heap: &mut BinaryHeap<Bigram>,
+    out: &mut Vec<u32>,
+) {
     if text.is_empty() {
         return;
     }
-    let mut symbols: Vec<Symbol> = Vec::with_capacity(text.len());
+    symbols.clear();
+    heap.clear();
     for (start, c) in text.char_indices() {
         let index = symbols.len();
         symbols.push(Symbol {
@@ -78,9 +134,8 @@ pub(crate) fn encode(vocab: &Compiled, text: &str, out: &mut Vec<u32>) {
         last.next = None;
     }
 
-    let mut heap = BinaryHeap::with_capacity(symbols.len());
     for left in 1..symbols.len() {
-        push_bigram(vocab, text, &symbols, &mut heap, left - 1, left);
+        push_bigram(vocab, text, symbols, heap, left - 1, left);
     }
 
     while let Some(bigram) = heap.pop() {
@@ -95,10 +150,10 @@ pub(crate) fn encode(vocab: &Compiled, text: &str, out: &mut Vec<u32>) {
             symbols[after].prev = Some(bigram.left);
         }
         if let Some(before) = l.prev {
-            push_bigram(vocab, text, &symbols, &mut heap, before, bigram.left);
+            push_bigram(vocab, text, symbols, heap, before, bigram.left);
         }
         if let Some(after) = r.next {
-            push_bigram(vocab, text, &symbols, &mut heap, bigram.left, after);
+            push_bigram(vocab, text, symbols, heap, bigram.left, after);
         }
     }
 

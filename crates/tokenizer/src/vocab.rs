@@ -10,7 +10,7 @@
 //! Invariants of [`Compiled`]: `pieces`, `scores` and `attrs` have the same length `n`; every id
 //! stored anywhere (`piece_to_id` values, `byte_ids`, special ids, `eog`) is `< n`.
 
-use std::collections::HashMap;
+use crate::hash::FastMap;
 
 use crate::TokenizerError;
 
@@ -210,7 +210,7 @@ pub(crate) struct Compiled {
     pub pieces: Vec<String>,
     pub scores: Vec<f32>,
     pub attrs: Vec<Attr>,
-    pub piece_to_id: HashMap<String, u32>,
+    pub piece_to_id: FastMap<String, u32>,
     /// Byte-fallback token for each byte (`<0xXX>`), if the vocabulary has it.
     pub byte_ids: [Option<u32>; 256],
     pub special: SpecialIds,
@@ -234,7 +234,7 @@ impl Compiled {
         let types = per_token(&vocab.token_types, n, 1, "tokenizer.ggml.token_type")?;
 
         let mut pieces = Vec::with_capacity(n);
-        let mut piece_to_id = HashMap::with_capacity(n);
+        let mut piece_to_id = FastMap::with_capacity_and_hasher(n, Default::default());
         for (id, text) in vocab.tokens.iter().enumerate() {
             let id = id as u32;
             // llama.cpp renames empty tokens so they can never match text.
@@ -325,7 +325,7 @@ fn per_token<T: Copy>(
 /// EOS, EOT and every token whose text is in [`EOG_TEXTS`]; the latter become control tokens.
 /// Two llama.cpp exceptions keep models working whose vocabularies reuse those texts.
 fn end_of_generation_ids(
-    piece_to_id: &HashMap<String, u32>,
+    piece_to_id: &FastMap<String, u32>,
     attrs: &mut [Attr],
     special: &SpecialIds,
 ) -> Vec<u32> {
