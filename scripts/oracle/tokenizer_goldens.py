@@ -151,7 +151,9 @@ def tokenize_cases(llm, texts):
             ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)
             case[key] = ids
             body = ids[1:] if ids and ids[0] == llm.token_bos() else ids
-            detok = llm.detokenize(body, special=False)
+            # Token by token: llama-cpp-python's detokenize() drops a leading space after a
+            # leading BOS on its own, which is not llama.cpp's behaviour.
+            detok = b"".join(llm.detokenize([t], special=False) for t in body)
             case["detok" if key == "ids" else "detok_special"] = detok.decode("utf-8", errors="replace")
         cases.append(case)
     return cases
