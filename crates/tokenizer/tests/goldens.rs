@@ -14,14 +14,18 @@ use tokenizer::Tokenizer;
 
 const MODEL_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
 
+/// `$TESSERA_MODEL` if set (and then only it), else the first default location that exists.
 fn model_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("TESSERA_MODEL") {
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
     let workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let candidates = [
-        std::env::var_os("TESSERA_MODEL").map(PathBuf::from),
-        Some(workspace.join("models").join(MODEL_FILE)),
-        Some(PathBuf::from("/work/tmp/model").join(MODEL_FILE)),
-    ];
-    candidates.into_iter().flatten().find(|p| p.exists())
+    [
+        workspace.join("models").join(MODEL_FILE),
+        PathBuf::from("/work/tmp/model").join(MODEL_FILE),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
 }
 
 /// The real tokenizer, loaded once per test binary; `None` means "skip" (explicitly allowed).
@@ -34,8 +38,9 @@ fn tokenizer() -> Option<&'static Tokenizer> {
                     eprintln!("skipping: {MODEL_FILE} not found and TESSERA_SKIP_MODEL_TESTS=1");
                     return None;
                 }
+                let env = std::env::var("TESSERA_MODEL").unwrap_or_else(|_| "unset".into());
                 panic!(
-                    "{MODEL_FILE} not found (looked at $TESSERA_MODEL, <workspace>/models/, \
+                    "{MODEL_FILE} not found (looked at $TESSERA_MODEL ({env}), <workspace>/models/, \
                      /work/tmp/model/). Fetch it with `cargo run --release -- fetch-model` \
                      (or scripts/test.sh), point TESSERA_MODEL at it, or set \
                      TESSERA_SKIP_MODEL_TESTS=1 to skip these tests."
