@@ -13,6 +13,11 @@ For each model the golden holds:
     (so the single-token decode path is checked as well as the batched prompt);
   - tokenizer: llama.cpp's ids for a fixed text (exercises byte fallback on the tiny vocab).
 
+Before writing, every golden is checked against an independent float64 numpy forward pass of
+the same file (`reference_logits` below): if llama.cpp reads the generated metadata differently
+from what we mean (a RoPE layout, gemma3's window pattern, a missing key it defaults), the two
+disagree by whole units and the script stops. Agreement is ~1e-2, the f16 KV cache's rounding.
+
 Usage (from the repository root, with the oracle venv):
     /work/tmp/oracle/bin/python scripts/oracle/tiny_models.py [--gguf-dir DIR] [--out DIR]
 --gguf-dir skips the cargo step and reads tiny-<arch>.gguf files already written to DIR.
@@ -28,6 +33,7 @@ import tempfile
 
 import numpy as np
 import llama_cpp
+from gguf import GGUFReader
 from llama_cpp import Llama
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
@@ -40,6 +46,8 @@ DECIMALS = 5
 # Below this gap between the top two logits, a greedy step is a coin toss between
 # implementations that differ by rounding; the generator's seed is chosen to avoid it.
 MIN_MARGIN = 0.05
+# Largest accepted |llama.cpp - float64 reference|; llama.cpp's f16 KV cache alone costs ~1.6e-2.
+REFERENCE_TOL = 0.05
 
 
 def repo_root():
@@ -96,6 +104,93 @@ def run_arch(path):
     }
 
 
+def read_gguf(path):
+    """Scalar metadata (tokenizer arrays skipped) and tensors as float64, numpy row-major."""
+    reader = GGUFReader(path)
+    md = {f.name: f.contents() for f in reader.fields.values()
+          if not f.name.startswith("tokenizer.")}
+    tensors = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
+    return md, tensors
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def rope(x, pos, base, neox):
+    """x: [tokens, heads, head_dim]. NeoX rotates (i, i + d/2), the original Llama (2i, 2i+1)."""
+    d = x.shape[-1]
+    angles = pos[:, None] * base ** (-np.arange(0, d, 2) / d)[None, :]
+    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    first, second = (np.s_[..., : d // 2], np.s_[..., d // 2:]) if neox else \
+        (np.s_[..., 0::2], np.s_[..., 1::2])
+    a, b = x[first], x[second]
+    y = np.empty_like(x)
+    y[first], y[second] = a * cos - b * sin, a * sin + b * cos
+    return y
+
+
+def attention(q, k, v, window):
+    """Causal GQA attention; `window` limits a query at p to keys p-window+1..p."""
+    n, n_heads, head_dim = q.shape
+    group = n_heads // k.shape[1]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    masked = (j > i) | ((i - j) >= window if window else False)
+    out = np.empty_like(q)
+    for h in range(n_heads):
+        scores = q[:, h] @ k[:, h // group].T / np.sqrt(head_dim)
+        scores[masked] = -np.inf
+        p = np.exp(scores - scores.max(1, keepdims=True))
+        out[:, h] = (p / p.sum(1, keepdims=True)) @ v[:, h // group]
+    return out.reshape(n, -1)
+
+
+def reference_logits(path, tokens):
+    """Float64 forward pass of a tiny model, written from the architectures' definitions."""
+    md, t = read_gguf(path)
+    arch = md["general.architecture"]
+    hp = lambda key, default=None: md.get(f"{arch}.{key}", default)
+    n_layers, d_model = hp("block_count"), hp("embedding_length")
+    n_heads, n_kv = hp("attention.head_count"), hp("attention.head_count_kv")
+    head_dim, eps = hp("attention.key_length", d_model // n_heads), hp("attention.layer_norm_rms_epsilon")
+    gemma = arch == "gemma3"
+    x = t["token_embd.weight"][tokens] * (np.sqrt(d_model) if gemma else 1.0)
+    pos = np.arange(len(tokens), dtype=np.float64)
+    for layer in range(n_layers):
+        w = lambda name: t.get(f"blk.{layer}.{name}")
+        h = rms_norm(x, w("attn_norm.weight"), eps)
+        q, k, v = (h @ w(f"attn_{c}.weight").T + (w(f"attn_{c}.bias") if w(f"attn_{c}.bias") is not None else 0)
+                   for c in "qkv")
+        q, k, v = q.reshape(len(tokens), n_heads, head_dim), k.reshape(len(tokens), n_kv, head_dim), \
+            v.reshape(len(tokens), n_kv, head_dim)
+        if w("attn_q_norm.weight") is not None:
+            q, k = rms_norm(q, w("attn_q_norm.weight"), eps), rms_norm(k, w("attn_k_norm.weight"), eps)
+        # Gemma 3: five sliding-window layers with RoPE base 10k to each global one.
+        local = gemma and (layer + 1) % 6 != 0
+        base = 10_000.0 if local else hp("rope.freq_base")
+        q, k = rope(q, pos, base, arch != "llama"), rope(k, pos, base, arch != "llama")
+        a = attention(q, k, v, hp("attention.sliding_window") if local else None) @ w("attn_output.weight").T
+        x = x + (rms_norm(a, w("post_attention_norm.weight"), eps) if gemma else a)
+        h = rms_norm(x, w("ffn_norm.weight"), eps)
+        gate, up = h @ w("ffn_gate.weight").T, h @ w("ffn_up.weight").T
+        if gemma:
+            act = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
+        else:
+            act = gate / (1 + np.exp(-gate))
+        f = (act * up) @ w("ffn_down.weight").T
+        x = x + (rms_norm(f, w("post_ffw_norm.weight"), eps) if gemma else f)
+    x = rms_norm(x, t["output_norm.weight"], eps)
+    return x @ t.get("output.weight", t["token_embd.weight"]).T
+
+
+def check_reference(path, golden):
+    ref = reference_logits(path, golden["prompt"] + golden["continuation"])
+    ours = np.array(golden["prompt_logits"] + golden["continuation_logits"])
+    diff = np.abs(ref - ours)
+    worst = np.unravel_index(diff.argmax(), diff.shape)
+    return float(diff.max()), worst
+
+
 def dump(golden):
     """JSON with one logits row per line, so diffs stay readable."""
     lines = ["{"]
@@ -123,7 +218,14 @@ def main():
             write_models(gguf_dir)
         os.makedirs(args.out, exist_ok=True)
         for arch in ARCHS:
-            golden = run_arch(os.path.join(gguf_dir, f"tiny-{arch}.gguf"))
+            path = os.path.join(gguf_dir, f"tiny-{arch}.gguf")
+            golden = run_arch(path)
+            ref_diff, (row_i, tok) = check_reference(path, golden)
+            print(f"{arch}: max |llama.cpp - float64 reference| = {ref_diff:.2e} "
+                  f"(row {row_i}, token {tok})")
+            if ref_diff > REFERENCE_TOL:
+                sys.exit(f"{arch}: llama.cpp disagrees with the float64 reference; "
+                         "it reads the tiny file differently from what the generator means")
             out = os.path.join(args.out, f"{arch}.json")
             with open(out, "w", encoding="utf-8") as f:
                 f.write(dump(golden))

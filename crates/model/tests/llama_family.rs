@@ -8,14 +8,21 @@
 //! loads the file with `model::load` and runs the golden's prompt and greedy continuation
 //! through a `Session`. llama.cpp is never run here.
 //!
-//! Tolerance: both sides keep K and V in f16, but llama.cpp also rounds activations to f16
-//! before its F16 matmul (`blk.1.ffn_up`) where we keep them in f32, and sums in a different
-//! order. Logits spread over roughly ±10. Observed max |ours − llama.cpp| over all prompt and
-//! continuation logits (see `eprintln!` output with `--nocapture`): see the report in each
-//! test's output; the bound below is several times that and still far below the gaps a real
-//! mistake produces (a wrong RoPE layout, window or norm moves logits by whole units).
+//! Tolerance: both sides keep K and V in f16; llama.cpp also rounds Q, the attention
+//! probabilities and the input of its F16 matmul (`blk.1.ffn_up`) to f16 where we stay in f32,
+//! and sums in a different order. On logits spanning about ±13, the largest |ours − llama.cpp|
+//! observed (2026-11, x86-64 AVX-512, print them with `--nocapture`) was 1.25e-2 llama,
+//! 1.22e-2 qwen2, 8.9e-3 qwen3, 1.50e-2 gemma3. A float64 numpy re-implementation of the four
+//! architectures is as far from each side (<= 1.6e-2, almost all of it the f16 KV cache), so
+//! that is the noise floor of f16 caches, not a bias of either implementation. The same
+//! reference moved by a structural mistake — RoPE halves vs pairs, gemma3's window off by one,
+//! its local RoPE base, its sqrt(d_model) embedding scale, an attention scale from d_model
+//! instead of head_dim — changes logits by 5 to 17. The bound below is a few times the floor
+//! (other SIMD paths sum differently) and two orders of magnitude below those mistakes. Too
+//! small to see here: the RMS epsilon and tanh vs erf GELU (< 3e-2 and 4e-3).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use model::testing::{tiny_model_gguf, tiny_model_writer, TINY_ARCHS, TINY_SEED};
 use model::{LoadedModel, LogitsWanted, Session};
@@ -23,7 +30,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Largest accepted |ours − llama.cpp| on any logit.
-const LOGIT_TOL: f32 = 2e-2;
+const LOGIT_TOL: f32 = 5e-2;
 /// Tokens per KV tile: small, so the 41-token runs span many tiles and windows cross tiles.
 const TILE: usize = 4;
 const MAX_LEN: usize = 64;
@@ -97,10 +104,14 @@ fn hex_sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Writes `bytes` to a file of this test binary's scratch dir and loads it.
+/// Writes `bytes` to a fresh file in this test binary's scratch dir and loads it. Each call
+/// gets its own name: tests run in parallel, and rewriting a file another test has mapped
+/// would change (or truncate) the bytes under it.
 fn load_bytes(name: &str, bytes: &[u8]) -> Result<LoadedModel, model::ModelError> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("{name}-{}.gguf", std::process::id()));
+        .join(format!("{name}-{}-{n}.gguf", std::process::id()));
     std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let loaded = model::load(&path, 1);
     // The model maps the file; on Unix the mapping outlives the directory entry.
@@ -138,8 +149,8 @@ impl MaxDiff {
         assert_eq!(ours.len(), theirs.len(), "{what}: vocab size differs");
         for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
             let d = (a - b).abs();
-            // NaN must fail, so compare with `!(d <= ..)`.
-            if !(d <= self.diff) {
+            // A NaN must fail the check, so the first one sticks.
+            if !self.diff.is_nan() && (d.is_nan() || d > self.diff) {
                 self.diff = d;
                 self.at = format!("{what}, token {i}: ours {a}, llama.cpp {b}");
             }
