@@ -273,9 +273,90 @@ fn chunked_prompt_matches_llama_cpp() {
         let vocab = m.transformer.config().vocab_size;
         let mut s = Session::new(&m.transformer, 1, MAX_LEN, TILE);
         let all = prompt_logits(&mut m, &mut s, &golden.prompt, 5);
+        assert_eq!(
+            all.len(),
+            golden.prompt.len() * vocab,
+            "{arch}: prompt logit rows"
+        );
         let mut diff = MaxDiff::default();
         for (p, (ours, theirs)) in all.chunks(vocab).zip(&golden.prompt_logits).enumerate() {
             diff.row(&format!("chunked prompt position {p}"), ours, theirs);
+        }
+        diff.check(arch);
+    }
+}
+
+/// Two sequences sharing batches, one lagging: a whole prompt next to a partial one, then a
+/// prompt's remainder next to a decode step, then decode steps at different positions. Every
+/// row must still be llama.cpp's for its own sequence and position.
+#[test]
+fn ragged_batches_of_two_sequences_match_llama_cpp() {
+    for arch in TINY_ARCHS {
+        let g = read_golden(arch);
+        let mut m = load_tiny(arch, &g);
+        let vocab = m.transformer.config().vocab_size;
+        let mut s = Session::new(&m.transformer, 2, MAX_LEN, TILE);
+        let mut diff = MaxDiff::default();
+        let mut logits = Vec::new();
+        let mut run = |s: &mut Session, work: &[(usize, &[u32], LogitsWanted)]| {
+            s.run(&mut m.transformer, work, &mut logits)
+                .unwrap_or_else(|e| panic!("{arch}: forward pass failed: {e}"));
+            logits
+                .chunks(vocab)
+                .map(<[f32]>::to_vec)
+                .collect::<Vec<_>>()
+        };
+        let (p, split) = (&g.prompt[..], 13);
+
+        let rows = run(
+            &mut s,
+            &[
+                (0, p, LogitsWanted::All),
+                (1, &p[..split], LogitsWanted::All),
+            ],
+        );
+        assert_eq!(rows.len(), p.len() + split, "{arch}: batch 1 logit rows");
+        let want = g.prompt_logits.iter().chain(&g.prompt_logits[..split]);
+        for (i, (ours, theirs)) in rows.iter().zip(want).enumerate() {
+            diff.row(&format!("batch 1, row {i}"), ours, theirs);
+        }
+
+        let first = &g.continuation[..1];
+        let rows = run(
+            &mut s,
+            &[
+                (1, &p[split..], LogitsWanted::All),
+                (0, first, LogitsWanted::Last),
+            ],
+        );
+        let want = g.prompt_logits[split..]
+            .iter()
+            .chain(&g.continuation_logits[..1]);
+        for (i, (ours, theirs)) in rows.iter().zip(want).enumerate() {
+            diff.row(&format!("batch 2, row {i}"), ours, theirs);
+        }
+
+        // Sequence 1 replays the golden continuation one step behind sequence 0.
+        for step in 1..g.continuation.len() {
+            let (lead, lag) = (
+                &g.continuation[step..=step],
+                &g.continuation[step - 1..step],
+            );
+            let rows = run(
+                &mut s,
+                &[(0, lead, LogitsWanted::Last), (1, lag, LogitsWanted::Last)],
+            );
+            assert_eq!(rows.len(), 2, "{arch}: decode {step} logit rows");
+            diff.row(
+                &format!("decode {step}, seq 0"),
+                &rows[0],
+                &g.continuation_logits[step],
+            );
+            diff.row(
+                &format!("decode {step}, seq 1"),
+                &rows[1],
+                &g.continuation_logits[step - 1],
+            );
         }
         diff.check(arch);
     }
