@@ -212,3 +212,91 @@ fn mismatched_activation_length_panics() {
         &mut MatmulScratch::new(),
     );
 }
+
+#[test]
+fn simd_kernels_agree_with_scalar_and_avx2_equals_vnni_bitwise() {
+    let mut rng = Rng::new(14);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    for ty in ALL_TYPES {
+        for &(rows, cols, m) in &[(9usize, QK_K, 1usize), (21, 5 * QK_K, 5), (4, 2 * QK_K, 8)] {
+            let data = random_weights(&mut rng, ty, rows, cols);
+            let w = Weights::new(ty, &data, rows, cols).expect("valid weights");
+            let x = rng.activations(m * cols);
+            let run = |isa: Isa, scratch: &mut MatmulScratch| {
+                let mut out = vec![0f32; m * rows];
+                matmul_with_isa(isa, &threads, &w, &x, m, &mut out, scratch);
+                out
+            };
+            let scalar = run(Isa::Scalar, &mut scratch);
+            let (_, scale) = reference(&w, &x, m);
+            let simd: Vec<Vec<f32>> = isas()[1..]
+                .iter()
+                .map(|&isa| run(isa, &mut scratch))
+                .collect();
+            for out in &simd {
+                for k in 0..out.len() {
+                    let err = f64::from((out[k] - scalar[k]).abs());
+                    assert!(
+                        err <= 3e-6 * scale[k] + 1e-9,
+                        "{ty:?} element {k}: {} vs scalar {}",
+                        out[k],
+                        scalar[k]
+                    );
+                }
+            }
+            if simd.len() == 2 {
+                let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&simd[0]),
+                    bits(&simd[1]),
+                    "{ty:?}: AVX2 and VNNI differ"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn float_formats_handle_rows_that_are_not_a_multiple_of_eight() {
+    let mut rng = Rng::new(15);
+    let threads = Threads::new(1);
+    let mut scratch = MatmulScratch::new();
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        for cols in [1usize, 7, 13, 29] {
+            let data = random_weights(&mut rng, ty, 3, cols);
+            let w = Weights::new(ty, &data, 3, cols).expect("valid weights");
+            let x = rng.activations(2 * cols);
+            let (want, scale) = reference(&w, &x, 2);
+            for isa in isas() {
+                let mut out = vec![0f32; 6];
+                matmul_with_isa(isa, &threads, &w, &x, 2, &mut out, &mut scratch);
+                for k in 0..6 {
+                    assert!(
+                        (f64::from(out[k]) - want[k]).abs() <= 3e-6 * scale[k] + 1e-9,
+                        "{ty:?} {isa:?} cols {cols}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_weights_at_minus_128_do_not_saturate() {
+    // -128 never comes out of llama.cpp's quantizer but is a valid byte in a file.
+    let threads = Threads::new(1);
+    let mut scratch = MatmulScratch::new();
+    let block = kernels::quant::BlockQ8_0 {
+        d: kernels::quant::f32_to_f16(1.0),
+        qs: [-128; 32],
+    };
+    let data = kernels::quant::blocks_as_bytes(&[block]).to_vec();
+    let w = Weights::new(GgmlType::Q8_0, &data, 1, 32).expect("valid weights");
+    let x = vec![-127.0f32; 32]; // activation scale exactly 1
+    for isa in isas() {
+        let mut out = [0f32; 1];
+        matmul_with_isa(isa, &threads, &w, &x, 1, &mut out, &mut scratch);
+        assert_eq!(out[0], 128.0 * 127.0 * 32.0, "{isa:?}");
+    }
+}

@@ -26,12 +26,12 @@ fn pool_of_zero_behaves_as_one() {
 fn many_back_to_back_jobs_all_complete() {
     let pool = Threads::new(3);
     let total = AtomicUsize::new(0);
-    for _ in 0..5000 {
+    for _ in 0..2000 {
         pool.run(&|i| {
             total.fetch_add(i + 1, Ordering::Relaxed);
         });
     }
-    assert_eq!(total.load(Ordering::Relaxed), 5000 * 6);
+    assert_eq!(total.load(Ordering::Relaxed), 2000 * 6);
 }
 
 #[test]

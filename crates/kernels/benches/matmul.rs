@@ -1,0 +1,99 @@
+//! Matmul throughput per weight format at the default model's shapes (Gemma 3 270M), for decode
+//! (m = 1) and batched prefill (m = 16, 64), on a pool of 2 threads.
+//! Throughput is reported in multiply-accumulates per second (elements = rows * cols * m).
+//!
+//! `TESSERA_BENCH_THREADS` overrides the thread count.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kernels::{matmul, Format, GgmlType, MatmulScratch, Threads, Weights};
+use std::time::Duration;
+
+/// Deterministic pseudo-random bytes with sane f16 scales (xorshift; benches need no quality).
+fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let f = Format::from_ggml(ty).expect("bench uses supported types");
+    let bb = f.block_bytes();
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut data: Vec<u8> = (0..rows * cols / f.block_size() * bb)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    let scale = kernels::quant::f32_to_f16(0.01);
+    for b in data.chunks_exact_mut(bb) {
+        match f {
+            Format::F32 => b.copy_from_slice(&0.01f32.to_le_bytes()),
+            Format::F16 | Format::BF16 => b[1] &= 0x3F,
+            Format::Q6_K => b[208..210].copy_from_slice(&scale),
+            Format::Q4_K | Format::Q5_K => {
+                b[..2].copy_from_slice(&scale);
+                b[2..4].copy_from_slice(&scale);
+            }
+            _ => b[..2].copy_from_slice(&scale),
+        }
+    }
+    data
+}
+
+fn bench_shape(
+    c: &mut Criterion,
+    threads: &Threads,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    ms: &[usize],
+) {
+    let data = weights(ty, rows, cols);
+    let w = Weights::new(ty, &data, rows, cols).expect("valid bench weights");
+    let mut group = c.benchmark_group(format!("matmul/{ty:?}/{rows}x{cols}"));
+    let mut scratch = MatmulScratch::new();
+    for &m in ms {
+        let x: Vec<f32> = (0..m * cols)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let mut out = vec![0f32; m * rows];
+        group.throughput(Throughput::Elements((rows * cols * m) as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(format!("m{m}")), &m, |b, &m| {
+            b.iter(|| matmul(threads, &w, &x, m, &mut out, &mut scratch));
+        });
+    }
+    group.finish();
+}
+
+fn matmuls(c: &mut Criterion) {
+    let n = std::env::var("TESSERA_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let threads = Threads::new(n);
+    let ms = [1, 16, 64];
+    // (rows, cols): ffn_gate/up 2048x640, attn_q 1024x640, ffn_down 640x2048, attn_output 640x1024.
+    for ty in [
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::F16,
+    ] {
+        bench_shape(c, &threads, ty, 2048, 640, &ms);
+        bench_shape(c, &threads, ty, 1024, 640, &ms);
+    }
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K] {
+        bench_shape(c, &threads, ty, 640, 2048, &ms);
+        bench_shape(c, &threads, ty, 640, 1024, &ms);
+    }
+    bench_shape(c, &threads, GgmlType::F32, 640, 2048, &[1, 16]);
+    // Tied output projection (vocabulary 262144), decode only.
+    bench_shape(c, &threads, GgmlType::Q8_0, 262_144, 640, &[1]);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = matmuls
+}
+criterion_main!(benches);

@@ -1,0 +1,145 @@
+//! SIMD bodies for Q4_0, Q5_0 and Q8_0 weights against Q8_0 activations.
+//!
+//! One block is 32 quants = one 256-bit vector. Q4_0/Q5_0 quants stay unsigned (0..=15 / 0..=31)
+//! and the weight offset is applied exactly in integers as `-offset * sum(x)`, seeded into lane 0
+//! of the block's i32 accumulator. Q8_0 weights are signed, so they use the sign-transfer trick
+//! (`|w| . sign(x, w)`). Each pair accumulates blocks alternately into two f32 vectors to hide FMA
+//! latency; the alternation depends only on the block index, never on `N`.
+
+use std::arch::x86_64::*;
+
+use super::{f16_to_f32, hsum_ps, load32, Body, IDot};
+use crate::quant::{ActQ8_0, BlockQ4_0, BlockQ5_0, BlockQ8_0};
+
+/// Expands 16 packed nibbles to 32 bytes: low nibbles (elements 0..16) then high nibbles.
+#[inline(always)]
+unsafe fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
+    // SAFETY: 16-byte array, unaligned load; AVX2 enabled by the entry points.
+    unsafe {
+        let raw = _mm_loadu_si128(qs.as_ptr().cast());
+        _mm256_and_si256(
+            _mm256_set_m128i(_mm_srli_epi16::<4>(raw), raw),
+            _mm256_set1_epi8(0x0F),
+        )
+    }
+}
+
+/// Spreads 32 bits to 32 bytes: byte `i` is 0x10 if bit `i` of `bits` is set, else 0.
+#[inline(always)]
+unsafe fn high_bits_x16(bits: u32) -> __m256i {
+    // SAFETY: AVX2 enabled by the entry points.
+    unsafe {
+        // Byte i takes byte i / 8 of `bits` (each 128-bit lane holds all four after the broadcast).
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_set_epi64x(
+                0x0303_0303_0303_0303,
+                0x0202_0202_0202_0202,
+                0x0101_0101_0101_0101,
+                0,
+            ),
+        );
+        let select = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }
+}
+
+/// The shared block loop of the unsigned-quant formats: `quants(block)` gives 32 unsigned bytes.
+#[inline(always)]
+unsafe fn offset_quant_dot<W, D: IDot, const N: usize>(
+    w: &[W],
+    a: [&[ActQ8_0]; N],
+    offset: i32,
+    scale: impl Fn(&W) -> [u8; 2],
+    quants: impl Fn(&W) -> __m256i,
+) -> [f32; N] {
+    // SAFETY: AVX2/FMA/F16C enabled by the entry points; all loads are from in-bounds blocks.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        for (b, blk) in w.iter().enumerate() {
+            let q = quants(blk);
+            let dw = f16_to_f32(scale(blk));
+            for j in 0..N {
+                let x = &a[j][b];
+                let seed = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-offset * x.sum));
+                let isum = D::dot_acc(seed, q, load32(&x.qs));
+                let s = _mm256_set1_ps(dw * x.d);
+                acc[j][b & 1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc[j][b & 1]);
+            }
+        }
+        let mut out = [0f32; N];
+        for j in 0..N {
+            out[j] = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
+        }
+        out
+    }
+}
+
+pub(crate) struct Q4_0Body;
+
+impl Body for Q4_0Body {
+    type W = BlockQ4_0;
+    type A = ActQ8_0;
+    #[inline(always)]
+    unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ4_0], a: [&[ActQ8_0]; N]) -> [f32; N] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { offset_quant_dot::<_, D, N>(w, a, 8, |b| b.d, |b| unpack_nibbles(&b.qs)) }
+    }
+}
+
+pub(crate) struct Q5_0Body;
+
+impl Body for Q5_0Body {
+    type W = BlockQ5_0;
+    type A = ActQ8_0;
+    #[inline(always)]
+    unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ5_0], a: [&[ActQ8_0]; N]) -> [f32; N] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            offset_quant_dot::<_, D, N>(
+                w,
+                a,
+                16,
+                |b| b.d,
+                |b| {
+                    _mm256_or_si256(
+                        unpack_nibbles(&b.qs),
+                        high_bits_x16(u32::from_le_bytes(b.qh)),
+                    )
+                },
+            )
+        }
+    }
+}
+
+pub(crate) struct Q8_0Body;
+
+impl Body for Q8_0Body {
+    type W = BlockQ8_0;
+    type A = ActQ8_0;
+    #[inline(always)]
+    unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ8_0], a: [&[ActQ8_0]; N]) -> [f32; N] {
+        // SAFETY: AVX2/FMA/F16C enabled by the entry points; loads are from in-bounds blocks.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; N];
+            for (b, blk) in w.iter().enumerate() {
+                let wq = load32(&blk.qs);
+                let aw = _mm256_sign_epi8(wq, wq);
+                let dw = f16_to_f32(blk.d);
+                for j in 0..N {
+                    let x = &a[j][b];
+                    let sx = _mm256_sign_epi8(load32(&x.qs), wq);
+                    let isum = D::dot_acc(_mm256_setzero_si256(), aw, sx);
+                    let s = _mm256_set1_ps(dw * x.d);
+                    acc[j][b & 1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc[j][b & 1]);
+                }
+            }
+            let mut out = [0f32; N];
+            for j in 0..N {
+                out[j] = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
+            }
+            out
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! x86-64 SIMD kernels: AVX2 (+FMA, F16C) and AVX-512 VNNI.
+//!
+//! Structure: each format has a [`Body`] — an `#[inline(always)]` kernel generic over the integer
+//! dot primitive [`IDot`] and the number of activation rows `N`. Two `#[target_feature]` entry
+//! points instantiate every body, one per instruction set; the bodies and primitives are inlined
+//! into them, so the intrinsics compile with the entry's features (the pattern `memchr` uses).
+//!
+//! Soundness: [`Simd`] values are only created in the `visit_*` functions below after run-time
+//! detection has confirmed the entry point's features, and only `Simd::dot` calls the entries.
+//!
+//! Numerics: both [`IDot`] implementations compute the same exact integers (products are bounded
+//! so that AVX2's 16-bit intermediate sums cannot saturate), and the float code is shared, so the
+//! AVX2 and VNNI paths return identical bits. Per (weight row, activation row) pair the sequence
+//! of float operations does not depend on `N`, which gives the matmul its batch invariance.
+
+use std::arch::x86_64::*;
+use std::marker::PhantomData;
+
+use super::{DotKernel, Isa, KernelVisitor};
+use crate::dtype::Format;
+use crate::quant::{ActQ8_0, BlockQ8K, PodBlock};
+
+mod float;
+mod kquants;
+mod legacy;
+
+pub(crate) fn avx2_available() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+pub(crate) fn avx512vnni_available() -> bool {
+    avx2_available()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// Unsigned-by-signed byte dot products with per-lane scales, in 8 i32 lanes.
+pub(crate) trait IDot {
+    /// Scale vector for 32 quants that all use scale `a`.
+    unsafe fn scales_32(a: i32) -> __m256i;
+    /// Scale vector for 32 quants: the first 16 use `a`, the last 16 use `b`.
+    unsafe fn scales_16(a: i32, b: i32) -> __m256i;
+    /// i32 lanes whose total is `sum_i q_i * x_i * scale(i)`; `q` holds unsigned bytes <= 128 and
+    /// `x` signed bytes in -127..=127, with pair sums below 2^15 when `q <= 128`.
+    unsafe fn scaled_dot(q: __m256i, x: __m256i, scales: __m256i) -> __m256i;
+    /// i32 lanes (each the sum of four adjacent products) of `q . x`, added to `acc`.
+    unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i;
+}
+
+/// AVX2: `maddubs` to i16 pairs, then `madd` with scales (or ones) to i32.
+pub(crate) struct Avx2Dot;
+/// AVX-512 VNNI (256-bit forms): `dpbusd` straight to i32, scales applied with `mullo`.
+pub(crate) struct VnniDot;
+
+impl IDot for Avx2Dot {
+    #[inline(always)]
+    unsafe fn scales_32(a: i32) -> __m256i {
+        // SAFETY: AVX2 is enabled in every entry point that inlines this.
+        unsafe { _mm256_set1_epi16(a as i16) }
+    }
+    #[inline(always)]
+    unsafe fn scales_16(a: i32, b: i32) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_set_m128i(_mm_set1_epi16(b as i16), _mm_set1_epi16(a as i16)) }
+    }
+    #[inline(always)]
+    unsafe fn scaled_dot(q: __m256i, x: __m256i, scales: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), scales) }
+    }
+    #[inline(always)]
+    unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe {
+            _mm256_add_epi32(
+                acc,
+                _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), _mm256_set1_epi16(1)),
+            )
+        }
+    }
+}
+
+impl IDot for VnniDot {
+    #[inline(always)]
+    unsafe fn scales_32(a: i32) -> __m256i {
+        // SAFETY: AVX2 is enabled in every entry point that inlines this.
+        unsafe { _mm256_set1_epi32(a) }
+    }
+    #[inline(always)]
+    unsafe fn scales_16(a: i32, b: i32) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_set_m128i(_mm_set1_epi32(b), _mm_set1_epi32(a)) }
+    }
+    #[inline(always)]
+    unsafe fn scaled_dot(q: __m256i, x: __m256i, scales: __m256i) -> __m256i {
+        // SAFETY: AVX-512 VL + VNNI are enabled in the VNNI entry point, the only one using this.
+        unsafe { _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x), scales) }
+    }
+    #[inline(always)]
+    unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_dpbusd_epi32(acc, q, x) }
+    }
+}
+
+/// A format's SIMD kernel body, generic over the integer primitive and the row count.
+pub(crate) trait Body {
+    type W: PodBlock;
+    type A: Sync;
+    /// # Safety
+    /// Must only be inlined into a function with AVX2, FMA and F16C enabled (and AVX-512 VL+VNNI
+    /// when `D` is [`VnniDot`]). All slices hold the same number of elements/blocks.
+    unsafe fn run<D: IDot, const N: usize>(w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn entry_avx2<B: Body, const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+    // SAFETY: this function's features are the ones `Body::run` requires for `Avx2Dot`.
+    unsafe { B::run::<Avx2Dot, N>(w, a) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn entry_vnni<B: Body, const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+    // SAFETY: this function's features are the ones `Body::run` requires for `VnniDot`.
+    unsafe { B::run::<VnniDot, N>(w, a) }
+}
+
+/// A SIMD kernel; only constructed after feature detection (see module docs).
+pub(crate) struct Simd<B, D>(PhantomData<fn() -> (B, D)>);
+
+impl<B: Body> DotKernel for Simd<B, Avx2Dot> {
+    type W = B::W;
+    type A = B::A;
+    fn dot<const N: usize>(&self, w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+        for x in &a {
+            assert_eq!(
+                x.len(),
+                w.len(),
+                "activation row length differs from weight row; this is a bug"
+            );
+        }
+        // SAFETY: a `Simd<_, Avx2Dot>` exists only if AVX2/FMA/F16C were detected; lengths match.
+        unsafe { entry_avx2::<B, N>(w, a) }
+    }
+}
+
+impl<B: Body> DotKernel for Simd<B, VnniDot> {
+    type W = B::W;
+    type A = B::A;
+    fn dot<const N: usize>(&self, w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+        for x in &a {
+            assert_eq!(
+                x.len(),
+                w.len(),
+                "activation row length differs from weight row; this is a bug"
+            );
+        }
+        // SAFETY: a `Simd<_, VnniDot>` exists only if AVX-512 VNNI (and AVX2) were detected.
+        unsafe { entry_vnni::<B, N>(w, a) }
+    }
+}
+
+/// Hands `v` the SIMD kernel for body `B` at instruction set `isa` (re-checked against the CPU).
+fn visit_body<B: Body, V: KernelVisitor<B::A>>(isa: Isa, v: V) -> Result<(), V> {
+    match isa.min(super::detect_isa()) {
+        Isa::Avx512Vnni => v.visit(&Simd::<B, VnniDot>(PhantomData)),
+        Isa::Avx2 => v.visit(&Simd::<B, Avx2Dot>(PhantomData)),
+        Isa::Scalar => return Err(v),
+    }
+    Ok(())
+}
+
+pub(crate) fn visit_f32<V: KernelVisitor<f32>>(isa: Isa, format: Format, v: V) -> Result<(), V> {
+    match format {
+        Format::F32 => visit_body::<float::F32Body, V>(isa, v),
+        Format::F16 => visit_body::<float::F16Body, V>(isa, v),
+        Format::BF16 => visit_body::<float::Bf16Body, V>(isa, v),
+        _ => Err(v),
+    }
+}
+
+pub(crate) fn visit_q8_0<V: KernelVisitor<ActQ8_0>>(
+    isa: Isa,
+    format: Format,
+    v: V,
+) -> Result<(), V> {
+    match format {
+        Format::Q4_0 => visit_body::<legacy::Q4_0Body, V>(isa, v),
+        Format::Q5_0 => visit_body::<legacy::Q5_0Body, V>(isa, v),
+        Format::Q8_0 => visit_body::<legacy::Q8_0Body, V>(isa, v),
+        _ => Err(v),
+    }
+}
+
+pub(crate) fn visit_q8_k<V: KernelVisitor<BlockQ8K>>(
+    isa: Isa,
+    format: Format,
+    v: V,
+) -> Result<(), V> {
+    match format {
+        Format::Q4_K => visit_body::<kquants::Q4KBody, V>(isa, v),
+        Format::Q5_K => visit_body::<kquants::Q5KBody, V>(isa, v),
+        Format::Q6_K => visit_body::<kquants::Q6KBody, V>(isa, v),
+        _ => Err(v),
+    }
+}
+
+// ---- helpers shared by the bodies (all `#[inline(always)]`, AVX2 + FMA + F16C) ----
+
+/// Horizontal sum of 8 floats in a fixed order.
+#[inline(always)]
+pub(crate) unsafe fn hsum_ps(v: __m256) -> f32 {
+    // SAFETY: AVX is implied by the entry points' AVX2.
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+}
+
+/// Converts one IEEE half (little-endian bytes) with F16C.
+#[inline(always)]
+pub(crate) unsafe fn f16_to_f32(bits: [u8; 2]) -> f32 {
+    // SAFETY: F16C is enabled in every entry point.
+    unsafe {
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
+            u16::from_le_bytes(bits),
+        ))))
+    }
+}
+
+/// Loads 32 bytes from a 32-byte array.
+#[inline(always)]
+pub(crate) unsafe fn load32<T>(p: &[T; 32]) -> __m256i {
+    const { assert!(std::mem::size_of::<T>() == 1) };
+    // SAFETY: the array holds exactly 32 bytes; unaligned load.
+    unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
+}
+
+/// Loads 32 bytes starting at `p[offset]`; panics if out of range.
+#[inline(always)]
+pub(crate) unsafe fn load32_at<T>(p: &[T], offset: usize) -> __m256i {
+    const { assert!(std::mem::size_of::<T>() == 1) };
+    let s = &p[offset..offset + 32];
+    // SAFETY: `s` holds exactly 32 bytes; unaligned load.
+    unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
+}
