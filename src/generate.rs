@@ -95,7 +95,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         if generated == args.max_tokens {
             break;
         }
-        session.run(&mut tf, &[(0, &[next], model::LogitsWanted::Last)], &mut logits)?;
+        session.run(
+            &mut tf,
+            &[(0, &[next], model::LogitsWanted::Last)],
+            &mut logits,
+        )?;
     }
     writeln!(out, "{}", decoder.flush())?;
     let decode_time = t2.elapsed();

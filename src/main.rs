@@ -9,7 +9,11 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tessera", version, about = "A CPU-first LLM inference server for GGUF models")]
+#[command(
+    name = "tessera",
+    version,
+    about = "A CPU-first LLM inference server for GGUF models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -14,8 +14,7 @@ use tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::request::{
-    EngineError, Event, FinishReason, GenerateRequest, RequestState, StopCheck, TokenLogprob,
-    Usage,
+    EngineError, Event, FinishReason, GenerateRequest, RequestState, StopCheck, TokenLogprob, Usage,
 };
 use crate::scheduler::{AddError, Scheduler, SchedulerConfig, StepPlan};
 use crate::sequence::{SeqId, Sequence};
@@ -93,7 +92,9 @@ impl EngineConfig {
             return Err("max-seqs must be at least 1".into());
         }
         if self.max_batch_tokens < self.max_seqs {
-            return Err("max-batch-tokens must be at least max-seqs (every decoder needs a slot)".into());
+            return Err(
+                "max-batch-tokens must be at least max-seqs (every decoder needs a slot)".into(),
+            );
         }
         Ok(())
     }
@@ -113,7 +114,12 @@ pub struct Engine<M: Model> {
 }
 
 impl<M: Model> Engine<M> {
-    pub fn new(model: M, tokenizer: Tokenizer, cfg: &EngineConfig, stats: Arc<EngineStats>) -> Self {
+    pub fn new(
+        model: M,
+        tokenizer: Tokenizer,
+        cfg: &EngineConfig,
+        stats: Arc<EngineStats>,
+    ) -> Self {
         let layout = model.kv_layout(cfg.tile_size);
         let pool = KvPool::with_bytes(layout.clone(), cfg.kv_bytes);
         let sched_cfg = SchedulerConfig {
@@ -156,7 +162,9 @@ impl<M: Model> Engine<M> {
         for id in ids {
             self.sched.remove(id);
             if let Some(r) = self.reqs.remove(&id) {
-                let _ = r.events.send(Event::Error(EngineError::Internal(msg.to_string())));
+                let _ = r
+                    .events
+                    .send(Event::Error(EngineError::Internal(msg.to_string())));
             }
         }
         self.publish_counts();
@@ -209,7 +217,11 @@ impl<M: Model> Engine<M> {
         if req.prompt.is_empty() {
             return bad("the prompt is empty".into());
         }
-        if let Some(t) = req.prompt.iter().find(|&&t| t as usize >= self.model.vocab_size()) {
+        if let Some(t) = req
+            .prompt
+            .iter()
+            .find(|&&t| t as usize >= self.model.vocab_size())
+        {
             return bad(format!("token id {t} is outside the vocabulary"));
         }
         if req.prompt.len() >= self.context_length {
@@ -271,7 +283,9 @@ impl<M: Model> Engine<M> {
             if let Some(r) = self.reqs.get_mut(&c.seq) {
                 if r.scheduled_at.is_none() {
                     r.scheduled_at = Some(now);
-                    self.stats.queue_time.observe((now - r.arrived).as_secs_f64());
+                    self.stats
+                        .queue_time
+                        .observe((now - r.arrived).as_secs_f64());
                 }
             }
         }
@@ -281,7 +295,10 @@ impl<M: Model> Engine<M> {
         let mut tokens = Vec::with_capacity(plan.n_tokens());
         let mut chunks = Vec::with_capacity(plan.chunks.len());
         for c in &plan.chunks {
-            let s = self.sched.get(c.seq).expect("planned sequence exists: this is a bug");
+            let s = self
+                .sched
+                .get(c.seq)
+                .expect("planned sequence exists: this is a bug");
             chunks.push(SeqChunk {
                 start_pos: c.start,
                 first_token: tokens.len(),
@@ -347,12 +364,19 @@ impl<M: Model> Engine<M> {
                 continue;
             }
             let token = seq.tokens[pos];
-            let (lp, top) = model::sampler::logprobs(&rows[i * vocab..(i + 1) * vocab], token, top_n);
-            r.prompt_logprobs.push(Some(TokenLogprob { token, logprob: lp, top }));
+            let (lp, top) =
+                model::sampler::logprobs(&rows[i * vocab..(i + 1) * vocab], token, top_n);
+            r.prompt_logprobs.push(Some(TokenLogprob {
+                token,
+                logprob: lp,
+                top,
+            }));
         }
         if r.prompt_logprobs.len() >= seq.prompt_len && !r.prompt_logprobs_sent {
             r.prompt_logprobs_sent = true;
-            let _ = r.events.send(Event::PromptLogprobs(r.prompt_logprobs.clone()));
+            let _ = r
+                .events
+                .send(Event::PromptLogprobs(r.prompt_logprobs.clone()));
         }
     }
 
@@ -360,11 +384,8 @@ impl<M: Model> Engine<M> {
         let Some(seq) = self.sched.get(id) else {
             return;
         };
-        let (out_len, total_len, max_total) = (
-            seq.output().len(),
-            seq.tokens.len(),
-            seq.max_total_len,
-        );
+        let (out_len, total_len, max_total) =
+            (seq.output().len(), seq.tokens.len(), seq.max_total_len);
         let Some(r) = self.reqs.get_mut(&id) else {
             return;
         };
@@ -379,7 +400,11 @@ impl<M: Model> Engine<M> {
         r.sampler.accept(token);
         let logprob = r.req.logprobs.map(|n| {
             let (lp, top) = model::sampler::logprobs(logits, token, n);
-            TokenLogprob { token, logprob: lp, top }
+            TokenLogprob {
+                token,
+                logprob: lp,
+                top,
+            }
         });
         self.sched.commit(id, computed, Some(token));
         let now = Instant::now();
@@ -396,18 +421,30 @@ impl<M: Model> Engine<M> {
         let is_eog = !r.req.ignore_eos && self.tokenizer.is_eog(token);
         let is_stop_id = r.req.stop_token_ids.contains(&token);
         if is_eog || is_stop_id {
-            let _ = r.events.send(Event::Token { id: token, text: String::new(), logprob });
+            let _ = r.events.send(Event::Token {
+                id: token,
+                text: String::new(),
+                logprob,
+            });
             self.finish(id, FinishReason::Stop);
             return;
         }
         let delta = r.decoder.push(token);
         match r.filter_stop(&delta) {
             StopCheck::Stop(text) => {
-                let _ = r.events.send(Event::Token { id: token, text, logprob });
+                let _ = r.events.send(Event::Token {
+                    id: token,
+                    text,
+                    logprob,
+                });
                 self.finish(id, FinishReason::Stop);
             }
             StopCheck::Emit(text) => {
-                let _ = r.events.send(Event::Token { id: token, text, logprob });
+                let _ = r.events.send(Event::Token {
+                    id: token,
+                    text,
+                    logprob,
+                });
                 if out_len + 1 >= r.req.max_tokens || total_len + 1 >= max_total {
                     self.finish(id, FinishReason::Length);
                 }
@@ -421,9 +458,10 @@ impl<M: Model> Engine<M> {
         let Some(mut r) = self.reqs.remove(&id) else {
             return;
         };
-        let (prompt_tokens, completion_tokens, cached_tokens) = seq
-            .as_ref()
-            .map_or((0, 0, 0), |s| (s.prompt_len, s.output().len(), s.cached_prompt_tokens));
+        let (prompt_tokens, completion_tokens, cached_tokens) =
+            seq.as_ref().map_or((0, 0, 0), |s| {
+                (s.prompt_len, s.output().len(), s.cached_prompt_tokens)
+            });
         let mut text = String::new();
         if reason != FinishReason::Abort {
             text = std::mem::take(&mut r.held);
@@ -439,8 +477,10 @@ impl<M: Model> Engine<M> {
         };
         let st = &self.stats;
         st.prompt_tokens.fetch_add(prompt_tokens as u64, Relaxed);
-        st.prefix_queried_tokens.fetch_add(prompt_tokens as u64, Relaxed);
-        st.prefix_hit_tokens.fetch_add(cached_tokens as u64, Relaxed);
+        st.prefix_queried_tokens
+            .fetch_add(prompt_tokens as u64, Relaxed);
+        st.prefix_hit_tokens
+            .fetch_add(cached_tokens as u64, Relaxed);
         match reason {
             FinishReason::Stop => st.finished_stop.fetch_add(1, Relaxed),
             FinishReason::Length => st.finished_length.fetch_add(1, Relaxed),

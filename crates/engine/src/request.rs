@@ -132,7 +132,11 @@ impl RequestState {
         if stops.is_empty() {
             return StopCheck::Emit(std::mem::take(&mut self.held));
         }
-        if let Some(at) = stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        if let Some(at) = stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
             let out = self.held[..at].to_string();
             self.held.clear();
             return StopCheck::Stop(out);

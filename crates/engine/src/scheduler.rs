@@ -100,7 +100,11 @@ impl Scheduler {
         if seq.tokens.is_empty() {
             return Err(AddError::Empty);
         }
-        let chunk = if self.cfg.chunked_prefill { self.chunk_limit() } else { seq.max_total_len };
+        let chunk = if self.cfg.chunked_prefill {
+            self.chunk_limit()
+        } else {
+            seq.max_total_len
+        };
         if !self.kv.fits_pool(seq.max_total_len, chunk) {
             let c = self.kv.counts();
             return Err(AddError::TooLong {
@@ -158,8 +162,10 @@ impl Scheduler {
             .sort_by_key(|id| seqs.get(id).map(|s| (s.priority, s.arrival)));
         // Decoders first, then running sequences still prefilling, each in priority order.
         let order: Vec<SeqId> = {
-            let (dec, pre): (Vec<SeqId>, Vec<SeqId>) =
-                self.running.iter().partition(|id| self.seqs[id].is_decoding());
+            let (dec, pre): (Vec<SeqId>, Vec<SeqId>) = self
+                .running
+                .iter()
+                .partition(|id| self.seqs[id].is_decoding());
             dec.into_iter().chain(pre).collect()
         };
         let mut scheduled: Vec<SeqId> = Vec::new();
@@ -227,7 +233,10 @@ impl Scheduler {
         plan: &mut StepPlan,
     ) -> bool {
         loop {
-            let s = self.seqs.get_mut(&id).expect("running sequence exists: this is a bug");
+            let s = self
+                .seqs
+                .get_mut(&id)
+                .expect("running sequence exists: this is a bug");
             self.kv.release_out_of_window(&mut s.tiles, s.num_computed);
             let new_len = s.num_computed + want;
             if self.kv.grow(&mut s.tiles, new_len).is_ok() {
@@ -268,7 +277,10 @@ impl Scheduler {
 
     /// Sends a running sequence back to the front of the waiting line, freeing its tiles.
     fn preempt(&mut self, id: SeqId) {
-        let s = self.seqs.get_mut(&id).expect("victim exists: this is a bug");
+        let s = self
+            .seqs
+            .get_mut(&id)
+            .expect("victim exists: this is a bug");
         self.kv.free(&mut s.tiles);
         s.num_computed = 0;
         s.status = SeqStatus::Waiting;
@@ -299,7 +311,10 @@ impl Scheduler {
                 break;
             }
             let n_groups = self.kv.n_groups();
-            let s = self.seqs.get_mut(&id).expect("waiting sequence exists: this is a bug");
+            let s = self
+                .seqs
+                .get_mut(&id)
+                .expect("waiting sequence exists: this is a bug");
             if s.tiles.is_empty() && s.num_computed == 0 && !s.wants_prompt_logits {
                 let (tiles, hit) = self.kv.adopt_prefix(&s.tokens);
                 s.tiles = tiles;
@@ -311,7 +326,10 @@ impl Scheduler {
                 s.tiles.tables = vec![Vec::new(); n_groups];
             }
             let want = self.piece(id, budget, plan.chunks.is_empty());
-            let s = self.seqs.get_mut(&id).expect("waiting sequence exists: this is a bug");
+            let s = self
+                .seqs
+                .get_mut(&id)
+                .expect("waiting sequence exists: this is a bug");
             self.kv.release_out_of_window(&mut s.tiles, s.num_computed);
             if want == 0 || self.kv.grow(&mut s.tiles, s.num_computed + want).is_err() {
                 // Not now: give the adopted tiles back so they stay evictable, keep the order.
@@ -341,7 +359,8 @@ impl Scheduler {
             return;
         };
         s.num_computed += computed;
-        self.kv.register_full(&mut s.tiles, &s.tokens, s.num_computed);
+        self.kv
+            .register_full(&mut s.tiles, &s.tokens, s.num_computed);
         if let Some(t) = sampled {
             s.tokens.push(t);
             s.protected = false;

@@ -25,7 +25,8 @@ impl Histogram {
     pub fn observe(&self, v: f64) {
         let i = self.bounds.partition_point(|&b| b < v);
         self.counts[i].fetch_add(1, Relaxed);
-        self.sum_micros.fetch_add((v.max(0.0) * 1e6) as u64, Relaxed);
+        self.sum_micros
+            .fetch_add((v.max(0.0) * 1e6) as u64, Relaxed);
         self.count.fetch_add(1, Relaxed);
     }
 
@@ -37,15 +38,21 @@ impl Histogram {
             acc += c.load(Relaxed);
             out.push((self.bounds.get(i).copied().unwrap_or(f64::INFINITY), acc));
         }
-        (out, self.sum_micros.load(Relaxed) as f64 / 1e6, self.count.load(Relaxed))
+        (
+            out,
+            self.sum_micros.load(Relaxed) as f64 / 1e6,
+            self.count.load(Relaxed),
+        )
     }
 }
 
 const LATENCY_BOUNDS: &[f64] = &[
-    0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-    80.0,
+    0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
 ];
-const TOKENS_BOUNDS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0];
+const TOKENS_BOUNDS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
+];
 
 /// Everything exported as metrics.
 pub struct EngineStats {

@@ -128,7 +128,11 @@ impl TileAllocator {
     /// Drops a reference; at 0 the tile goes to the back of the free list, keeping its key.
     pub fn release(&mut self, t: TileId) {
         let i = t.0 as usize;
-        assert!(self.refs[i] > 0, "tile {} released more often than acquired: this is a bug", t.0);
+        assert!(
+            self.refs[i] > 0,
+            "tile {} released more often than acquired: this is a bug",
+            t.0
+        );
         self.refs[i] -= 1;
         if self.refs[i] == 0 {
             if self.key[i].is_some() {
@@ -200,7 +204,10 @@ impl TileAllocator {
         }
         for (i, &r) in self.refs.iter().enumerate() {
             if (r == 0) != in_list[i] {
-                return Err(format!("tile {i}: count {r} but in free list = {}", in_list[i]));
+                return Err(format!(
+                    "tile {i}: count {r} but in free list = {}",
+                    in_list[i]
+                ));
             }
         }
         let cached = (0..self.refs.len())
@@ -215,7 +222,10 @@ impl TileAllocator {
         }
         for (k, t) in &self.index {
             if self.key[t.0 as usize] != Some(*k) {
-                return Err(format!("index maps a key to tile {} which holds another", t.0));
+                return Err(format!(
+                    "index maps a key to tile {} which holds another",
+                    t.0
+                ));
             }
         }
         let c = self.counts();

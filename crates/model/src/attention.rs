@@ -47,13 +47,7 @@ fn grow(v: &mut Vec<f32>, n: usize) {
 
 /// Computes `out[t][h*head_dim..]` for each query `t` of the chunk. `q` is `[len][n_heads*head_dim]`
 /// (RoPE applied); `out` has the same shape.
-pub fn attend(
-    a: &ChunkAttention,
-    pool: &KvPool,
-    q: &[f32],
-    out: &mut [f32],
-    s: &mut AttnScratch,
-) {
+pub fn attend(a: &ChunkAttention, pool: &KvPool, q: &[f32], out: &mut [f32], s: &mut AttnScratch) {
     let layout = pool.layout();
     let ts = layout.tile_size;
     let kv_dim = layout.kv_dim;

@@ -125,14 +125,18 @@ impl ModelConfig {
         };
         if let Some(v) = md.get_u32(&key("attention.value_length"))? {
             if v as usize != head_dim {
-                return Err(ModelError::invalid("attention.value_length differs from key_length"));
+                return Err(ModelError::invalid(
+                    "attention.value_length differs from key_length",
+                ));
             }
         }
         if n_layers == 0 || d_model == 0 || n_heads == 0 || n_kv_heads == 0 || head_dim == 0 {
             return Err(ModelError::invalid("a model dimension is zero"));
         }
         if n_heads % n_kv_heads != 0 {
-            return Err(ModelError::invalid("head_count is not a multiple of head_count_kv"));
+            return Err(ModelError::invalid(
+                "head_count is not a multiple of head_count_kv",
+            ));
         }
         if head_dim % 2 != 0 {
             return Err(ModelError::invalid("head dimension must be even for RoPE"));
@@ -154,7 +158,9 @@ impl ModelConfig {
             .map(|v| v as usize)
             .unwrap_or(head_dim);
         if rope_dims > head_dim || rope_dims % 2 != 0 {
-            return Err(ModelError::invalid("rope.dimension_count must be even and <= head dim"));
+            return Err(ModelError::invalid(
+                "rope.dimension_count must be even and <= head dim",
+            ));
         }
         let scaling = RopeScaling::from_metadata(md, arch_name)?;
 
@@ -177,9 +183,7 @@ impl ModelConfig {
             qkv_bias: false,
             embed_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
-            final_logit_softcap: md
-                .get_f32(&key("final_logit_softcapping"))?
-                .unwrap_or(0.0),
+            final_logit_softcap: md.get_f32(&key("final_logit_softcapping"))?.unwrap_or(0.0),
             layers: vec![
                 LayerSpec {
                     window: None,
@@ -254,9 +258,8 @@ impl RopeScaling {
                     factor,
                     low_freq_factor: md.get_f32(&key("low_freq_factor"))?.unwrap_or(1.0),
                     high_freq_factor: md.get_f32(&key("high_freq_factor"))?.unwrap_or(4.0),
-                    original_context: md
-                        .get_u32(&key("original_context_length"))?
-                        .unwrap_or(8192) as f32,
+                    original_context: md.get_u32(&key("original_context_length"))?.unwrap_or(8192)
+                        as f32,
                 })
             }
             other => {

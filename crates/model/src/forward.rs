@@ -128,7 +128,8 @@ impl Transformer {
             mm(&self.threads, &lw.wv, h, n, v, &mut ws.mm);
             for (buf, bias) in [(&mut *q, &lw.bq), (&mut *k, &lw.bk), (&mut *v, &lw.bv)] {
                 if let Some(b) = bias {
-                    buf.chunks_exact_mut(b.len()).for_each(|r| add_in_place(r, b));
+                    buf.chunks_exact_mut(b.len())
+                        .for_each(|r| add_in_place(r, b));
                 }
             }
             if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
@@ -220,7 +221,14 @@ impl Transformer {
         let normed = sized(&mut ws.h, rows * d);
         rms_norm_rows(picked, &self.w.output_norm, cfg.rms_eps, normed);
         logits.resize(rows * cfg.vocab_size, 0.0);
-        mm(&self.threads, &self.w.output, normed, rows, logits, &mut ws.mm);
+        mm(
+            &self.threads,
+            &self.w.output,
+            normed,
+            rows,
+            logits,
+            &mut ws.mm,
+        );
         if cfg.final_logit_softcap > 0.0 {
             let c = cfg.final_logit_softcap;
             logits.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
@@ -237,16 +245,23 @@ fn mm(th: &Threads, w: &Matrix, x: &[f32], n: usize, out: &mut [f32], s: &mut Ma
 fn check_batch(batch: &Batch, layout: &KvLayout, cfg: &ModelConfig) -> Result<(), ModelError> {
     let bad = |m: String| Err(ModelError::BadBatch(m));
     if let Some(&t) = batch.tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        return bad(format!("token id {t} is outside the vocabulary ({})", cfg.vocab_size));
+        return bad(format!(
+            "token id {t} is outside the vocabulary ({})",
+            cfg.vocab_size
+        ));
     }
     let mut covered = 0;
     for (i, s) in batch.seqs.iter().enumerate() {
         if s.len == 0 || s.first_token != covered {
-            return bad(format!("sequence {i}: chunks must be non-empty and consecutive"));
+            return bad(format!(
+                "sequence {i}: chunks must be non-empty and consecutive"
+            ));
         }
         covered += s.len;
         if s.tile_tables.len() != layout.groups.len() {
-            return bad(format!("sequence {i}: one tile table per KV group is needed"));
+            return bad(format!(
+                "sequence {i}: one tile table per KV group is needed"
+            ));
         }
         let need = (s.start_pos + s.len).div_ceil(layout.tile_size);
         for (g, table) in s.tile_tables.iter().enumerate() {

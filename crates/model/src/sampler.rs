@@ -145,8 +145,13 @@ impl Sampler {
         if self.cand.is_empty() {
             return argmax(logits);
         }
-        let by_logit_desc = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        let k = if p.top_k > 0 { p.top_k.min(self.cand.len()) } else { self.cand.len() };
+        let by_logit_desc =
+            |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let k = if p.top_k > 0 {
+            p.top_k.min(self.cand.len())
+        } else {
+            self.cand.len()
+        };
         if k < self.cand.len() {
             self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
             self.cand.truncate(k);
@@ -202,7 +207,11 @@ impl Sampler {
                 continue;
             };
             if p.repetition_penalty != 1.0 {
-                *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+                *l = if *l > 0.0 {
+                    *l / p.repetition_penalty
+                } else {
+                    *l * p.repetition_penalty
+                };
             }
             *l -= p.presence_penalty + p.frequency_penalty * n as f32;
         }
@@ -234,7 +243,9 @@ pub fn logprobs(logits: &[f32], token: u32, n: usize) -> (f32, Vec<(u32, f32)>) 
             }
         }
     }
-    let chosen = logits.get(token as usize).map_or(f32::NEG_INFINITY, |l| l - lse);
+    let chosen = logits
+        .get(token as usize)
+        .map_or(f32::NEG_INFINITY, |l| l - lse);
     (chosen, top.into_iter().map(|(i, l)| (i, l - lse)).collect())
 }
 
@@ -258,17 +269,26 @@ mod tests {
         let logits: Vec<f32> = (0..100).map(|i| (i % 7) as f32 * 0.3).collect();
         let draw = |p: SamplingParams| {
             let mut s = Sampler::new(p, 0);
-            (0..50).map(|_| s.sample(&mut logits.clone())).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| s.sample(&mut logits.clone()))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(params.clone()), draw(params.clone()));
-        let other = SamplingParams { seed: Some(43), ..params.clone() };
+        let other = SamplingParams {
+            seed: Some(43),
+            ..params.clone()
+        };
         assert_ne!(draw(params), draw(other));
     }
 
     #[test]
     fn top_k_one_is_greedy() {
         let mut s = Sampler::new(
-            SamplingParams { temperature: 5.0, top_k: 1, ..Default::default() },
+            SamplingParams {
+                temperature: 5.0,
+                top_k: 1,
+                ..Default::default()
+            },
             9,
         );
         for _ in 0..20 {
@@ -279,7 +299,11 @@ mod tests {
     #[test]
     fn min_p_drops_unlikely_tokens() {
         let mut s = Sampler::new(
-            SamplingParams { temperature: 1.0, min_p: 0.5, ..Default::default() },
+            SamplingParams {
+                temperature: 1.0,
+                min_p: 0.5,
+                ..Default::default()
+            },
             3,
         );
         for _ in 0..50 {
@@ -291,7 +315,10 @@ mod tests {
     #[test]
     fn presence_penalty_steers_away_from_seen_tokens() {
         let mut s = Sampler::new(
-            SamplingParams { presence_penalty: 2.0, ..Default::default() },
+            SamplingParams {
+                presence_penalty: 2.0,
+                ..Default::default()
+            },
             1,
         );
         s.accept(0);
@@ -309,9 +336,15 @@ mod tests {
 
     #[test]
     fn validation_names_the_bad_field() {
-        let p = SamplingParams { top_p: 0.0, ..Default::default() };
+        let p = SamplingParams {
+            top_p: 0.0,
+            ..Default::default()
+        };
         assert_eq!(p.validate().map_err(|e| e.0), Err("top_p"));
-        let p = SamplingParams { temperature: -1.0, ..Default::default() };
+        let p = SamplingParams {
+            temperature: -1.0,
+            ..Default::default()
+        };
         assert_eq!(p.validate().map_err(|e| e.0), Err("temperature"));
     }
 }

@@ -46,7 +46,10 @@ fn load_cases() -> Vec<Case> {
                 prompt: c["prompt"].as_str().expect("prompt").to_string(),
                 prompt_ids: ids(&c["prompt_ids"]),
                 generated: ids(&c["generated_ids"]),
-                gaps: steps.iter().map(|s| s["gap"].as_f64().expect("gap")).collect(),
+                gaps: steps
+                    .iter()
+                    .map(|s| s["gap"].as_f64().expect("gap"))
+                    .collect(),
                 top1_logprob: steps
                     .iter()
                     .map(|s| s["top5"][0][1].as_f64().expect("logprob"))
@@ -94,7 +97,8 @@ fn greedy_continuations_match_llama_cpp() {
                 break;
             }
             let (lp, _) = logprobs(&logits, ours, 0);
-            worst_logprob_diff = worst_logprob_diff.max((lp as f64 - case.top1_logprob[step]).abs());
+            worst_logprob_diff =
+                worst_logprob_diff.max((lp as f64 - case.top1_logprob[step]).abs());
             if step + 1 < n {
                 session
                     .run(&mut tf, &[(0, &[ours], LogitsWanted::Last)], &mut logits)
@@ -102,6 +106,12 @@ fn greedy_continuations_match_llama_cpp() {
             }
         }
     }
-    println!("largest |logprob(top-1) - llama.cpp's| before any divergence: {worst_logprob_diff:.4}");
-    assert!(failures.is_empty(), "divergences at clear choices:\n{}", failures.join("\n"));
+    println!(
+        "largest |logprob(top-1) - llama.cpp's| before any divergence: {worst_logprob_diff:.4}"
+    );
+    assert!(
+        failures.is_empty(),
+        "divergences at clear choices:\n{}",
+        failures.join("\n")
+    );
 }
