@@ -379,3 +379,17 @@ fn block_byte_views_round_trip() {
     assert_eq!(bytes.len(), 54);
     assert_eq!(cast_blocks::<BlockQ4_0>(bytes), &blocks);
 }
+
+#[test]
+fn fast_rounding_matches_round_ties_even_on_the_quantizer_range() {
+    let mut rng = Rng::new(8);
+    let mut values: Vec<f32> = (-600..=600).map(|i| i as f32 * 0.25).collect();
+    values.extend((0..20_000).map(|_| rng.unit() * 130.0));
+    for v in values {
+        assert_eq!(
+            kernels::quant::round_half_even(v),
+            v.round_ties_even() as i32,
+            "{v}"
+        );
+    }
+}

@@ -12,7 +12,7 @@
 //! - Q8_K: f32 scale, 256 signed bytes, and the sums of each group of 16 quants (`bsums`), which
 //!   let min/offset terms be applied once per group instead of per element.
 
-use super::{f16_to_f32, PodBlock};
+use super::{f16_to_f32, round_half_even, PodBlock};
 
 /// Elements per k-quant super-block.
 pub const QK_K: usize = 256;
@@ -101,7 +101,7 @@ pub fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
         }
         let iscale = -127.0 / max;
         for (q, &v) in block.qs.iter_mut().zip(chunk) {
-            *q = (iscale * v).round_ties_even().min(127.0) as i8;
+            *q = round_half_even(iscale * v).min(127) as i8;
         }
         for (s, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
             *s = group.iter().map(|&q| i16::from(q)).sum();
@@ -124,19 +124,23 @@ pub fn dequantize_q8_k(blocks: &[BlockQ8K], out: &mut [f32]) {
 }
 
 /// Unpacks the eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K block.
+///
+/// Packing: bytes 0..4 hold scales 0..4 in their low 6 bits, bytes 4..8 mins 0..4; bytes 8..12
+/// hold the low nibbles of scales 4..8 (low half) and mins 4..8 (high half), whose top two bits
+/// sit in bits 6..8 of bytes 0..4 (scales) and 4..8 (mins). Decoded four at a time in u32 words.
 #[inline]
 pub fn k4_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
-    let mut sc = [0u8; 8];
-    let mut mn = [0u8; 8];
-    for j in 0..4 {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-    }
-    for j in 4..8 {
-        sc[j] = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-        mn[j] = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-    (sc, mn)
+    const LOW6: u32 = 0x3F3F_3F3F;
+    const LOW4: u32 = 0x0F0F_0F0F;
+    const LOW2: u32 = 0x0303_0303;
+    let w = |i: usize| u32::from_le_bytes([s[i], s[i + 1], s[i + 2], s[i + 3]]);
+    let (w0, w1, w2) = (w(0), w(4), w(8));
+    let sc_lo = w0 & LOW6;
+    let sc_hi = (w2 & LOW4) | (((w0 >> 6) & LOW2) << 4);
+    let mn_lo = w1 & LOW6;
+    let mn_hi = ((w2 >> 4) & LOW4) | (((w1 >> 6) & LOW2) << 4);
+    let join = |lo: u32, hi: u32| (u64::from(lo) | (u64::from(hi) << 32)).to_le_bytes();
+    (join(sc_lo, sc_hi), join(mn_lo, mn_hi))
 }
 
 /// Q4_K quants (0..=15) in element order.

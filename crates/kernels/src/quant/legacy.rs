@@ -9,7 +9,7 @@
 //! rounded through f16 and widened (so it decodes to the same values as llama.cpp's block) plus the
 //! block's integer sum, which the SIMD kernels use to fold the weight offset into one correction.
 
-use super::{f16_to_f32, f32_to_f16, PodBlock};
+use super::{f16_to_f32, f32_to_f16, round_half_even, PodBlock};
 
 /// Elements per block of the legacy formats.
 pub const QK8_0: usize = 32;
@@ -78,7 +78,7 @@ fn quantize_block_q8_0(x: &[f32]) -> ([u8; 2], [i8; QK8_0]) {
     let mut qs = [0i8; QK8_0];
     for (q, &v) in qs.iter_mut().zip(x) {
         // |v * id| <= 127 up to rounding, so the cast cannot saturate meaningfully.
-        *q = (v * id).round_ties_even() as i8;
+        *q = round_half_even(v * id) as i8;
     }
     (f32_to_f16(d), qs)
 }

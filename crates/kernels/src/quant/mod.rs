@@ -28,6 +28,18 @@ pub fn f32_to_f16(v: f32) -> [u8; 2] {
     half::f16::from_f32(v).to_le_bytes()
 }
 
+/// Rounds to the nearest integer, ties to even, for `|v| < 2^22` (ggml's `nearest_int`).
+///
+/// Adding 1.5 * 2^23 moves `v` into the binade where the f32 spacing is exactly 1, so the
+/// addition itself rounds (ties to even); the integer is then read from the mantissa. This is
+/// what `f32::round_ties_even` computes, without the libm call it compiles to on baseline x86-64.
+#[inline]
+pub fn round_half_even(v: f32) -> i32 {
+    debug_assert!(v.abs() < 4_194_304.0);
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32
+}
+
 /// Marker for block structs that consist only of byte arrays (alignment 1, no invalid values).
 ///
 /// # Safety

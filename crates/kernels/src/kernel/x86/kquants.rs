@@ -1,24 +1,22 @@
 //! SIMD bodies for Q4_K, Q5_K and Q6_K weights against Q8_K activations.
 //!
-//! Per super-block of 256 the whole weighted integer sum `sum_i sc(i) * q_i * x_i` is formed
-//! exactly in i32 lanes (bounded well below 2^31), converted once and FMA'd with `d_w * d_x`.
-//! Min terms (Q4_K/Q5_K) and the Q6_K offset of 32 use the activation's 16-element sums, also in
-//! exact integers. Weight unpacking happens once per block and feeds all `N` activation rows.
+//! Per super-block of 256 the weighted integer sum `sum_i sc(i) * q_i * x_i` is formed exactly in
+//! i32 lanes (bounded well below 2^31), converted once and FMA'd with `d_w * d_x`. The Q6_K
+//! offset of 32 is folded into the same integers through the activation's 16-element sums; the
+//! Q4_K/Q5_K min terms go through those sums into a second f32 accumulator scaled by
+//! `dmin * d_x`. Weight unpacking happens once per block and feeds all `N` activation rows.
 
 use std::arch::x86_64::*;
 
-use super::{f16_to_f32, hsum_ps, load32, load32_at, Body, IDot};
+use super::{at, f16_to_f32, hsum_ps, load32, load32_at, Body, IDot};
 use crate::quant::kquants::k4_scales_mins;
 use crate::quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
-/// `sum_k mins[k] * (bsums[2k] + bsums[2k + 1])`.
+/// Loads the 16 block sums of an activation block.
 #[inline(always)]
-fn min_sum(mins: &[u8; 8], x: &BlockQ8K) -> i32 {
-    let mut s = 0i32;
-    for (m, pair) in mins.iter().zip(x.bsums.chunks_exact(2)) {
-        s += i32::from(*m) * (i32::from(pair[0]) + i32::from(pair[1]));
-    }
-    s
+unsafe fn bsums(x: &BlockQ8K) -> __m256i {
+    // SAFETY: 16 i16 = 32 bytes, unaligned load.
+    unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) }
 }
 
 /// Shared loop of Q4_K/Q5_K: `chunk(blk, c)` yields the 64 unsigned quants of chunk `c` as
@@ -30,36 +28,47 @@ unsafe fn scale_min_dot<W, D: IDot, const N: usize>(
     header: impl Fn(&W) -> ([u8; 2], [u8; 2], &[u8; 12]),
     chunk: impl Fn(&W, usize) -> (__m256i, __m256i),
 ) -> [f32; N] {
-    // SAFETY: AVX2/FMA/F16C enabled by the entry points; loads are from in-bounds blocks.
+    // SAFETY: AVX2/FMA/F16C enabled by the entry points; activation rows have w.len() blocks.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); N];
-        let mut macc = [0f32; N];
+        let mut acc_min = [_mm256_setzero_ps(); N];
         for (b, blk) in w.iter().enumerate() {
             let (d, dmin, scales) = header(blk);
             let (sc, mn) = k4_scales_mins(scales);
-            let mut isum = [_mm256_setzero_si256(); N];
+            // Two integer accumulators per pair keep the dependency chains short; integer sums
+            // are exact, so how they are split does not affect the result.
+            let mut isum = [[_mm256_setzero_si256(); 2]; N];
             for c in 0..4 {
                 let (lo, hi) = chunk(blk, c);
                 let s_lo = D::scales_32(i32::from(sc[2 * c]));
                 let s_hi = D::scales_32(i32::from(sc[2 * c + 1]));
                 for j in 0..N {
-                    let x = &a[j][b];
-                    let p = D::scaled_dot(lo, load32_at(&x.qs, 64 * c), s_lo);
-                    let q = D::scaled_dot(hi, load32_at(&x.qs, 64 * c + 32), s_hi);
-                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(p, q));
+                    let x = at(a[j], b);
+                    isum[j][0] = D::scaled_dot_acc(isum[j][0], lo, load32_at(&x.qs, 64 * c), s_lo);
+                    isum[j][1] =
+                        D::scaled_dot_acc(isum[j][1], hi, load32_at(&x.qs, 64 * c + 32), s_hi);
                 }
             }
+            // Lane k of madd(bsums, mins) is m_k * (bsums[2k] + bsums[2k + 1]).
+            let mn_bytes = _mm_loadl_epi64(mn.as_ptr().cast());
+            let mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn_bytes, mn_bytes));
             let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
             for j in 0..N {
-                let x = &a[j][b];
+                let x = at(a[j], b);
+                let total = _mm256_add_epi32(isum[j][0], isum[j][1]);
                 acc[j] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(x.d * d), _mm256_cvtepi32_ps(isum[j]), acc[j]);
-                macc[j] += (x.d * dmin) * min_sum(&mn, x) as f32;
+                    _mm256_fmadd_ps(_mm256_set1_ps(x.d * d), _mm256_cvtepi32_ps(total), acc[j]);
+                let msum = _mm256_madd_epi16(bsums(x), mins);
+                acc_min[j] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(x.d * dmin),
+                    _mm256_cvtepi32_ps(msum),
+                    acc_min[j],
+                );
             }
         }
         let mut out = [0f32; N];
         for j in 0..N {
-            out[j] = hsum_ps(acc[j]) - macc[j];
+            out[j] = hsum_ps(acc[j]) - hsum_ps(acc_min[j]);
         }
         out
     }
@@ -133,6 +142,29 @@ impl Body for Q5KBody {
     }
 }
 
+/// The four vectors of 32 six-bit quants of one half (128 elements) of a Q6_K block.
+#[inline(always)]
+unsafe fn q6_half(blk: &BlockQ6K, h: usize) -> [__m256i; 4] {
+    // SAFETY: AVX2 enabled by the entry points; loads are within the block's arrays.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let ql0 = load32_at(&blk.ql, 64 * h);
+        let ql1 = load32_at(&blk.ql, 64 * h + 32);
+        let qh = load32_at(&blk.qh, 32 * h);
+        let hi = |mask: u8| _mm256_and_si256(qh, _mm256_set1_epi8(mask as i8));
+        // 16-bit shifts are safe here: every masked field stays inside its own byte.
+        [
+            _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16::<4>(hi(0x03))),
+            _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16::<2>(hi(0x0C))),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), hi(0x30)),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                _mm256_srli_epi16::<2>(hi(0xC0)),
+            ),
+        ]
+    }
+}
+
 pub(crate) struct Q6KBody;
 
 impl Body for Q6KBody {
@@ -140,54 +172,35 @@ impl Body for Q6KBody {
     type A = BlockQ8K;
     #[inline(always)]
     unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ6K], a: [&[BlockQ8K]; N]) -> [f32; N] {
-        // SAFETY: AVX2/FMA/F16C enabled by the entry points; loads are from in-bounds blocks.
+        // SAFETY: AVX2/FMA/F16C enabled by the entry points; activation rows have w.len() blocks.
         unsafe {
-            let m4 = _mm256_set1_epi8(0x0F);
             let mut acc = [_mm256_setzero_ps(); N];
             for (b, blk) in w.iter().enumerate() {
-                let sc = blk.scales.map(i32::from);
-                let mut isum = [_mm256_setzero_si256(); N];
+                let sc8 = _mm_loadu_si128(blk.scales.as_ptr().cast());
+                // -32 * scale per group of 16, for the offset term sum_g -32 * sc_g * bsums_g.
+                let neg32 = _mm256_sub_epi16(
+                    _mm256_setzero_si256(),
+                    _mm256_slli_epi16::<5>(_mm256_cvtepi8_epi16(sc8)),
+                );
+                // Two exact integer accumulators per pair (one per half) for shorter chains.
+                let mut isum = [[_mm256_setzero_si256(); 2]; N];
+                for j in 0..N {
+                    isum[j][0] = _mm256_madd_epi16(bsums(at(a[j], b)), neg32);
+                }
                 for h in 0..2 {
-                    let ql0 = load32_at(&blk.ql, 64 * h);
-                    let ql1 = load32_at(&blk.ql, 64 * h + 32);
-                    let qh = load32_at(&blk.qh, 32 * h);
-                    let hi = |mask: i8| _mm256_and_si256(qh, _mm256_set1_epi8(mask));
-                    let q = [
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql0, m4),
-                            _mm256_slli_epi16::<4>(hi(0x03)),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(ql1, m4),
-                            _mm256_slli_epi16::<2>(hi(0x0C)),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
-                            hi(0x30),
-                        ),
-                        _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                            _mm256_srli_epi16::<2>(hi(0xC0_u8 as i8)),
-                        ),
-                    ];
+                    let q = q6_half(blk, h);
                     for (k, &qk) in q.iter().enumerate() {
-                        let g = 8 * h + 2 * k;
-                        let s = D::scales_16(sc[g], sc[g + 1]);
+                        let s = D::scales_16_of(sc8, 8 * h + 2 * k);
                         for j in 0..N {
-                            let p = D::scaled_dot(qk, load32_at(&a[j][b].qs, 128 * h + 32 * k), s);
-                            isum[j] = _mm256_add_epi32(isum[j], p);
+                            let x = load32_at(&at(a[j], b).qs, 128 * h + 32 * k);
+                            isum[j][h] = D::scaled_dot_acc(isum[j][h], qk, x, s);
                         }
                     }
                 }
                 let d = f16_to_f32(blk.d);
                 for j in 0..N {
-                    let x = &a[j][b];
-                    let mut offset = 0i32;
-                    for (s, &bs) in sc.iter().zip(&x.bsums) {
-                        offset += s * i32::from(bs);
-                    }
-                    let seed = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-32 * offset));
-                    let total = _mm256_add_epi32(isum[j], seed);
+                    let x = at(a[j], b);
+                    let total = _mm256_add_epi32(isum[j][0], isum[j][1]);
                     acc[j] =
                         _mm256_fmadd_ps(_mm256_set1_ps(x.d * d), _mm256_cvtepi32_ps(total), acc[j]);
                 }

@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{f16_to_f32, hsum_ps, load32, Body, IDot};
+use super::{at, f16_to_f32, hsum_ps, load32, Body, IDot};
 use crate::quant::{ActQ8_0, BlockQ4_0, BlockQ5_0, BlockQ8_0};
 
 /// Expands 16 packed nibbles to 32 bytes: low nibbles (elements 0..16) then high nibbles.
@@ -61,7 +61,7 @@ unsafe fn offset_quant_dot<W, D: IDot, const N: usize>(
             let q = quants(blk);
             let dw = f16_to_f32(scale(blk));
             for j in 0..N {
-                let x = &a[j][b];
+                let x = at(a[j], b);
                 let seed = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-offset * x.sum));
                 let isum = D::dot_acc(seed, q, load32(&x.qs));
                 let s = _mm256_set1_ps(dw * x.d);
@@ -128,7 +128,7 @@ impl Body for Q8_0Body {
                 let aw = _mm256_sign_epi8(wq, wq);
                 let dw = f16_to_f32(blk.d);
                 for j in 0..N {
-                    let x = &a[j][b];
+                    let x = at(a[j], b);
                     let sx = _mm256_sign_epi8(load32(&x.qs), wq);
                     let isum = D::dot_acc(_mm256_setzero_si256(), aw, sx);
                     let s = _mm256_set1_ps(dw * x.d);

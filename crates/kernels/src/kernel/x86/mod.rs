@@ -38,22 +38,41 @@ pub(crate) fn avx512vnni_available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// Unsigned-by-signed byte dot products with per-lane scales, in 8 i32 lanes.
+/// Unsigned-by-signed byte dot products, optionally with 16-bit per-lane scales, in 8 i32 lanes.
+///
+/// Scaled products go through `maddubs` (pairs of `q * x` as i16) and then either `madd` + add
+/// (AVX2) or one fused `dpwssd` (VNNI); unscaled ones use `maddubs` + `madd` with ones (AVX2) or
+/// one `dpbusd` (VNNI). Both give the same exact integers provided the i16 pair sums cannot
+/// saturate, i.e. `q <= 128` with `|x| <= 127` (and in practice `q <= 63` for scaled use).
 pub(crate) trait IDot {
-    /// Scale vector for 32 quants that all use scale `a`.
+    /// Scale vector for 32 quants that all use scale `a` (|a| < 2^15).
     unsafe fn scales_32(a: i32) -> __m256i;
-    /// Scale vector for 32 quants: the first 16 use `a`, the last 16 use `b`.
-    unsafe fn scales_16(a: i32, b: i32) -> __m256i;
-    /// i32 lanes whose total is `sum_i q_i * x_i * scale(i)`; `q` holds unsigned bytes <= 128 and
-    /// `x` signed bytes in -127..=127, with pair sums below 2^15 when `q <= 128`.
-    unsafe fn scaled_dot(q: __m256i, x: __m256i, scales: __m256i) -> __m256i;
-    /// i32 lanes (each the sum of four adjacent products) of `q . x`, added to `acc`.
+    /// Scale vector for 32 quants whose first 16 use `s[g]` and last 16 use `s[g + 1]`, from 16
+    /// signed byte scales in an xmm register; `g` is a constant after unrolling, so this is one
+    /// shuffle and one widening.
+    unsafe fn scales_16_of(s: __m128i, g: usize) -> __m256i;
+    /// `acc` plus i32 lanes whose total is `sum_i q_i * x_i * scale(i)`.
+    unsafe fn scaled_dot_acc(acc: __m256i, q: __m256i, x: __m256i, scales: __m256i) -> __m256i;
+    /// `acc` plus i32 lanes (each the sum of four adjacent products) of `q . x`.
     unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i;
+}
+
+/// `v` repeated in every byte of a u64.
+#[inline(always)]
+const fn rep8(v: usize) -> i64 {
+    (v as i64 & 0xFF) * 0x0101_0101_0101_0101
+}
+
+/// i16 scale vector: lanes 0..8 (elements 0..16 after `maddubs`) take `s[g]`, lanes 8..16 `s[g+1]`.
+#[inline(always)]
+unsafe fn scales_16_i16(s: __m128i, g: usize) -> __m256i {
+    // SAFETY: AVX2 is enabled in every entry point that inlines this.
+    unsafe { _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, _mm_set_epi64x(rep8(g + 1), rep8(g)))) }
 }
 
 /// AVX2: `maddubs` to i16 pairs, then `madd` with scales (or ones) to i32.
 pub(crate) struct Avx2Dot;
-/// AVX-512 VNNI (256-bit forms): `dpbusd` straight to i32, scales applied with `mullo`.
+/// AVX-512 VNNI (256-bit forms): `dpbusd` for plain dots, `maddubs` + `dpwssd` for scaled ones.
 pub(crate) struct VnniDot;
 
 impl IDot for Avx2Dot {
@@ -63,14 +82,14 @@ impl IDot for Avx2Dot {
         unsafe { _mm256_set1_epi16(a as i16) }
     }
     #[inline(always)]
-    unsafe fn scales_16(a: i32, b: i32) -> __m256i {
+    unsafe fn scales_16_of(s: __m128i, g: usize) -> __m256i {
         // SAFETY: as above.
-        unsafe { _mm256_set_m128i(_mm_set1_epi16(b as i16), _mm_set1_epi16(a as i16)) }
+        unsafe { scales_16_i16(s, g) }
     }
     #[inline(always)]
-    unsafe fn scaled_dot(q: __m256i, x: __m256i, scales: __m256i) -> __m256i {
+    unsafe fn scaled_dot_acc(acc: __m256i, q: __m256i, x: __m256i, scales: __m256i) -> __m256i {
         // SAFETY: as above.
-        unsafe { _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), scales) }
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(q, x), scales)) }
     }
     #[inline(always)]
     unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
@@ -88,17 +107,17 @@ impl IDot for VnniDot {
     #[inline(always)]
     unsafe fn scales_32(a: i32) -> __m256i {
         // SAFETY: AVX2 is enabled in every entry point that inlines this.
-        unsafe { _mm256_set1_epi32(a) }
+        unsafe { _mm256_set1_epi16(a as i16) }
     }
     #[inline(always)]
-    unsafe fn scales_16(a: i32, b: i32) -> __m256i {
+    unsafe fn scales_16_of(s: __m128i, g: usize) -> __m256i {
         // SAFETY: as above.
-        unsafe { _mm256_set_m128i(_mm_set1_epi32(b), _mm_set1_epi32(a)) }
+        unsafe { scales_16_i16(s, g) }
     }
     #[inline(always)]
-    unsafe fn scaled_dot(q: __m256i, x: __m256i, scales: __m256i) -> __m256i {
+    unsafe fn scaled_dot_acc(acc: __m256i, q: __m256i, x: __m256i, scales: __m256i) -> __m256i {
         // SAFETY: AVX-512 VL + VNNI are enabled in the VNNI entry point, the only one using this.
-        unsafe { _mm256_mullo_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x), scales) }
+        unsafe { _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(q, x), scales) }
     }
     #[inline(always)]
     unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
@@ -232,6 +251,16 @@ pub(crate) unsafe fn f16_to_f32(bits: [u8; 2]) -> f32 {
             u16::from_le_bytes(bits),
         ))))
     }
+}
+
+/// `&s[i]` without a bounds check. Callers guarantee `i < s.len()` (checked in debug builds);
+/// the bodies index activation rows with weight block indices, and `Simd::dot` asserts the
+/// lengths are equal.
+#[inline(always)]
+pub(crate) unsafe fn at<T>(s: &[T], i: usize) -> &T {
+    debug_assert!(i < s.len());
+    // SAFETY: in bounds per the caller's guarantee.
+    unsafe { s.get_unchecked(i) }
 }
 
 /// Loads 32 bytes from a 32-byte array.
