@@ -6,6 +6,10 @@
 //! Q4_K/Q5_K min terms go through those sums into a second f32 accumulator scaled by
 //! `dmin * d_x`. Weight unpacking happens once per block and feeds all `N` activation rows.
 
+// Index loops address several parallel arrays (registers per activation row, per half); the
+// iterator forms would hide the unrolled structure the compiler needs to see.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::*;
 
 use super::{at, f16_to_f32, hsum_ps, load32, load32_at, Body, IDot};
