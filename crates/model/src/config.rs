@@ -133,12 +133,12 @@ impl ModelConfig {
         if n_layers == 0 || d_model == 0 || n_heads == 0 || n_kv_heads == 0 || head_dim == 0 {
             return Err(ModelError::invalid("a model dimension is zero"));
         }
-        if n_heads % n_kv_heads != 0 {
+        if !n_heads.is_multiple_of(n_kv_heads) {
             return Err(ModelError::invalid(
                 "head_count is not a multiple of head_count_kv",
             ));
         }
-        if head_dim % 2 != 0 {
+        if !head_dim.is_multiple_of(2) {
             return Err(ModelError::invalid("head dimension must be even for RoPE"));
         }
         let context_length = md
@@ -157,7 +157,7 @@ impl ModelConfig {
             .get_u32(&key("rope.dimension_count"))?
             .map(|v| v as usize)
             .unwrap_or(head_dim);
-        if rope_dims > head_dim || rope_dims % 2 != 0 {
+        if rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
             return Err(ModelError::invalid(
                 "rope.dimension_count must be even and <= head dim",
             ));
