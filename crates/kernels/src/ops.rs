@@ -4,8 +4,18 @@
 //! reproduce its greedy tokens: RMS norm sums squares in f64 and applies scale then weight as two
 //! roundings; softmax sums in f64; [`gelu_tanh`] goes through ggml's f16 lookup table.
 //! f16 values are passed as raw `u16` bits so callers need not depend on a half-float crate.
+//! The f16 helpers and the GELU table lookup use F16C/FMA when the CPU has them (`kernel::isa`);
+//! conversions round identically on both paths.
 
 use std::sync::OnceLock;
+
+use crate::kernel::{isa, Isa};
+
+/// True when the F16C/FMA paths may be used (checked once; see `kernel::isa`).
+#[inline]
+fn simd() -> bool {
+    cfg!(target_arch = "x86_64") && isa() >= Isa::Avx2
+}
 
 /// `out = x / sqrt(mean(x^2) + eps) * weight`.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
@@ -67,6 +77,12 @@ fn gelu_table() -> &'static [u16] {
 /// f16 and looked up in a table of f16 results; outside that range it is 0 or the identity.
 pub fn gelu_tanh(x: &mut [f32]) {
     let table = gelu_table();
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: AVX2/FMA/F16C detected; the table has 65536 entries.
+        unsafe { crate::kernel::x86::ops::gelu_table(x, table) };
+        return;
+    }
     for v in x.iter_mut() {
         *v = if *v <= -10.0 {
             0.0
@@ -111,6 +127,12 @@ pub fn scale(x: &mut [f32], s: f32) {
 /// Rounds a row of f32 to f16 bits (nearest, ties to even), e.g. to store a K or V row.
 pub fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
     assert_eq!(src.len(), dst.len(), "f32_to_f16_row: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: AVX2/FMA/F16C detected; lengths checked above.
+        unsafe { crate::kernel::x86::ops::f32_to_f16_row(src, dst) };
+        return;
+    }
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = half::f16::from_f32(s).to_bits();
     }
@@ -119,6 +141,12 @@ pub fn f32_to_f16_row(src: &[f32], dst: &mut [u16]) {
 /// Widens a row of f16 bits to f32.
 pub fn f16_to_f32_row(src: &[u16], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len(), "f16_to_f32_row: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: AVX2/FMA/F16C detected; lengths checked above.
+        unsafe { crate::kernel::x86::ops::f16_to_f32_row(src, dst) };
+        return;
+    }
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = half::f16::from_bits(s).to_f32();
     }
@@ -127,6 +155,11 @@ pub fn f16_to_f32_row(src: &[u16], dst: &mut [f32]) {
 /// Dot of an f16 row (bits) with an f32 row, e.g. a cached key with a query.
 pub fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot_f16_f32: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: AVX2/FMA/F16C detected; lengths checked above.
+        return unsafe { crate::kernel::x86::ops::dot_f16_f32(a, b) };
+    }
     let mut lanes = [0.0f32; 8];
     for (i, (&h, &v)) in a.iter().zip(b).enumerate() {
         lanes[i % 8] += half::f16::from_bits(h).to_f32() * v;
@@ -137,6 +170,12 @@ pub fn dot_f16_f32(a: &[u16], b: &[f32]) -> f32 {
 /// `y += a * x` with `x` an f16 row (bits), e.g. accumulating a cached value row.
 pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "axpy_f16: length mismatch");
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: AVX2/FMA/F16C detected; lengths checked above.
+        unsafe { crate::kernel::x86::ops::axpy_f16(a, x, y) };
+        return;
+    }
     for (o, &h) in y.iter_mut().zip(x) {
         *o += a * half::f16::from_bits(h).to_f32();
     }

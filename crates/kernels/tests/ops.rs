@@ -106,3 +106,35 @@ fn f16_rows_round_trip_and_feed_dot_and_axpy() {
         }
     }
 }
+
+#[test]
+fn gelu_tanh_equals_exact_gelu_of_f16_rounded_input_rounded_to_f16() {
+    use kernels::quant::{f16_to_f32, f32_to_f16};
+    let mut rng = Rng::new(23);
+    let xs: Vec<f32> = (0..4099).map(|_| rng.unit() * 12.0).collect();
+    let mut got = xs.clone();
+    gelu_tanh(&mut got);
+    for (&x, &g) in xs.iter().zip(&got) {
+        let want = if x <= -10.0 {
+            0.0
+        } else if x >= 10.0 {
+            x
+        } else {
+            let mut v = [f16_to_f32(f32_to_f16(x))];
+            gelu_tanh_exact(&mut v);
+            f16_to_f32(f32_to_f16(v[0]))
+        };
+        assert_eq!(g.to_bits(), want.to_bits(), "x = {x}");
+    }
+}
+
+#[test]
+fn f16_row_conversion_rounds_like_the_scalar_converter() {
+    let mut rng = Rng::new(24);
+    let x: Vec<f32> = (0..1003).map(|_| rng.unit() * 1000.0).collect();
+    let mut h = vec![0u16; x.len()];
+    f32_to_f16_row(&x, &mut h);
+    for (&v, &b) in x.iter().zip(&h) {
+        assert_eq!(b.to_le_bytes(), kernels::quant::f32_to_f16(v), "{v}");
+    }
+}

@@ -23,6 +23,7 @@ use crate::quant::{ActQ8_0, BlockQ8K, PodBlock};
 mod float;
 mod kquants;
 mod legacy;
+pub(crate) mod ops;
 
 pub(crate) fn avx2_available() -> bool {
     is_x86_feature_detected!("avx2")
