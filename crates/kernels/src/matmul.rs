@@ -177,12 +177,14 @@ pub fn matmul_with_isa(
         ActKind::Q8_0 => {
             let per_row = w.cols / QK8_0;
             scratch.q8_0.resize(m * per_row, ActQ8_0::default());
-            for (xr, ar) in x
-                .chunks_exact(w.cols)
-                .zip(scratch.q8_0.chunks_exact_mut(per_row))
-            {
-                quant::legacy::quantize_act_q8_0(xr, ar);
-            }
+            quantize_rows(
+                threads,
+                x,
+                w.cols,
+                &mut scratch.q8_0,
+                per_row,
+                quant::legacy::quantize_act_q8_0,
+            );
             let job = Job {
                 acts: &scratch.q8_0[..],
                 act_stride: per_row,
@@ -203,12 +205,14 @@ pub fn matmul_with_isa(
         ActKind::Q8_K => {
             let per_row = w.cols / QK_K;
             scratch.q8_k.resize(m * per_row, BlockQ8K::default());
-            for (xr, ar) in x
-                .chunks_exact(w.cols)
-                .zip(scratch.q8_k.chunks_exact_mut(per_row))
-            {
-                quant::kquants::quantize_row_q8_k(xr, ar);
-            }
+            quantize_rows(
+                threads,
+                x,
+                w.cols,
+                &mut scratch.q8_k,
+                per_row,
+                quant::kquants::quantize_row_q8_k,
+            );
             let job = Job {
                 acts: &scratch.q8_k[..],
                 act_stride: per_row,
@@ -227,6 +231,55 @@ pub fn matmul_with_isa(
             );
         }
     }
+}
+
+/// A raw pointer to the activation scratch, written by several threads on disjoint rows.
+struct RowsPtr<A>(*mut A);
+// SAFETY: each thread writes a disjoint range of rows and `Threads::run` joins them before the
+// exclusive borrow the pointer came from ends.
+unsafe impl<A: Send> Sync for RowsPtr<A> {}
+
+impl<A> RowsPtr<A> {
+    /// Accessor so closures capture the wrapper (which is `Sync`), not the bare pointer field.
+    fn get(&self) -> *mut A {
+        self.0
+    }
+}
+
+/// Quantizes the `x.len() / cols` activation rows into `acts` (`per_row` blocks each), spreading
+/// the rows over the pool when the batch is large enough to pay for a dispatch. Each row is
+/// quantized by the same function whichever thread runs it, so the result does not depend on
+/// the split.
+fn quantize_rows<A: Send>(
+    threads: &Threads,
+    x: &[f32],
+    cols: usize,
+    acts: &mut [A],
+    per_row: usize,
+    quantize: fn(&[f32], &mut [A]),
+) {
+    let m = x.len() / cols;
+    assert_eq!(
+        acts.len(),
+        m * per_row,
+        "activation scratch size; this is a bug"
+    );
+    let n = threads.n();
+    if m < 4 || n == 1 {
+        for (xr, ar) in x.chunks_exact(cols).zip(acts.chunks_exact_mut(per_row)) {
+            quantize(xr, ar);
+        }
+        return;
+    }
+    let ptr = RowsPtr(acts.as_mut_ptr());
+    threads.run(&|t| {
+        for r in m * t / n..m * (t + 1) / n {
+            // SAFETY: r < m, so the row lies inside `acts`; threads own disjoint row ranges.
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(ptr.get().add(r * per_row), per_row) };
+            quantize(&x[r * cols..(r + 1) * cols], dst);
+        }
+    });
 }
 
 /// Runs the kernel it is given over all rows; the kernel module picks the kernel for the format
