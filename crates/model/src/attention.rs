@@ -1,16 +1,27 @@
-//! Paged attention: queries of one sequence chunk against K/V read through its tile table.
+//! Paged attention: the queries of each sequence chunk against K/V read through its tile table.
 //!
-//! Tiles are the outer loop: each tile's K and V rows are converted from f16 once and then
-//! used by every query of the chunk that can see them, with an online (streaming) softmax per
-//! (query, head). Nothing is copied into a contiguous per-sequence buffer, and the result for a
-//! query depends only on its own sequence's KV: the same whatever else is in the batch.
+//! Work is cut into tasks of (chunk, query range, head range) that threads take from a shared
+//! counter. Inside a task, tiles are the outer loop: each tile's K and V rows are converted from
+//! f16 once and used by every query of the task that can see them, with an online (streaming)
+//! softmax per (query, head), one rescale per tile. Nothing is copied into a contiguous
+//! per-sequence buffer.
+//!
+//! Batch invariance: a (query, head) is always computed whole by one task, visiting tiles and
+//! slots in the same order, so its result does not depend on the task split or on what else is
+//! in the batch.
 //!
 //! Visibility: a query at position p sees key positions `lo(p)..=p`, where `lo(p) = 0` on a
 //! global layer and `p + 1 - window` on a sliding-window layer (llama.cpp's "standard" SWA).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use half::slice::HalfFloatSliceExt;
+use kernels::Threads;
+
 use crate::kv::{KvPool, TileId};
 
-/// Per-call description of one chunk's attention on one layer.
+/// One sequence chunk's attention on one layer.
 pub struct ChunkAttention<'a> {
     /// The layer's tile table (its KV group's) for this sequence.
     pub tiles: &'a [TileId],
@@ -18,9 +29,16 @@ pub struct ChunkAttention<'a> {
     pub in_group: usize,
     /// Position of the chunk's first query.
     pub start_pos: usize,
+    /// Row of the chunk's first query in `q` / `out`.
+    pub first_row: usize,
     /// Number of queries.
     pub len: usize,
     pub window: Option<usize>,
+}
+
+/// Shapes shared by every chunk of a layer.
+#[derive(Clone, Copy)]
+pub struct Heads {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -28,125 +46,246 @@ pub struct ChunkAttention<'a> {
     pub scale: f32,
 }
 
-/// Reusable buffers for `attend`; grown, never shrunk.
+/// Per-thread reusable buffers; grown, never shrunk.
 #[derive(Default)]
 pub struct AttnScratch {
     k: Vec<f32>,
     v: Vec<f32>,
-    /// Running max per (query, head).
+    scores: Vec<f32>,
+    /// Running max and sum per (query, head) of a task.
     m: Vec<f32>,
-    /// Running sum of exp per (query, head).
     l: Vec<f32>,
+    acc: Vec<f32>,
 }
 
-fn grow(v: &mut Vec<f32>, n: usize) {
+fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
     }
+    &mut v[..n]
 }
 
-/// Computes `out[t][h*head_dim..]` for each query `t` of the chunk. `q` is `[len][n_heads*head_dim]`
-/// (RoPE applied); `out` has the same shape.
-pub fn attend(a: &ChunkAttention, pool: &KvPool, q: &[f32], out: &mut [f32], s: &mut AttnScratch) {
+#[derive(Clone, Copy)]
+struct Task {
+    chunk: usize,
+    t0: usize,
+    t1: usize,
+    h0: usize,
+    h1: usize,
+}
+
+/// Queries per task when a chunk is split for prefill.
+const TASK_QUERIES: usize = 16;
+
+/// `out` rows get the attention output of the matching `q` rows (`[rows][n_heads*head_dim]`).
+pub fn attend_all(
+    threads: &Threads,
+    pool: &KvPool,
+    chunks: &[ChunkAttention],
+    heads: Heads,
+    q: &[f32],
+    out: &mut [f32],
+    scratch: &mut Vec<Mutex<AttnScratch>>,
+) {
+    let mut tasks = Vec::new();
+    let split_heads = chunks.len() < threads.n();
+    for (ci, c) in chunks.iter().enumerate() {
+        let mut t0 = 0;
+        while t0 < c.len {
+            let t1 = (t0 + TASK_QUERIES).min(c.len);
+            if split_heads && c.len == 1 {
+                // A lone decode: split the heads so every thread has work.
+                let per = heads.n_heads.div_ceil(threads.n()).max(1);
+                let mut h0 = 0;
+                while h0 < heads.n_heads {
+                    let h1 = (h0 + per).min(heads.n_heads);
+                    tasks.push(Task { chunk: ci, t0, t1, h0, h1 });
+                    h0 = h1;
+                }
+            } else {
+                tasks.push(Task { chunk: ci, t0, t1, h0: 0, h1: heads.n_heads });
+            }
+            t0 = t1;
+        }
+    }
+    while scratch.len() < threads.n() {
+        scratch.push(Mutex::new(AttnScratch::default()));
+    }
+    let next = AtomicUsize::new(0);
+    let out_ptr = SharedOut(out.as_mut_ptr(), out.len());
+    threads.run(&|worker| {
+        let mut s = scratch[worker].lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(task) = tasks.get(i) else {
+                break;
+            };
+            run_task(pool, &chunks[task.chunk], heads, *task, q, &out_ptr, &mut s);
+        }
+    });
+}
+
+/// The output buffer, written by tasks at disjoint (row, head) places.
+struct SharedOut(*mut f32, usize);
+// SAFETY: tasks write disjoint (query row, head) regions of the buffer, and `attend_all` holds the
+// `&mut` borrow it came from until every task has finished (`Threads::run` returns after all).
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// # Safety
+    /// No two live slices may overlap; `start + len` must be within the buffer.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.1, "attention output out of bounds: this is a bug");
+        // SAFETY: in bounds (checked) and disjoint from other live slices (caller's contract).
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
+    }
+}
+
+/// Runs one task, with the AVX2/FMA/F16C code generation where the CPU has it. Both paths do
+/// the same arithmetic in the same order (no FMA contraction), so results are identical.
+fn run_task(
+    pool: &KvPool,
+    c: &ChunkAttention,
+    h: Heads,
+    task: Task,
+    q: &[f32],
+    out: &SharedOut,
+    s: &mut AttnScratch,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
+        // SAFETY: the features were just detected.
+        unsafe { run_task_avx2(pool, c, h, task, q, out, s) };
+        return;
+    }
+    run_task_body(pool, c, h, task, q, out, s);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn run_task_avx2(
+    pool: &KvPool,
+    c: &ChunkAttention,
+    h: Heads,
+    task: Task,
+    q: &[f32],
+    out: &SharedOut,
+    s: &mut AttnScratch,
+) {
+    run_task_body(pool, c, h, task, q, out, s);
+}
+
+#[inline(always)]
+fn run_task_body(
+    pool: &KvPool,
+    c: &ChunkAttention,
+    h: Heads,
+    task: Task,
+    q: &[f32],
+    out: &SharedOut,
+    s: &mut AttnScratch,
+) {
     let layout = pool.layout();
     let ts = layout.tile_size;
     let kv_dim = layout.kv_dim;
-    let hd = a.head_dim;
-    let q_dim = a.n_heads * hd;
-    let group = a.n_heads / a.n_kv_heads;
-    let last_pos = a.start_pos + a.len - 1;
-    let lo = |p: usize| a.window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let hd = h.head_dim;
+    let q_dim = h.n_heads * hd;
+    let group = h.n_heads / h.n_kv_heads;
+    let nq = task.t1 - task.t0;
+    let nh = task.h1 - task.h0;
+    let lo = |p: usize| c.window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let first_pos = c.start_pos + task.t0;
+    let last_pos = c.start_pos + task.t1 - 1;
 
     grow(&mut s.k, ts * kv_dim);
     grow(&mut s.v, ts * kv_dim);
-    grow(&mut s.m, a.len * a.n_heads);
-    grow(&mut s.l, a.len * a.n_heads);
-    s.m[..a.len * a.n_heads].fill(f32::NEG_INFINITY);
-    s.l[..a.len * a.n_heads].fill(0.0);
-    out[..a.len * q_dim].fill(0.0);
+    grow(&mut s.scores, ts);
+    grow(&mut s.m, nq * nh).fill(f32::NEG_INFINITY);
+    grow(&mut s.l, nq * nh).fill(0.0);
+    grow(&mut s.acc, nq * nh * hd).fill(0.0);
 
-    let first_tile = lo(a.start_pos) / ts;
-    for ti in first_tile..=last_pos / ts {
-        let tile = a.tiles[ti];
+    for ti in lo(first_pos) / ts..=last_pos / ts {
+        let tile = c.tiles[ti];
         let tile_start = ti * ts;
         let n_slots = ts.min(last_pos + 1 - tile_start);
         if tile == TileId::RELEASED {
-            // Only reachable for positions below every query's window (checked by debug builds).
-            debug_assert!(tile_start + ts <= lo(a.start_pos));
+            debug_assert!(tile_start + ts <= lo(first_pos), "a visible tile was released");
             continue;
         }
-        let (kh, vh) = pool.tile_rows(tile, a.in_group, 0, n_slots);
+        let (kh, vh) = pool.tile_rows(tile, c.in_group, 0, n_slots);
         let kf = &mut s.k[..n_slots * kv_dim];
         let vf = &mut s.v[..n_slots * kv_dim];
-        for (d, x) in kf.iter_mut().zip(kh) {
-            *d = x.to_f32();
-        }
-        for (d, x) in vf.iter_mut().zip(vh) {
-            *d = x.to_f32();
-        }
-        for t in 0..a.len {
-            let p = a.start_pos + t;
-            // Slots of this tile that query t sees.
-            let s_lo = lo(p).max(tile_start) - tile_start;
+        kh.convert_to_f32_slice(kf);
+        vh.convert_to_f32_slice(vf);
+        for t in 0..nq {
+            let p = first_pos + t;
+            let s_lo = lo(p).max(tile_start);
             let s_hi = (p + 1).min(tile_start + n_slots);
-            if s_hi <= tile_start + s_lo {
+            if s_hi <= s_lo {
                 continue;
             }
-            let s_hi = s_hi - tile_start;
-            for h in 0..a.n_heads {
-                let g = h / group;
-                let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                let oh = &mut out[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                let st = t * a.n_heads + h;
-                let (mut m, mut l) = (s.m[st], s.l[st]);
-                for slot in s_lo..s_hi {
+            let (s_lo, s_hi) = (s_lo - tile_start, s_hi - tile_start);
+            let row = c.first_row + task.t0 + t;
+            for hi in 0..nh {
+                let head = task.h0 + hi;
+                let g = head / group;
+                let qh = &q[row * q_dim + head * hd..row * q_dim + (head + 1) * hd];
+                let scores = &mut s.scores[..s_hi - s_lo];
+                let mut tile_max = f32::NEG_INFINITY;
+                for (sc, slot) in scores.iter_mut().zip(s_lo..s_hi) {
                     let kr = &kf[slot * kv_dim + g * hd..slot * kv_dim + (g + 1) * hd];
-                    let score = dot(qh, kr) * a.scale;
-                    let vr = &vf[slot * kv_dim + g * hd..slot * kv_dim + (g + 1) * hd];
-                    if score > m {
-                        // Rescale what was accumulated under the old max.
-                        let c = (m - score).exp();
-                        l *= c;
-                        for o in oh.iter_mut() {
-                            *o *= c;
-                        }
-                        m = score;
-                    }
-                    let w = (score - m).exp();
+                    *sc = dot(qh, kr) * h.scale;
+                    tile_max = tile_max.max(*sc);
+                }
+                let st = t * nh + hi;
+                let acc = &mut s.acc[st * hd..(st + 1) * hd];
+                let (m_old, mut l) = (s.m[st], s.l[st]);
+                let m_new = m_old.max(tile_max);
+                if m_new > m_old && l > 0.0 {
+                    // Rescale what was accumulated under the old max.
+                    let c = (m_old - m_new).exp();
+                    l *= c;
+                    acc.iter_mut().for_each(|a| *a *= c);
+                }
+                for (&sc, slot) in scores.iter().zip(s_lo..s_hi) {
+                    let w = (sc - m_new).exp();
                     l += w;
-                    for (o, x) in oh.iter_mut().zip(vr) {
-                        *o += w * x;
+                    let vr = &vf[slot * kv_dim + g * hd..slot * kv_dim + (g + 1) * hd];
+                    for (a, x) in acc.iter_mut().zip(vr) {
+                        *a += w * x;
                     }
                 }
-                s.m[st] = m;
+                s.m[st] = m_new;
                 s.l[st] = l;
             }
         }
     }
-    for t in 0..a.len {
-        for h in 0..a.n_heads {
-            let l = s.l[t * a.n_heads + h];
-            let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
-            for o in &mut out[t * q_dim + h * hd..t * q_dim + (h + 1) * hd] {
-                *o *= inv;
+    for t in 0..nq {
+        let row = c.first_row + task.t0 + t;
+        // SAFETY: this task alone owns heads h0..h1 of rows t0..t1 of its chunk.
+        let dst = unsafe { out.slice(row * q_dim + task.h0 * hd, nh * hd) };
+        for hi in 0..nh {
+            let st = t * nh + hi;
+            let inv = if s.l[st] > 0.0 { 1.0 / s.l[st] } else { 0.0 };
+            for (d, a) in dst[hi * hd..(hi + 1) * hd].iter_mut().zip(&s.acc[st * hd..(st + 1) * hd]) {
+                *d = a * inv;
             }
         }
     }
 }
 
-#[inline]
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     // Eight independent partial sums let the compiler vectorize without reassociation.
     let mut acc = [0.0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
         for j in 0..8 {
-            acc[j] += a[c * 8 + j] * b[c * 8 + j];
+            acc[j] += x[j] * y[j];
         }
     }
-    let mut sum = 0.0;
-    for i in chunks * 8..a.len() {
-        sum += a[i] * b[i];
-    }
-    acc.iter().sum::<f32>() + sum
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
 }

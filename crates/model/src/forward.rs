@@ -12,7 +12,9 @@
 
 use kernels::{matmul, MatmulScratch, Threads};
 
-use crate::attention::{attend, AttnScratch, ChunkAttention};
+use std::sync::Mutex;
+
+use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::batch::{Batch, LogitsWanted};
 use crate::config::{Activation, ModelConfig, RopeStyle};
 use crate::kv::{KvLayout, KvPool, TileId};
@@ -35,7 +37,7 @@ struct Workspace {
     /// cos/sin per (token, pair) for each distinct RoPE table.
     rope: Vec<Vec<(f32, f32)>>,
     picked: Vec<f32>,
-    attn: AttnScratch,
+    attn: Vec<Mutex<AttnScratch>>,
     mm: MatmulScratch,
 }
 
@@ -142,35 +144,38 @@ impl Transformer {
 
             let (group, in_group) = kv.layout().layer_slot[li];
             let ts = kv.layout().tile_size;
-            let att = sized(&mut ws.att, n * qd);
+            let window = cfg.layers[li].window;
+            let mut chunks = Vec::with_capacity(batch.seqs.len());
             for sc in batch.seqs {
                 let table = &sc.tile_tables[group];
                 for t in 0..sc.len {
                     let pos = sc.start_pos + t;
                     let row = sc.first_token + t;
-                    let tile = table[pos / ts];
                     kv.store(
-                        tile,
+                        table[pos / ts],
                         in_group,
                         pos % ts,
                         &k[row * kvd..(row + 1) * kvd],
                         &v[row * kvd..(row + 1) * kvd],
                     );
                 }
-                let a = ChunkAttention {
+                chunks.push(ChunkAttention {
                     tiles: table,
                     in_group,
                     start_pos: sc.start_pos,
+                    first_row: sc.first_token,
                     len: sc.len,
-                    window: cfg.layers[li].window,
-                    n_heads: cfg.n_heads,
-                    n_kv_heads: cfg.n_kv_heads,
-                    head_dim: cfg.head_dim,
-                    scale: cfg.attn_scale,
-                };
-                let rows = sc.first_token * qd..(sc.first_token + sc.len) * qd;
-                attend(&a, kv, &q[rows.clone()], &mut att[rows], &mut ws.attn);
+                    window,
+                });
             }
+            let heads = Heads {
+                n_heads: cfg.n_heads,
+                n_kv_heads: cfg.n_kv_heads,
+                head_dim: cfg.head_dim,
+                scale: cfg.attn_scale,
+            };
+            let att = sized(&mut ws.att, n * qd);
+            attend_all(&self.threads, kv, &chunks, heads, q, att, &mut ws.attn);
             let o = sized(&mut ws.o, n * d);
             mm(&self.threads, &lw.wo, att, n, o, &mut ws.mm);
             if let Some(pn) = &lw.post_attn_norm {
