@@ -66,6 +66,9 @@ pub struct EngineConfig {
     /// Requests allowed to wait; beyond it submissions are refused as overloaded.
     pub max_waiting: usize,
     pub aging_steps: u64,
+    /// Release sliding-window tiles no future query can see (default). Off keeps every tile,
+    /// to compare against and to measure what release saves.
+    pub release_window_tiles: bool,
 }
 
 impl Default for EngineConfig {
@@ -79,6 +82,7 @@ impl Default for EngineConfig {
             prefix_caching: true,
             max_waiting: 1024,
             aging_steps: 200,
+            release_window_tiles: true,
         }
     }
 }
@@ -127,6 +131,7 @@ impl<M: Model> Engine<M> {
             max_seqs: cfg.max_seqs,
             chunked_prefill: cfg.chunked_prefill,
             aging_steps: cfg.aging_steps,
+            release_window_tiles: cfg.release_window_tiles,
         };
         let sched = Scheduler::new(sched_cfg, &layout, pool.n_tiles(), cfg.prefix_caching);
         stats.tiles_total.store(pool.n_tiles() as u64, Relaxed);

@@ -52,6 +52,20 @@ impl KvManager {
         }
     }
 
+    /// With `false`, windowed groups keep every tile, as global ones do (the model still reads
+    /// only its window). For comparisons and measurements; release is the default.
+    pub fn with_window_release(mut self, on: bool) -> KvManager {
+        if !on {
+            self.windows.iter_mut().for_each(|w| *w = None);
+        }
+        self
+    }
+
+    /// References held on tile `t` (for invariant checks).
+    pub fn ref_count(&self, t: TileId) -> u32 {
+        self.alloc.ref_count(t)
+    }
+
     pub fn tile_size(&self) -> usize {
         self.tile_size
     }

@@ -30,6 +30,8 @@ pub struct SchedulerConfig {
     pub chunked_prefill: bool,
     /// Steps of waiting worth one priority level.
     pub aging_steps: u64,
+    /// Release windowed groups' tiles that no future query can see (off only to compare).
+    pub release_window_tiles: bool,
 }
 
 /// One sequence's share of a step.
@@ -81,12 +83,13 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(cfg: SchedulerConfig, layout: &KvLayout, n_tiles: usize, caching: bool) -> Self {
         Scheduler {
-            cfg,
-            kv: KvManager::new(layout, n_tiles, caching),
+            kv: KvManager::new(layout, n_tiles, caching)
+                .with_window_release(cfg.release_window_tiles),
             seqs: HashMap::new(),
             waiting: Vec::new(),
             running: Vec::new(),
             preemptions_total: 0,
+            cfg,
         }
     }
 

@@ -1,0 +1,352 @@
+//! Shared helpers of the engine's integration tests: a fake model whose outputs depend on the
+//! whole context *as read back from the KV pool*, a small real tokenizer, and a harness that
+//! steps an `Engine` while checking the tile invariants after every step.
+//!
+//! The fake model writes each token's id and position into its K row of every group, and makes
+//! the logits of a position a hash of every K row that position can see (its window, on a
+//! windowed group). So a wrong tile table, a tile shared by mistake, a stale or overwritten tile
+//! or a released tile still in view changes the generated tokens (or fails the forward pass),
+//! while a correct engine gives the same tokens however it batches, chunks or preempts.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use engine::{
+    Engine, EngineConfig, EngineError, EngineStats, Event, FinishReason, GenerateRequest, Model,
+    SeqId, Usage,
+};
+use model::kv::KvGroup;
+use model::{Batch, KvLayout, KvPool, LogitsWanted, ModelError, TileId, Tokenizer};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// The default model for end-to-end tests: `$TESSERA_MODEL`, else `<workspace>/models/…`.
+/// Missing model = failure with instructions, never a silent pass.
+pub fn default_model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("TESSERA_MODEL") {
+        return PathBuf::from(p);
+    }
+    let p = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../models/gemma-3-270m-q4_k_m.gguf"
+    ));
+    assert!(
+        p.exists(),
+        "default model missing at {}: run `cargo run --release -- fetch-model` (or scripts/test.sh)",
+        p.display()
+    );
+    p
+}
+
+/// The tokenizer of model's tiny test vocabulary (SentencePiece, 315 tokens, `</s>` = 2).
+pub fn tiny_tokenizer() -> Tokenizer {
+    let bytes = model::testing::tiny_model_gguf("llama", model::testing::TINY_SEED);
+    let parsed = gguf::parse(&bytes).expect("tiny model parses");
+    Tokenizer::from_metadata(&parsed.metadata).expect("tiny vocabulary builds")
+}
+
+pub const FAKE_KV_DIM: usize = 2;
+
+/// See the module header.
+pub struct FakeModel {
+    pub vocab: usize,
+    pub context: usize,
+    /// Window of the windowed groups; `None` makes every group global.
+    pub window: Option<usize>,
+    /// Windowed groups (after the one global group).
+    pub n_windowed: usize,
+    /// "After token a comes token b": forces b as the greedy choice after a.
+    pub next_of: HashMap<u32, u32>,
+}
+
+impl FakeModel {
+    pub fn new(window: Option<usize>) -> FakeModel {
+        FakeModel {
+            vocab: model::testing::tiny_vocab_size(),
+            context: 256,
+            window,
+            n_windowed: 2,
+            next_of: HashMap::new(),
+        }
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl FakeModel {
+    fn windows(&self) -> Vec<Option<usize>> {
+        let mut w = vec![None];
+        w.extend(std::iter::repeat_n(self.window, self.n_windowed));
+        w
+    }
+
+    /// Hash of every K row position `pos` sees, over all groups.
+    fn context_hash(
+        &self,
+        kv: &KvPool,
+        tables: &[Vec<TileId>],
+        pos: usize,
+    ) -> Result<u64, ModelError> {
+        let ts = kv.layout().tile_size;
+        let mut h = 0x1234_5678u64;
+        for (g, w) in self.windows().iter().enumerate() {
+            let lo = w.map_or(0, |w| (pos + 1).saturating_sub(w));
+            for q in lo..=pos {
+                let tile = tables[g][q / ts];
+                if tile == TileId::RELEASED {
+                    return Err(ModelError::BadBatch(format!(
+                        "group {g}: position {q} is visible from {pos} but its tile was released"
+                    )));
+                }
+                let (k, _) = kv.tile_rows(tile, 0, q % ts, 1);
+                let (tok, p) = (k[0].to_f32() as u64, k[1].to_f32() as usize);
+                if p != q % 2048 {
+                    return Err(ModelError::BadBatch(format!(
+                        "group {g}: tile {} slot {} holds position {p}, expected {q}",
+                        tile.0,
+                        q % ts
+                    )));
+                }
+                h = mix(h ^ mix(tok ^ ((g as u64) << 32) ^ ((q as u64) << 40)));
+            }
+        }
+        Ok(h)
+    }
+}
+
+impl Model for FakeModel {
+    fn kv_layout(&self, tile_size: usize) -> KvLayout {
+        let groups: Vec<KvGroup> = self
+            .windows()
+            .into_iter()
+            .enumerate()
+            .map(|(i, window)| KvGroup {
+                layers: vec![i],
+                window,
+            })
+            .collect();
+        KvLayout {
+            tile_size,
+            kv_dim: FAKE_KV_DIM,
+            layer_slot: (0..groups.len()).map(|i| (i, 0)).collect(),
+            groups,
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn context_length(&self) -> usize {
+        self.context
+    }
+
+    fn forward(
+        &mut self,
+        batch: &Batch,
+        kv: &mut KvPool,
+        logits: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let ts = kv.layout().tile_size;
+        logits.clear();
+        for s in batch.seqs {
+            for t in 0..s.len {
+                let pos = s.start_pos + t;
+                let tok = batch.tokens[s.first_token + t];
+                let row = [tok as f32, (pos % 2048) as f32];
+                for table in s.tile_tables {
+                    let tile = table[pos / ts];
+                    if tile == TileId::RELEASED {
+                        return Err(ModelError::BadBatch("writing a released tile".into()));
+                    }
+                    kv.store(tile, 0, pos % ts, &row, &row);
+                }
+            }
+            for t in 0..s.len {
+                let wanted = match s.logits {
+                    LogitsWanted::None => false,
+                    LogitsWanted::Last => t + 1 == s.len,
+                    LogitsWanted::All => true,
+                };
+                if !wanted {
+                    continue;
+                }
+                let pos = s.start_pos + t;
+                let h = self.context_hash(kv, s.tile_tables, pos)?;
+                let start = logits.len();
+                logits.extend((0..self.vocab as u64).map(|j| {
+                    let r = mix(h ^ j.wrapping_mul(0xA24B_AED4_963E_E407));
+                    (r >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+                }));
+                let tok = batch.tokens[s.first_token + t];
+                if let Some(&b) = self.next_of.get(&tok) {
+                    logits[start + b as usize] = 100.0;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Engine settings for the fake model: `n_tiles` tiles of `tile_size` tokens.
+pub fn fake_config(model: &FakeModel, tile_size: usize, n_tiles: usize) -> EngineConfig {
+    let layout = model.kv_layout(tile_size);
+    EngineConfig {
+        tile_size,
+        kv_bytes: n_tiles * layout.tile_bytes(),
+        max_batch_tokens: 64,
+        max_seqs: 4,
+        ..EngineConfig::default()
+    }
+}
+
+/// Everything one request got back.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub finish: Option<(FinishReason, Usage)>,
+    pub error: Option<EngineError>,
+    /// Events received after the last one (must stay 0).
+    pub late_events: usize,
+}
+
+/// Steps an engine, collecting every request's events and checking the tile invariants after
+/// every step.
+pub struct Harness<M: Model> {
+    pub engine: Engine<M>,
+    pub stats: Arc<EngineStats>,
+    rx: HashMap<SeqId, UnboundedReceiver<Event>>,
+    pub out: HashMap<SeqId, Outcome>,
+    next: u64,
+    pub steps: usize,
+    /// Most tiles in use after any step.
+    pub peak_in_use: usize,
+}
+
+impl<M: Model> Harness<M> {
+    pub fn new(model: M, tokenizer: Tokenizer, cfg: &EngineConfig) -> Self {
+        cfg.validate().expect("test config is valid");
+        let stats = Arc::new(EngineStats::default());
+        Harness {
+            engine: Engine::new(model, tokenizer, cfg, stats.clone()),
+            stats,
+            rx: HashMap::new(),
+            out: HashMap::new(),
+            next: 1,
+            steps: 0,
+            peak_in_use: 0,
+        }
+    }
+
+    pub fn submit(&mut self, req: GenerateRequest) -> SeqId {
+        let id = SeqId(self.next);
+        self.next += 1;
+        let (tx, rx) = unbounded_channel();
+        self.engine.submit(id, req, tx);
+        self.rx.insert(id, rx);
+        self.out.insert(id, Outcome::default());
+        self.drain();
+        id
+    }
+
+    /// Drops a request's receiver, as a client that goes away does.
+    pub fn disconnect(&mut self, id: SeqId) {
+        self.rx.remove(&id);
+    }
+
+    pub fn drain(&mut self) {
+        for (id, rx) in self.rx.iter_mut() {
+            let o = self.out.get_mut(id).expect("outcome exists");
+            while let Ok(ev) = rx.try_recv() {
+                if o.finish.is_some() || o.error.is_some() {
+                    o.late_events += 1;
+                }
+                match ev {
+                    Event::Token { id, text, .. } => {
+                        o.tokens.push(id);
+                        o.text.push_str(&text);
+                    }
+                    Event::Finished {
+                        reason,
+                        text,
+                        usage,
+                    } => {
+                        o.text.push_str(&text);
+                        o.finish = Some((reason, usage));
+                    }
+                    Event::Error(e) => o.error = Some(e),
+                    Event::PromptLogprobs(_) => {}
+                }
+            }
+        }
+    }
+
+    pub fn is_done(&self, id: SeqId) -> bool {
+        let o = &self.out[&id];
+        o.finish.is_some() || o.error.is_some()
+    }
+
+    /// One engine step as the engine thread runs it, then the invariant checks.
+    pub fn step(&mut self) -> usize {
+        self.engine.reap_disconnected();
+        let n = self.engine.step().expect("forward pass succeeds");
+        self.steps += 1;
+        self.drain();
+        let sched = self.engine.scheduler();
+        sched.check_invariants().expect("tile invariants hold");
+        let c = sched.tile_counts();
+        assert_eq!(c.total, c.free + c.cached + c.in_use);
+        self.peak_in_use = self.peak_in_use.max(c.in_use);
+        n
+    }
+
+    /// Steps until no request is left (with a bound, so a livelock fails instead of hanging).
+    pub fn run(&mut self) {
+        let mut guard = 0;
+        while self.engine.has_work() {
+            self.step();
+            guard += 1;
+            assert!(guard < 100_000, "engine did not finish its work");
+        }
+        assert_eq!(self.engine.scheduler().tile_counts().in_use, 0);
+    }
+
+    pub fn outcome(&self, id: SeqId) -> &Outcome {
+        &self.out[&id]
+    }
+}
+
+/// A greedy request for `max_tokens` tokens that ignores end-of-generation tokens.
+pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        prompt,
+        max_tokens,
+        ignore_eos: true,
+        ..GenerateRequest::default()
+    }
+}
+
+/// `n` deterministic pseudo-random token ids above the control tokens (3..vocab).
+pub fn prompt(seed: u64, n: usize) -> Vec<u32> {
+    let vocab = model::testing::tiny_vocab_size() as u64;
+    (0..n as u64)
+        .map(|i| (3 + mix(seed.wrapping_mul(1000).wrapping_add(i)) % (vocab - 3)) as u32)
+        .collect()
+}
+
+/// Runs each request alone in a fresh, roomy engine and returns its tokens.
+pub fn solo(model: impl Fn() -> FakeModel, tile_size: usize, req: &GenerateRequest) -> Outcome {
+    let m = model();
+    let cfg = fake_config(&m, tile_size, 4096);
+    let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
+    let id = h.submit(req.clone());
+    h.run();
+    h.outcome(id).clone()
+}
