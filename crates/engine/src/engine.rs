@@ -205,6 +205,7 @@ impl<M: Model> Engine<M> {
                 req,
                 sampler,
                 held: String::new(),
+                stopped_by_string: false,
                 events,
                 arrived: Instant::now(),
                 scheduled_at: None,
@@ -467,13 +468,15 @@ impl<M: Model> Engine<M> {
             seq.as_ref().map_or((0, 0, 0), |s| {
                 (s.prompt_len, s.output().len(), s.cached_prompt_tokens)
             });
+        // What is left to send: the held-back text and any bytes the decoder still holds, cut
+        // at a stop string they complete. Nothing after a stop string, nothing on abort.
         let mut text = String::new();
-        if reason != FinishReason::Abort {
-            text = std::mem::take(&mut r.held);
-            text.push_str(&r.decoder.flush());
-            if let StopCheck::Stop(t) = r.filter_stop("") {
-                text = t;
-            }
+        if reason != FinishReason::Abort && !r.stopped_by_string {
+            let tail = r.decoder.flush();
+            text = match r.filter_stop(&tail) {
+                StopCheck::Stop(t) => t,
+                StopCheck::Emit(t) => t + &std::mem::take(&mut r.held),
+            };
         }
         let usage = Usage {
             prompt_tokens,

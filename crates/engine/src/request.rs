@@ -106,6 +106,8 @@ pub(crate) struct RequestState {
     pub decoder: IncrementalDecoder,
     /// Decoded text not yet sent, because it may be the start of a stop string.
     pub held: String,
+    /// A stop string was found: nothing after it is sent, not even bytes flushed at the end.
+    pub stopped_by_string: bool,
     pub events: UnboundedSender<Event>,
     pub arrived: Instant,
     pub scheduled_at: Option<Instant>,
@@ -139,6 +141,7 @@ impl RequestState {
         {
             let out = self.held[..at].to_string();
             self.held.clear();
+            self.stopped_by_string = true;
             return StopCheck::Stop(out);
         }
         // Hold back the longest tail of `held` that is a prefix of some stop string.
