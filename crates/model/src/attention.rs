@@ -99,11 +99,23 @@ pub fn attend_all(
                 let mut h0 = 0;
                 while h0 < heads.n_heads {
                     let h1 = (h0 + per).min(heads.n_heads);
-                    tasks.push(Task { chunk: ci, t0, t1, h0, h1 });
+                    tasks.push(Task {
+                        chunk: ci,
+                        t0,
+                        t1,
+                        h0,
+                        h1,
+                    });
                     h0 = h1;
                 }
             } else {
-                tasks.push(Task { chunk: ci, t0, t1, h0: 0, h1: heads.n_heads });
+                tasks.push(Task {
+                    chunk: ci,
+                    t0,
+                    t1,
+                    h0: 0,
+                    h1: heads.n_heads,
+                });
             }
             t0 = t1;
         }
@@ -136,7 +148,10 @@ impl SharedOut {
     /// No two live slices may overlap; `start + len` must be within the buffer.
     #[allow(clippy::mut_from_ref)]
     unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
-        assert!(start + len <= self.1, "attention output out of bounds: this is a bug");
+        assert!(
+            start + len <= self.1,
+            "attention output out of bounds: this is a bug"
+        );
         // SAFETY: in bounds (checked) and disjoint from other live slices (caller's contract).
         unsafe { std::slice::from_raw_parts_mut(self.0.add(start), len) }
     }
@@ -210,7 +225,10 @@ fn run_task_body(
         let tile_start = ti * ts;
         let n_slots = ts.min(last_pos + 1 - tile_start);
         if tile == TileId::RELEASED {
-            debug_assert!(tile_start + ts <= lo(first_pos), "a visible tile was released");
+            debug_assert!(
+                tile_start + ts <= lo(first_pos),
+                "a visible tile was released"
+            );
             continue;
         }
         let (kh, vh) = pool.tile_rows(tile, c.in_group, 0, n_slots);
@@ -268,7 +286,10 @@ fn run_task_body(
         for hi in 0..nh {
             let st = t * nh + hi;
             let inv = if s.l[st] > 0.0 { 1.0 / s.l[st] } else { 0.0 };
-            for (d, a) in dst[hi * hd..(hi + 1) * hd].iter_mut().zip(&s.acc[st * hd..(st + 1) * hd]) {
+            for (d, a) in dst[hi * hd..(hi + 1) * hd]
+                .iter_mut()
+                .zip(&s.acc[st * hd..(st + 1) * hd])
+            {
                 *d = a * inv;
             }
         }

@@ -7,6 +7,7 @@
 pub mod attention;
 pub mod batch;
 pub mod config;
+pub mod eval;
 pub mod forward;
 pub mod kv;
 pub mod ops;
