@@ -18,9 +18,9 @@ ppl_stride = 0; re-implemented here, not copied):
 
 llama-perplexity's default n_batch = 2048 packs 4 chunks as 4 independent sequences into one decode;
 each sequence only attends to itself, so evaluating one chunk per decode (as here) is the same
-computation. The run is made twice, flash attention off (the setting the greedy goldens use) and on
-(what llama-perplexity picks by default on CPU), to show how much the figure moves with kernel-level
-rounding.
+computation. The headline run has flash attention off and an f16 K/V cache (the settings of the
+greedy goldens). Two variants follow, flash attention on (what llama-perplexity picks by default on
+CPU) and an f32 K/V cache, to show how much the figures move with kernel-level rounding alone.
 
 Usage: python perplexity.py [--model PATH] [--text PATH] [--out PATH]
 """
@@ -45,7 +45,13 @@ N_THREADS = 2
 PER_TOKEN_CHUNKS = 2  # per-token NLLs are dumped for this many leading chunks
 
 
-def make_llama(model: str, flash_attn: bool) -> Llama:
+# (flash attention, K/V cache type): the headline run first, then two variants that show how far
+# kernel-level rounding alone moves the figure.
+CONFIGS = [(False, "f16"), (True, "f16"), (False, "f32")]
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "f32": llama_cpp.GGML_TYPE_F32}
+
+
+def make_llama(model: str, flash_attn: bool, type_kv: str) -> Llama:
     return Llama(
         model_path=model,
         n_ctx=N_CTX,
@@ -54,8 +60,8 @@ def make_llama(model: str, flash_attn: bool) -> Llama:
         n_threads=N_THREADS,
         n_threads_batch=N_THREADS,
         flash_attn=flash_attn,
-        type_k=llama_cpp.GGML_TYPE_F16,
-        type_v=llama_cpp.GGML_TYPE_F16,
+        type_k=KV_TYPES[type_kv],
+        type_v=KV_TYPES[type_kv],
         n_gpu_layers=0,
         verbose=False,
     )
@@ -95,8 +101,8 @@ def token_nll(logits: np.ndarray, target: int) -> float:
     return -(float(logits[target] - mx) - math.log(sum_exp))
 
 
-def run(model: str, tokens: list, bos: int, flash_attn: bool) -> dict:
-    llm = make_llama(model, flash_attn)
+def run(model: str, tokens: list, bos: int, flash_attn: bool, type_kv: str) -> dict:
+    llm = make_llama(model, flash_attn, type_kv)
     n_chunk = len(tokens) // N_CTX
     nll = nll2 = 0.0
     count = 0
@@ -129,6 +135,7 @@ def run(model: str, tokens: list, bos: int, flash_attn: bool) -> dict:
     llm.close()
     return {
         "flash_attn": flash_attn,
+        "type_kv": type_kv,
         "ppl": ppl,
         "ppl_error": err,
         "mean_nll": mean,
@@ -136,6 +143,27 @@ def run(model: str, tokens: list, bos: int, flash_attn: bool) -> dict:
         "n_scored_tokens": count,
         "chunks": chunks,
     }
+
+
+def variant_differences(runs: list) -> list:
+    """Per-token |NLL difference| between the headline run and each variant, over the chunks
+    whose per-token NLLs are dumped: what a correct reimplementation may differ by."""
+    base = [v for c in runs[0]["chunks"] if "per_token_nll" in c for v in c["per_token_nll"]]
+    out = []
+    for r in runs[1:]:
+        other = [v for c in r["chunks"] if "per_token_nll" in c for v in c["per_token_nll"]]
+        d = np.abs(np.array(base) - np.array(other))
+        out.append(
+            {
+                "flash_attn": r["flash_attn"],
+                "type_kv": r["type_kv"],
+                "ppl_diff": r["ppl"] - runs[0]["ppl"],
+                "per_token_abs_nll_diff_mean": float(d.mean()),
+                "per_token_abs_nll_diff_p99": float(np.percentile(d, 99)),
+                "per_token_abs_nll_diff_max": float(d.max()),
+            }
+        )
+    return out
 
 
 def main() -> None:
@@ -154,10 +182,11 @@ def main() -> None:
     if len(tokens) < 2 * N_CTX:
         raise SystemExit("text too short: llama-perplexity needs at least 2*n_ctx tokens")
 
-    runs = [run(args.model, tokens, bos, fa) for fa in (False, True)]
+    runs = [run(args.model, tokens, bos, fa, kv) for fa, kv in CONFIGS]
     main_run = runs[0]
-    print(f"PPL = {main_run['ppl']:.4f} +/- {main_run['ppl_error']:.5f} (flash attn off), "
-          f"{runs[1]['ppl']:.4f} (on)")
+    for r in runs:
+        print(f"PPL = {r['ppl']:.4f} +/- {r['ppl_error']:.5f} (flash attn {r['flash_attn']}, KV {r['type_kv']})")
+    diffs = variant_differences(runs)
 
     try:
         text_name = str(Path(args.text).resolve().relative_to(REPO))
@@ -175,10 +204,10 @@ def main() -> None:
                 "n_batch": N_CTX,
                 "n_ubatch": N_CTX,
                 "n_threads": N_THREADS,
-                "type_k": "f16",
-                "type_v": "f16",
+                "type_k": "f16 (headline run; see runs)",
+                "type_v": "f16 (headline run; see runs)",
                 "n_gpu_layers": 0,
-                "flash_attn": "see runs",
+                "flash_attn": "off (headline run; see runs)",
             },
         },
         "procedure": (
@@ -199,6 +228,8 @@ def main() -> None:
         "ppl": main_run["ppl"],
         "ppl_error": main_run["ppl_error"],
         "ppl_flash_attn_on": runs[1]["ppl"],
+        "ppl_kv_f32": runs[2]["ppl"],
+        "variant_differences": diffs,
         "runs": runs,
     }
     write_json(args.out, golden)
