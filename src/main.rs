@@ -2,6 +2,7 @@
 
 mod fetch;
 mod generate;
+mod perplexity;
 
 use std::path::PathBuf;
 
@@ -23,6 +24,8 @@ struct Cli {
 enum Command {
     /// Generate a continuation of a prompt and stream it to stdout.
     Generate(generate::GenerateArgs),
+    /// Perplexity of a model on a text file, computed as llama-perplexity does.
+    Perplexity(perplexity::PerplexityArgs),
     /// Download the default model (Gemma 3 270M Q4_K_M) into ./models and verify its sha256.
     FetchModel {
         /// Folder to put it in (default: $TESSERA_MODELS_DIR or ./models).
@@ -38,6 +41,7 @@ fn main() -> Result<()> {
         .init();
     match Cli::parse().command {
         Command::Generate(args) => generate::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
         Command::FetchModel { dir } => {
             let dir = dir.unwrap_or_else(fetch::models_dir);
             let path = dir.join(fetch::DEFAULT_MODEL_FILE);

@@ -16,7 +16,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use half::slice::HalfFloatSliceExt;
 use kernels::Threads;
 
 use crate::kv::{KvPool, TileId};
@@ -231,11 +230,9 @@ fn run_task_body(
             );
             continue;
         }
-        let (kh, vh) = pool.tile_rows(tile, c.in_group, 0, n_slots);
         let kf = &mut s.k[..n_slots * kv_dim];
         let vf = &mut s.v[..n_slots * kv_dim];
-        kh.convert_to_f32_slice(kf);
-        vh.convert_to_f32_slice(vf);
+        pool.read_rows(tile, c.in_group, n_slots, kf, vf);
         for t in 0..nq {
             let p = first_pos + t;
             let s_lo = lo(p).max(tile_start);

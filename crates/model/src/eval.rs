@@ -6,6 +6,7 @@
 
 use crate::batch::LogitsWanted;
 use crate::forward::Transformer;
+use crate::kv::{KvDtype, KvLayout};
 use crate::session::Session;
 use crate::ModelError;
 
@@ -28,6 +29,7 @@ pub fn perplexity(
     tokens: &[u32],
     bos: u32,
     n_ctx: usize,
+    kv_dtype: KvDtype,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Perplexity, ModelError> {
     if n_ctx < 4 {
@@ -38,7 +40,10 @@ pub fn perplexity(
     let n_chunks = tokens.len() / n_ctx;
     let first = n_ctx / 2;
     let vocab = model.config().vocab_size;
-    let mut session = Session::new(model, 1, n_ctx, 16);
+    let layout = KvLayout::new(model.config(), 16)
+        .with_dtype(kv_dtype)
+        .map_err(ModelError::Invalid)?;
+    let mut session = Session::with_layout(layout, 1, n_ctx);
     let (mut sum, mut sum_sq, mut count) = (0.0f64, 0.0f64, 0usize);
     let mut chunk_nll = Vec::with_capacity(n_chunks);
     let mut logits = Vec::new();

@@ -9,10 +9,14 @@
 //! (Gemma 3 270M: 3 global layers form one group, the 15 local layers five more). Groups all have
 //! the same number of layers, so every tile has the same byte size and one pool serves them all.
 //!
-//! Layout of each of `k` and `v`: `[tile][layer_in_group][slot][kv_dim]`, f16.
-//! Invariant: `k.len() == v.len() == n_tiles * tile_elems()`.
+//! Layout of each of `k` and `v`: `[tile][layer_in_group][slot][kv_dim]`, stored as f16 (the
+//! default), f32, or Q8_0 blocks of 32 values (`KvDtype`).
+//! Invariant: `k` and `v` each hold `n_tiles * tile_elems()` values.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
+use kernels::quant::legacy::{dequantize_q8_0, quantize_row_q8_0};
+use kernels::quant::{BlockQ8_0, QK8_0};
 
 use crate::config::ModelConfig;
 
@@ -23,6 +27,36 @@ pub struct TileId(pub u32);
 impl TileId {
     /// Marks a tile-table entry whose tile was released (out of every future query's window).
     pub const RELEASED: TileId = TileId(u32::MAX);
+}
+
+/// How K and V values are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvDtype {
+    F32,
+    #[default]
+    F16,
+    /// ggml Q8_0: blocks of 32 int8 values with one f16 scale (34 bytes per 32 values).
+    Q8_0,
+}
+
+impl KvDtype {
+    pub fn parse(s: &str) -> Option<KvDtype> {
+        match s {
+            "f32" => Some(KvDtype::F32),
+            "f16" => Some(KvDtype::F16),
+            "q8_0" => Some(KvDtype::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// Bytes used by `n` values (`n` a multiple of 32 for Q8_0).
+    pub fn bytes(self, n: usize) -> usize {
+        match self {
+            KvDtype::F32 => 4 * n,
+            KvDtype::F16 => 2 * n,
+            KvDtype::Q8_0 => n / QK8_0 * std::mem::size_of::<BlockQ8_0>(),
+        }
+    }
 }
 
 /// A group of layers that share tile tables.
@@ -44,6 +78,7 @@ pub struct KvLayout {
     pub groups: Vec<KvGroup>,
     /// For each layer: (group index, index inside the group).
     pub layer_slot: Vec<(usize, usize)>,
+    pub dtype: KvDtype,
 }
 
 impl KvLayout {
@@ -78,7 +113,20 @@ impl KvLayout {
             kv_dim: cfg.kv_dim(),
             groups,
             layer_slot,
+            dtype: KvDtype::F16,
         }
+    }
+
+    /// The same layout with another storage type; Q8_0 needs rows of whole 32-value blocks.
+    pub fn with_dtype(mut self, dtype: KvDtype) -> Result<KvLayout, String> {
+        if dtype == KvDtype::Q8_0 && !self.kv_dim.is_multiple_of(QK8_0) {
+            return Err(format!(
+                "q8_0 KV needs a K/V row of a multiple of 32 values, not {}",
+                self.kv_dim
+            ));
+        }
+        self.dtype = dtype;
+        Ok(self)
     }
 
     pub fn layers_per_group(&self) -> usize {
@@ -92,7 +140,7 @@ impl KvLayout {
 
     /// Bytes of K plus V in one tile.
     pub fn tile_bytes(&self) -> usize {
-        2 * self.tile_elems() * std::mem::size_of::<f16>()
+        2 * self.dtype.bytes(self.tile_elems())
     }
 }
 
@@ -104,22 +152,65 @@ fn gcd(a: usize, b: usize) -> usize {
     }
 }
 
+/// Values of K or of V in one storage type.
+enum Store {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    Q8(Vec<BlockQ8_0>),
+}
+
+impl Store {
+    fn new(dtype: KvDtype, n: usize) -> Store {
+        match dtype {
+            KvDtype::F32 => Store::F32(vec![0.0; n]),
+            KvDtype::F16 => Store::F16(vec![f16::ZERO; n]),
+            KvDtype::Q8_0 => Store::Q8(vec![
+                BlockQ8_0 {
+                    d: [0; 2],
+                    qs: [0; QK8_0]
+                };
+                n / QK8_0
+            ]),
+        }
+    }
+
+    /// Writes `src` at value offset `at` (a multiple of 32 for Q8_0).
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+            Store::F16(v) => v[at..at + src.len()].convert_from_f32_slice(src),
+            Store::Q8(v) => {
+                quantize_row_q8_0(src, &mut v[at / QK8_0..(at + src.len()) / QK8_0]);
+            }
+        }
+    }
+
+    /// Reads `dst.len()` values from value offset `at` as f32.
+    fn read(&self, at: usize, dst: &mut [f32]) {
+        match self {
+            Store::F32(v) => dst.copy_from_slice(&v[at..at + dst.len()]),
+            Store::F16(v) => v[at..at + dst.len()].convert_to_f32_slice(dst),
+            Store::Q8(v) => dequantize_q8_0(&v[at / QK8_0..(at + dst.len()) / QK8_0], dst),
+        }
+    }
+}
+
 /// The preallocated K/V storage. It never grows after construction.
 pub struct KvPool {
     layout: KvLayout,
     n_tiles: usize,
-    k: Vec<f16>,
-    v: Vec<f16>,
+    k: Store,
+    v: Store,
 }
 
 impl KvPool {
     pub fn new(layout: KvLayout, n_tiles: usize) -> KvPool {
         let elems = n_tiles * layout.tile_elems();
         KvPool {
+            k: Store::new(layout.dtype, elems),
+            v: Store::new(layout.dtype, elems),
             layout,
             n_tiles,
-            k: vec![f16::ZERO; elems],
-            v: vec![f16::ZERO; elems],
         }
     }
 
@@ -137,7 +228,7 @@ impl KvPool {
         self.n_tiles
     }
 
-    /// Start of (tile, layer-in-group, slot) in `k`/`v`.
+    /// Start of (tile, layer-in-group, slot) in values.
     #[inline]
     fn offset(&self, tile: TileId, in_group: usize, slot: usize) -> usize {
         let l = &self.layout;
@@ -147,26 +238,16 @@ impl KvPool {
     /// Writes one token's K and V for a layer.
     pub fn store(&mut self, tile: TileId, in_group: usize, slot: usize, k: &[f32], v: &[f32]) {
         let o = self.offset(tile, in_group, slot);
-        let d = self.layout.kv_dim;
-        for (dst, src) in self.k[o..o + d].iter_mut().zip(k) {
-            *dst = f16::from_f32(*src);
-        }
-        for (dst, src) in self.v[o..o + d].iter_mut().zip(v) {
-            *dst = f16::from_f32(*src);
-        }
+        self.k.write(o, k);
+        self.v.write(o, v);
     }
 
-    /// K and V of `n` consecutive slots of one tile and layer: `[n][kv_dim]` each.
+    /// K and V of the first `n` slots of one tile and layer, as f32 `[n][kv_dim]` each.
     #[inline]
-    pub fn tile_rows(
-        &self,
-        tile: TileId,
-        in_group: usize,
-        first_slot: usize,
-        n: usize,
-    ) -> (&[f16], &[f16]) {
-        let o = self.offset(tile, in_group, first_slot);
+    pub fn read_rows(&self, tile: TileId, in_group: usize, n: usize, k: &mut [f32], v: &mut [f32]) {
+        let o = self.offset(tile, in_group, 0);
         let len = n * self.layout.kv_dim;
-        (&self.k[o..o + len], &self.v[o..o + len])
+        self.k.read(o, &mut k[..len]);
+        self.v.read(o, &mut v[..len]);
     }
 }

@@ -20,7 +20,11 @@ pub struct Session {
 
 impl Session {
     pub fn new(model: &Transformer, n_seqs: usize, max_len: usize, tile_size: usize) -> Session {
-        let layout = KvLayout::new(model.config(), tile_size);
+        Self::with_layout(KvLayout::new(model.config(), tile_size), n_seqs, max_len)
+    }
+
+    /// A session over a given KV layout (e.g. another `KvDtype`).
+    pub fn with_layout(layout: KvLayout, n_seqs: usize, max_len: usize) -> Session {
         let per_seq = max_len.div_ceil(layout.tile_size);
         let n_groups = layout.groups.len();
         let mut next = 0u32;
