@@ -1,0 +1,120 @@
+//! Model-level benchmark (no server): prefill and decode throughput of one model.
+//!
+//! `cargo run --release -p tessera-model --example throughput -- [MODEL] [--threads N]
+//!  [--batches 1,4,16,64] [--prompt 512] [--decode 128] [--json FILE]`
+//!
+//! Reports, like llama-bench's pp512 / tg128 and llama-batched-bench:
+//! - prefill tok/s of one `--prompt`-token prompt (one forward pass per 512-token chunk);
+//! - decode tok/s of `--decode` steps for each batch size B (B sequences, one token each per step,
+//!   each with a short prompt already in the cache), counted over all B sequences.
+
+use std::time::Instant;
+
+use model::{LogitsWanted, Session};
+
+struct Args {
+    model: String,
+    threads: usize,
+    batches: Vec<usize>,
+    prompt: usize,
+    decode: usize,
+    json: Option<String>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        model: "models/gemma-3-270m-q4_k_m.gguf".into(),
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        batches: vec![1, 4, 16, 64],
+        prompt: 512,
+        decode: 128,
+        json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        let num = |s: String| s.parse::<usize>().map_err(|e| format!("{s}: {e}"));
+        match arg.as_str() {
+            "--threads" => a.threads = num(val("--threads")?)?,
+            "--prompt" => a.prompt = num(val("--prompt")?)?,
+            "--decode" => a.decode = num(val("--decode")?)?,
+            "--json" => a.json = Some(val("--json")?),
+            "--batches" => {
+                a.batches = val("--batches")?
+                    .split(',')
+                    .map(|s| num(s.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
+            s if !s.starts_with("--") => a.model = s.to_string(),
+            s => return Err(format!("unknown flag {s}")),
+        }
+    }
+    Ok(a)
+}
+
+fn main() {
+    let args = match parse() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let m = match model::load(std::path::Path::new(&args.model), args.threads) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    let mut tf = m.transformer;
+    let vocab = tf.config().vocab_size as u32;
+    // Deterministic pseudo-text: token ids spread over the vocabulary.
+    let token = |i: usize| (1000 + (i as u32).wrapping_mul(7919) % (vocab - 2000));
+    let mut logits = Vec::new();
+    let mut results = Vec::new();
+
+    // Warm-up (page in the weights, size the buffers).
+    let mut s = Session::new(&tf, 1, 64, 16);
+    let warm: Vec<u32> = (0..32).map(token).collect();
+    s.prefill(&mut tf, 0, &warm, 512).expect("warm-up runs");
+
+    // Prefill.
+    let prompt: Vec<u32> = (0..args.prompt).map(token).collect();
+    let mut s = Session::new(&tf, 1, args.prompt + 1, 16);
+    let t = Instant::now();
+    s.prefill(&mut tf, 0, &prompt, 512).expect("prefill runs");
+    let pp = args.prompt as f64 / t.elapsed().as_secs_f64();
+    println!("prefill  {:>4} tokens            {pp:>8.1} tok/s", args.prompt);
+    results.push(format!("\"pp{}\": {pp:.2}", args.prompt));
+
+    // Decode at each batch size.
+    for &b in &args.batches {
+        let ctx = 16 + args.decode + 1;
+        let mut s = Session::new(&tf, b, ctx, 16);
+        for i in 0..b {
+            let p: Vec<u32> = (0..16).map(|j| token(i * 16 + j)).collect();
+            s.prefill(&mut tf, i, &p, 512).expect("prefill runs");
+        }
+        let toks: Vec<[u32; 1]> = (0..b).map(|i| [token(i)]).collect();
+        let t = Instant::now();
+        for _ in 0..args.decode {
+            let work: Vec<(usize, &[u32], LogitsWanted)> = toks
+                .iter()
+                .enumerate()
+                .map(|(i, tk)| (i, &tk[..], LogitsWanted::Last))
+                .collect();
+            s.run(&mut tf, &work, &mut logits).expect("decode runs");
+        }
+        let tg = (b * args.decode) as f64 / t.elapsed().as_secs_f64();
+        println!("decode   batch {b:>3} x {} steps   {tg:>8.1} tok/s", args.decode);
+        results.push(format!("\"tg{}_b{b}\": {tg:.2}", args.decode));
+    }
+    if let Some(path) = args.json {
+        let body = format!("{{\"threads\": {}, {}}}\n", args.threads, results.join(", "));
+        if let Err(e) = std::fs::write(&path, body) {
+            eprintln!("error: writing {path}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
