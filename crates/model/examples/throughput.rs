@@ -70,7 +70,7 @@ fn main() {
     let mut tf = m.transformer;
     let vocab = tf.config().vocab_size as u32;
     // Deterministic pseudo-text: token ids spread over the vocabulary.
-    let token = |i: usize| (1000 + (i as u32).wrapping_mul(7919) % (vocab - 2000));
+    let token = |i: usize| 1000 + (i as u32).wrapping_mul(7919) % (vocab - 2000);
     let mut logits = Vec::new();
     let mut results = Vec::new();
 
