@@ -11,6 +11,14 @@ use model::KvLayout;
 
 use crate::tiles::{chain_key, PrefixKey, TileAllocator, TileCounts, TileId};
 
+/// `grow` found fewer free or evictable tiles than it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{needed} tiles needed, {available} available")]
+pub struct PoolShort {
+    pub needed: usize,
+    pub available: usize,
+}
+
 /// The tiles one sequence holds.
 #[derive(Debug, Default, Clone)]
 pub struct SeqTiles {
@@ -181,9 +189,11 @@ impl KvManager {
     }
 
     /// Grows every table of `seq` to cover `new_len` tokens. On failure nothing is allocated.
-    pub fn grow(&mut self, seq: &mut SeqTiles, new_len: usize) -> Result<(), ()> {
-        if self.tiles_needed(seq, new_len) > self.alloc.available() {
-            return Err(());
+    pub fn grow(&mut self, seq: &mut SeqTiles, new_len: usize) -> Result<(), PoolShort> {
+        let needed = self.tiles_needed(seq, new_len);
+        let available = self.alloc.available();
+        if needed > available {
+            return Err(PoolShort { needed, available });
         }
         let want = new_len.div_ceil(self.tile_size);
         for table in seq.tables.iter_mut() {

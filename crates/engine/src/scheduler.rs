@@ -6,11 +6,15 @@
 //! 2. running sequences still prefilling get chunks, then waiting ones are admitted (adopting
 //!    their longest cached prefix first), until `max_batch_tokens` or `max_seqs` is used up;
 //!    with chunked prefill off a prompt runs whole in one step.
-//! When the pool has no tile for a sequence, the lowest-priority, latest-arrived running
-//! sequence is preempted: its tiles are released and it goes back to the front of the waiting
-//! line with the tokens it has, to be recomputed (reusing the prefix cache) later. A resumed
-//! sequence is protected from preemption until it produces a token. Waiting sequences age:
-//! every `aging_steps` steps waited counts as one priority level, so none starves.
+//!
+//! When the pool has no tile for a sequence, the running sequence that ranks last (highest
+//! priority value, then latest arrival; the needy sequence included, and also one already planned
+//! this step, whose chunk is then taken back) is preempted: its tiles are released and it goes
+//! back to the front of the waiting line with the tokens it has, to be recomputed (reusing the
+//! prefix cache) later. Nobody is admitted in a step that preempts, so a victim is not taken
+//! straight back. A resumed sequence is protected from preemption until it produces a token
+//! (unless nothing else could run). Waiting sequences age: every `aging_steps` steps waited
+//! counts as one priority level, so none starves.
 
 use std::collections::HashMap;
 
@@ -157,8 +161,8 @@ impl Scheduler {
     /// Plans the next step.
     pub fn plan(&mut self) -> StepPlan {
         let mut plan = StepPlan::default();
-        let mut budget = self.cfg.max_batch_tokens.max(1);
-        let mut seats = self.cfg.max_seqs.max(1);
+        let max_tokens = self.cfg.max_batch_tokens.max(1);
+        let max_seqs = self.cfg.max_seqs.max(1);
 
         let seqs = &self.seqs;
         self.running
@@ -171,27 +175,33 @@ impl Scheduler {
                 .partition(|id| self.seqs[id].is_decoding());
             dec.into_iter().chain(pre).collect()
         };
-        let mut scheduled: Vec<SeqId> = Vec::new();
         for id in order {
             if !self.running.contains(&id) {
                 continue; // preempted earlier in this loop
             }
-            if seats == 0 || budget == 0 {
+            // Recomputed each time: preempting a scheduled sequence gives its share back.
+            let budget = max_tokens.saturating_sub(plan.n_tokens());
+            if plan.chunks.len() >= max_seqs || budget == 0 {
                 break;
             }
             let want = self.piece(id, budget, plan.chunks.is_empty());
             if want == 0 {
                 continue;
             }
-            if !self.make_room(id, want, &scheduled, &mut plan) {
+            if !self.make_room(id, want, &mut plan) {
                 continue;
             }
             plan.chunks.push(self.chunk(id, want));
-            scheduled.push(id);
-            budget -= want.min(budget);
-            seats -= 1;
         }
-        self.admit_waiting(&mut plan, budget, seats);
+        let budget = max_tokens.saturating_sub(plan.n_tokens());
+        let seats = max_seqs.saturating_sub(plan.chunks.len());
+        // A sequence preempted now would be admitted right back, recomputing what it just
+        // gave up (vLLM also admits nothing in a step that preempts).
+        if plan.preempted.is_empty() {
+            self.admit_waiting(&mut plan, budget, seats);
+        } else {
+            self.age_waiting();
+        }
         plan
     }
 
@@ -226,15 +236,10 @@ impl Scheduler {
         }
     }
 
-    /// Releases out-of-window tiles and grows `id` by `want` tokens, preempting others (or, as a
-    /// last resort, `id` itself) when the pool is short. Returns whether `id` can run.
-    fn make_room(
-        &mut self,
-        id: SeqId,
-        want: usize,
-        scheduled: &[SeqId],
-        plan: &mut StepPlan,
-    ) -> bool {
+    /// Releases out-of-window tiles and grows `id` by `want` tokens, preempting lower-ranked
+    /// sequences (taking back their chunk if already scheduled) or, when it ranks last, `id`
+    /// itself, when the pool is short. Returns whether `id` can run.
+    fn make_room(&mut self, id: SeqId, want: usize, plan: &mut StepPlan) -> bool {
         loop {
             let s = self
                 .seqs
@@ -246,10 +251,11 @@ impl Scheduler {
                 return true;
             }
             let allow_protected = plan.chunks.is_empty();
-            match self.pick_victim(id, scheduled, allow_protected) {
+            match self.pick_victim(id, allow_protected) {
                 Some(v) => {
                     self.preempt(v);
                     plan.preempted.push(v);
+                    plan.chunks.retain(|c| c.seq != v);
                     if v == id {
                         return false;
                     }
@@ -259,23 +265,27 @@ impl Scheduler {
         }
     }
 
-    /// The running sequence to preempt: not yet scheduled this step, not protected (unless
-    /// allowed), lowest priority then latest arrival; `id` itself if nobody else qualifies.
-    fn pick_victim(&self, id: SeqId, scheduled: &[SeqId], allow_protected: bool) -> Option<SeqId> {
-        let candidates = self
-            .running
-            .iter()
-            .filter(|&&r| r != id && !scheduled.contains(&r))
-            .filter(|&&r| allow_protected || !self.seqs[&r].protected);
-        let worst = candidates.max_by_key(|&&r| {
-            let s = &self.seqs[&r];
+    /// The running sequence to preempt so that `id` can grow: the lowest priority, then the
+    /// latest arrival, `id` included (it gives way itself when it ranks last), whether or not
+    /// already scheduled this step (decoders are planned first, whatever their rank). Never
+    /// one that ranks above `id`: then `id` waits (`None`).
+    /// Protected (resumed, no progress yet) sequences are spared, unless `allow_protected`
+    /// (nothing is scheduled yet, so someone must go or the step would stall) and no
+    /// unprotected sequence qualifies.
+    fn pick_victim(&self, id: SeqId, allow_protected: bool) -> Option<SeqId> {
+        let rank = |r: &SeqId| {
+            let s = &self.seqs[r];
             (s.priority, s.arrival)
-        });
-        match worst {
-            Some(&v) => Some(v),
-            None if !self.seqs[&id].protected || allow_protected => Some(id),
-            None => None,
-        }
+        };
+        let worst = |spare_protected: bool| {
+            self.running
+                .iter()
+                .filter(|r| !(spare_protected && self.seqs[r].protected))
+                .max_by_key(|r| rank(r))
+                .filter(|v| rank(v) >= rank(&id))
+                .copied()
+        };
+        worst(true).or_else(|| if allow_protected { worst(false) } else { None })
     }
 
     /// Sends a running sequence back to the front of the waiting line, freeing its tiles.
@@ -348,6 +358,10 @@ impl Scheduler {
             budget -= want.min(budget);
             seats -= 1;
         }
+        self.age_waiting();
+    }
+
+    fn age_waiting(&mut self) {
         for id in &self.waiting {
             if let Some(s) = self.seqs.get_mut(id) {
                 s.waited_steps += 1;
