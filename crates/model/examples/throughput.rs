@@ -85,7 +85,10 @@ fn main() {
     let t = Instant::now();
     s.prefill(&mut tf, 0, &prompt, 512).expect("prefill runs");
     let pp = args.prompt as f64 / t.elapsed().as_secs_f64();
-    println!("prefill  {:>4} tokens            {pp:>8.1} tok/s", args.prompt);
+    println!(
+        "prefill  {:>4} tokens            {pp:>8.1} tok/s",
+        args.prompt
+    );
     results.push(format!("\"pp{}\": {pp:.2}", args.prompt));
 
     // Decode at each batch size.
@@ -107,11 +110,18 @@ fn main() {
             s.run(&mut tf, &work, &mut logits).expect("decode runs");
         }
         let tg = (b * args.decode) as f64 / t.elapsed().as_secs_f64();
-        println!("decode   batch {b:>3} x {} steps   {tg:>8.1} tok/s", args.decode);
+        println!(
+            "decode   batch {b:>3} x {} steps   {tg:>8.1} tok/s",
+            args.decode
+        );
         results.push(format!("\"tg{}_b{b}\": {tg:.2}", args.decode));
     }
     if let Some(path) = args.json {
-        let body = format!("{{\"threads\": {}, {}}}\n", args.threads, results.join(", "));
+        let body = format!(
+            "{{\"threads\": {}, {}}}\n",
+            args.threads,
+            results.join(", ")
+        );
         if let Err(e) = std::fs::write(&path, body) {
             eprintln!("error: writing {path}: {e}");
             std::process::exit(1);

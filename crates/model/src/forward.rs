@@ -18,7 +18,7 @@ use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::batch::{Batch, LogitsWanted};
 use crate::config::{Activation, ModelConfig, RopeStyle};
 use crate::kv::{KvLayout, KvPool, TileId};
-use crate::ops::{add_in_place, gelu_tanh, rms_norm_rows, silu};
+use crate::ops::{add_in_place, rms_norm_rows};
 use crate::weights::{Matrix, ModelWeights};
 use crate::ModelError;
 
@@ -191,13 +191,12 @@ impl Transformer {
             let up = sized(&mut ws.up, n * ff);
             mm(&self.threads, &lw.w_gate, h, n, gate, &mut ws.mm);
             mm(&self.threads, &lw.w_up, h, n, up, &mut ws.mm);
-            for (g, u) in gate.iter_mut().zip(up.iter()) {
-                let a = match cfg.activation {
-                    Activation::Silu => silu(*g),
-                    Activation::GeluTanh => gelu_tanh(*g),
-                };
-                *g = a * u;
+            match cfg.activation {
+                Activation::Silu => kernels::silu(gate),
+                // ggml's f16 table, as llama.cpp computes it.
+                Activation::GeluTanh => kernels::gelu_tanh(gate),
             }
+            kernels::mul(gate, up);
             let o = sized(&mut ws.o, n * d);
             mm(&self.threads, &lw.w_down, gate, n, o, &mut ws.mm);
             if let Some(pn) = &lw.post_ffn_norm {
