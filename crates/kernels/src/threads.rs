@@ -1,16 +1,25 @@
 //! A fixed pool of worker threads for data-parallel kernels.
 //!
 //! Design: `Threads::new(n)` spawns `n - 1` workers once; the calling thread is worker 0, so a pool
-//! of one runs everything inline. [`Threads::run`] hands the same closure to every worker with its
-//! index and returns when all have finished, so the closure may borrow from the caller's stack.
+//! of one runs everything inline. [`Threads::run`] calls the closure once for every index in
+//! `0..n` and returns when all calls have finished, so the closure may borrow from the caller's
+//! stack.
+//!
+//! Each job index `i >= 1` is *claimed* exactly once, either by worker `i` or — if that worker has
+//! not started it by the time the caller finishes its own part — by the caller, who then runs it
+//! itself. On a machine shared with other processes a descheduled worker therefore costs nothing
+//! extra: the caller never waits for a thread that has not begun. (Kernels that split work with a
+//! shared counter find nothing left to do in such a late index.)
 //!
 //! Invariants:
 //! - At most one job is in flight: `run` holds `dispatch` for its whole duration.
-//! - The job pointer published to workers is only dereferenced between the epoch bump that
-//!   announces it and the `pending` decrement that retires it; `run` does not return (nor unwind)
-//!   before `pending` reaches zero, which is what makes erasing the closure's lifetime sound.
-//! - Workers spin briefly on the epoch before sleeping on a condvar, because decode issues jobs
-//!   back to back and a futex wake-up costs more than the work of a small matmul.
+//! - `claim[i]` holds `2e` while index `i` of job `e` is unclaimed and `2e + 1` once claimed; only
+//!   the single successful compare-exchange runs the index. Whoever claimed it publishes
+//!   `done[i] = e` (a worker when finished, the caller before running it synchronously), and
+//!   `run` does not return (nor unwind) before every claimed index is done. The job pointer is only dereferenced by a claimant, which is
+//!   what makes erasing the closure's lifetime sound.
+//! - Idle workers spin briefly on the epoch before sleeping on a condvar, because decode issues
+//!   jobs back to back and a futex wake-up costs more than the work of a small matmul.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -18,8 +27,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long an idle worker (or a waiting caller) spins before blocking.
-const SPIN: Duration = Duration::from_micros(100);
+/// How long an idle worker spins before blocking.
+const SPIN: Duration = Duration::from_micros(200);
 
 type Job = dyn Fn(usize) + Sync;
 
@@ -30,20 +39,34 @@ struct JobPtr(*const Job);
 unsafe impl Send for JobPtr {}
 
 struct Shared {
+    /// Number of the current job; bumped (under `lock`) to announce one.
     epoch: AtomicU64,
-    pending: AtomicUsize,
+    /// Per index: `2e` unclaimed, `2e + 1` claimed, for job `e`.
+    claim: Vec<AtomicU64>,
+    /// Per index: the last job a worker finished at that index.
+    done: Vec<AtomicU64>,
     panicked: AtomicBool,
     shutdown: AtomicBool,
+    /// Workers blocked on `wake` (so the dispatcher can skip the syscall when none are).
+    sleepers: AtomicUsize,
     job: Mutex<Option<JobPtr>>,
-    /// Guards sleeping on `wake` / `done`; holds no data.
+    /// Guards sleeping on `wake`; holds no data.
     lock: Mutex<()>,
     wake: Condvar,
-    done: Condvar,
 }
 
-fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
-    // The mutex protects no data, so a poisoned lock is still usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The protected values stay consistent even if a holder panicked (plain stores only).
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// Claims index `i` of job `e`; true for exactly one caller per (i, e).
+    fn try_claim(&self, i: usize, e: u64) -> bool {
+        self.claim[i]
+            .compare_exchange(2 * e, 2 * e + 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 /// A fixed pool of `n` threads (the caller counts as one).
@@ -60,13 +83,15 @@ impl Threads {
         let n = n.max(1);
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
-            pending: AtomicUsize::new(0),
+            // Job 0 never exists: mark every index claimed and done for it.
+            claim: (0..n).map(|_| AtomicU64::new(1)).collect(),
+            done: (0..n).map(|_| AtomicU64::new(0)).collect(),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
             job: Mutex::new(None),
             lock: Mutex::new(()),
             wake: Condvar::new(),
-            done: Condvar::new(),
         });
         let workers = (1..n)
             .map(|idx| {
@@ -74,7 +99,7 @@ impl Threads {
                 std::thread::Builder::new()
                     .name(format!("tessera-worker-{idx}"))
                     .spawn(move || worker_loop(&shared, idx))
-                    .expect("failed to spawn a kernel worker thread; this is a bug or OOM")
+                    .expect("failed to spawn a kernel worker thread (out of resources)")
             })
             .collect();
         Self {
@@ -90,54 +115,76 @@ impl Threads {
         self.n
     }
 
-    /// Runs `f(i)` for every `i in 0..n()`, each on its own thread (`f(0)` on the caller), and
-    /// returns when all calls have finished. A panic in any call is re-raised here.
+    /// Runs `f(i)` exactly once for every `i in 0..n()` — in parallel on the pool's threads where
+    /// they are available — and returns when all calls have finished. `f(0)` runs on the caller;
+    /// other indices may too (see the module docs). A panic in any call is re-raised here.
     pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
         if self.n == 1 {
             f(0);
             return;
         }
         let _one_job = lock(&self.dispatch);
+        let shared = &*self.shared;
+        let e = shared.epoch.load(Ordering::Relaxed) + 1;
         // SAFETY: erases the borrow's lifetime only; `Finish` below keeps this frame alive until
-        // every worker has retired the job, even if `f(0)` unwinds.
+        // every worker-claimed index is done, even if a call on this thread unwinds.
         let ptr: *const Job =
             unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static Job>(f) };
-        *self.shared.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(JobPtr(ptr));
-        self.shared.panicked.store(false, Ordering::Relaxed);
-        self.shared.pending.store(self.n - 1, Ordering::Release);
-        {
-            let _g = lock(&self.shared.lock);
-            self.shared.epoch.fetch_add(1, Ordering::Release);
+        *lock(&shared.job) = Some(JobPtr(ptr));
+        shared.panicked.store(false, Ordering::Relaxed);
+        for c in &shared.claim[1..] {
+            c.store(2 * e, Ordering::Release);
         }
-        self.shared.wake.notify_all();
+        {
+            let _g = lock(&shared.lock);
+            shared.epoch.store(e, Ordering::Release);
+        }
+        if shared.sleepers.load(Ordering::Acquire) > 0 {
+            shared.wake.notify_all();
+        }
 
-        let finish = Finish(&self.shared);
+        let finish = Finish { shared, e };
         f(0);
+        for i in 1..self.n {
+            if shared.try_claim(i, e) {
+                // Marked done up front: `Finish` only waits on indices workers claimed, and this
+                // call completes (or unwinds) before `Finish` runs.
+                shared.done[i].store(e, Ordering::Release);
+                f(i);
+            }
+        }
         drop(finish);
-        if self.shared.panicked.load(Ordering::Acquire) {
+        if shared.panicked.load(Ordering::Acquire) {
             panic!("a kernel worker thread panicked");
         }
     }
 }
 
-/// Waits for all workers to retire the current job when dropped (also on unwind).
-struct Finish<'a>(&'a Shared);
+/// On drop (also on unwind): keeps unstarted indices from starting, then waits for the ones
+/// workers claimed.
+struct Finish<'a> {
+    shared: &'a Shared,
+    e: u64,
+}
 
 impl Drop for Finish<'_> {
     fn drop(&mut self) {
-        let shared = self.0;
-        let start = Instant::now();
-        while shared.pending.load(Ordering::Acquire) != 0 {
-            if start.elapsed() > SPIN {
-                let mut g = lock(&shared.lock);
-                while shared.pending.load(Ordering::Acquire) != 0 {
-                    g = shared.done.wait(g).unwrap_or_else(|e| e.into_inner());
-                }
-                break;
+        let shared = self.shared;
+        for i in 1..shared.claim.len() {
+            if shared.try_claim(i, self.e) {
+                continue; // never started; nobody will run it now (only reachable on unwind)
             }
-            std::hint::spin_loop();
+            let mut spins = 0u32;
+            while shared.done[i].load(Ordering::Acquire) != self.e {
+                spins = spins.wrapping_add(1);
+                if spins < 1 << 12 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
         }
-        *shared.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *lock(&shared.job) = None;
     }
 }
 
@@ -148,23 +195,23 @@ fn worker_loop(shared: &Shared, idx: usize) {
         if shared.shutdown.load(Ordering::Acquire) {
             return;
         }
-        let job = *shared.job.lock().unwrap_or_else(|e| e.into_inner());
+        if !shared.try_claim(idx, seen) {
+            continue; // the caller ran this index already
+        }
+        let job = *lock(&shared.job);
         if let Some(JobPtr(ptr)) = job {
-            // SAFETY: the dispatcher keeps the closure alive until `pending` reaches zero, which
-            // cannot happen before this worker's decrement below.
+            // SAFETY: this thread claimed index `idx` of the current job, so the dispatcher keeps
+            // the closure alive until `done[idx]` is published below.
             let f = unsafe { &*ptr };
             if catch_unwind(AssertUnwindSafe(|| f(idx))).is_err() {
                 shared.panicked.store(true, Ordering::Release);
             }
         }
-        if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let _g = lock(&shared.lock);
-            shared.done.notify_all();
-        }
+        shared.done[idx].store(seen, Ordering::Release);
     }
 }
 
-/// Returns the new epoch once it differs from `seen` (or shutdown was requested).
+/// Returns the current epoch once it differs from `seen` (or shutdown was requested).
 fn wait_for_job(shared: &Shared, seen: u64) -> u64 {
     let start = Instant::now();
     let mut spins = 0u32;
@@ -180,13 +227,16 @@ fn wait_for_job(shared: &Shared, seen: u64) -> u64 {
         std::hint::spin_loop();
     }
     let mut g = lock(&shared.lock);
-    loop {
+    shared.sleepers.fetch_add(1, Ordering::AcqRel);
+    let e = loop {
         let e = shared.epoch.load(Ordering::Acquire);
         if e != seen || shared.shutdown.load(Ordering::Acquire) {
-            return e;
+            break e;
         }
         g = shared.wake.wait(g).unwrap_or_else(|e| e.into_inner());
-    }
+    };
+    shared.sleepers.fetch_sub(1, Ordering::AcqRel);
+    e
 }
 
 impl Drop for Threads {
@@ -197,8 +247,8 @@ impl Drop for Threads {
         }
         self.shared.wake.notify_all();
         for w in self.workers.drain(..) {
-            // A worker only ends by returning; a join error would mean it panicked outside a
-            // job, which cannot happen, so there is nothing useful to do with it.
+            // A worker only ends by returning (job panics are caught), so there is nothing
+            // useful to do with a join error.
             let _ = w.join();
         }
     }

@@ -53,19 +53,39 @@ fn a_panicking_worker_is_reported_and_the_pool_still_works() {
 }
 
 #[test]
-fn a_panic_on_the_calling_thread_waits_for_workers_first() {
+fn a_panic_on_the_calling_thread_waits_for_started_calls_first() {
     let pool = Threads::new(3);
-    let done = AtomicUsize::new(0);
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        pool.run(&|i| {
-            if i == 0 {
-                panic!("caller fails");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            done.fetch_add(1, Ordering::Relaxed);
-        })
-    }));
-    assert!(r.is_err());
-    // Both workers finished before run() unwound, so the borrow of `done` was never dangling.
-    assert_eq!(done.load(Ordering::Relaxed), 2);
+    let started = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    for _ in 0..20 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(&|i| {
+                if i == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    panic!("caller fails");
+                }
+                started.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                finished.fetch_add(1, Ordering::SeqCst);
+            })
+        }));
+        assert!(r.is_err());
+        // Every call that began had finished before run() unwound, so the borrows of the
+        // counters were never dangling.
+        assert_eq!(
+            started.load(Ordering::SeqCst),
+            finished.load(Ordering::SeqCst)
+        );
+    }
+}
+
+#[test]
+fn every_index_runs_even_when_workers_are_slow_to_start() {
+    // Indices a worker has not claimed by the time the caller is done run on the caller.
+    let pool = Threads::new(4);
+    for _ in 0..200 {
+        let seen = Mutex::new(vec![0u32; 4]);
+        pool.run(&|i| seen.lock().expect("not poisoned")[i] += 1);
+        assert_eq!(*seen.lock().expect("not poisoned"), vec![1; 4]);
+    }
 }
