@@ -58,6 +58,8 @@ pub struct FakeModel {
     pub n_windowed: usize,
     /// "After token a comes token b": forces b as the greedy choice after a.
     pub next_of: HashMap<u32, u32>,
+    /// Time each forward pass takes (for tests that watch the engine thread run).
+    pub delay: std::time::Duration,
 }
 
 impl FakeModel {
@@ -68,6 +70,7 @@ impl FakeModel {
             window,
             n_windowed: 2,
             next_of: HashMap::new(),
+            delay: std::time::Duration::ZERO,
         }
     }
 }
@@ -154,6 +157,7 @@ impl Model for FakeModel {
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         let ts = kv.layout().tile_size;
+        std::thread::sleep(self.delay);
         logits.clear();
         for s in batch.seqs {
             for t in 0..s.len {

@@ -1,0 +1,136 @@
+//! `EngineHandle` with the fake model: start-up errors reach the caller, events stream back,
+//! dropping the stream or aborting frees the request's tiles within a step, and the default
+//! configuration is valid.
+
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use common::*;
+use engine::{EngineConfig, EngineHandle, Event, FinishReason, RequestStream};
+
+fn spawn(tiles: usize) -> EngineHandle {
+    let mut m = FakeModel::new(Some(10));
+    // Slow enough that the test sees a 200-token request running.
+    m.delay = Duration::from_millis(2);
+    let cfg = fake_config(&m, 4, tiles);
+    EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer()))).expect("engine starts")
+}
+
+/// Receives events until the last one (with a deadline so a hang fails).
+fn collect(stream: &mut RequestStream) -> (Vec<u32>, Option<FinishReason>) {
+    let mut tokens = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        match stream.events.try_recv() {
+            Ok(Event::Token { id, .. }) => tokens.push(id),
+            Ok(Event::Finished { reason, .. }) => return (tokens, Some(reason)),
+            Ok(Event::Error(e)) => panic!("request failed: {e}"),
+            Ok(Event::PromptLogprobs(_)) => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    (tokens, None)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn the_default_config_is_valid() {
+    let cfg = EngineConfig::default();
+    cfg.validate().expect("defaults validate");
+    assert!(cfg.chunked_prefill && cfg.prefix_caching && cfg.release_window_tiles);
+    assert!(cfg.max_batch_tokens >= cfg.max_seqs);
+    let bad = EngineConfig {
+        max_seqs: 0,
+        ..EngineConfig::default()
+    };
+    assert!(bad.validate().is_err());
+}
+
+#[test]
+fn spawn_returns_the_load_error() {
+    let bad = std::env::temp_dir().join(format!("tessera-engine-bad-{}.gguf", std::process::id()));
+    std::fs::write(&bad, b"this is not a gguf file").expect("temp file");
+    let path = bad.clone();
+    let res = EngineHandle::spawn(EngineConfig::default(), move || {
+        model::load(&path, 1)
+            .map(|m| (m.transformer, m.tokenizer))
+            .map_err(|e| e.to_string())
+    });
+    let _ = std::fs::remove_file(&bad);
+    let err = res.err().expect("a bad file fails to load");
+    assert!(!err.is_empty());
+    // A bad config is refused before any thread starts.
+    let cfg = EngineConfig {
+        tile_size: 0,
+        ..EngineConfig::default()
+    };
+    let res = EngineHandle::spawn(cfg, || -> Result<(FakeModel, _), String> {
+        panic!("must not load with a bad config")
+    });
+    assert!(res.is_err());
+}
+
+#[test]
+fn a_request_streams_its_tokens_and_finishes() {
+    let h = spawn(256);
+    let req = greedy(prompt(1, 17), 9);
+    let mut s = h.submit(req.clone()).expect("accepted");
+    let (tokens, reason) = collect(&mut s);
+    assert_eq!(reason, Some(FinishReason::Length));
+    assert_eq!(tokens, solo(|| FakeModel::new(Some(10)), 4, &req).tokens);
+    wait_until("tiles back", || h.stats().tiles_in_use.load(Relaxed) == 0);
+    h.shutdown(Duration::from_secs(1));
+    assert!(h.submit(req).is_err(), "no requests after shutdown");
+}
+
+#[test]
+fn dropping_the_stream_aborts_the_request_and_frees_its_tiles() {
+    let h = spawn(256);
+    let keep_req = greedy(prompt(2, 12), 8);
+    let gone = h.submit(greedy(prompt(3, 40), 200)).expect("accepted");
+    wait_until("the request to run", || {
+        h.stats().tiles_in_use.load(Relaxed) > 0
+    });
+    drop(gone);
+    wait_until("the abort", || h.stats().finished_abort.load(Relaxed) == 1);
+    wait_until("tiles back", || h.stats().tiles_in_use.load(Relaxed) == 0);
+    let mut keep = h.submit(keep_req).expect("accepted");
+    assert_eq!(collect(&mut keep).1, Some(FinishReason::Length));
+    h.shutdown(Duration::from_secs(1));
+}
+
+#[test]
+fn an_explicit_abort_ends_the_stream_with_abort() {
+    let h = spawn(256);
+    let mut s = h.submit(greedy(prompt(4, 30), 200)).expect("accepted");
+    wait_until("the request to run", || {
+        h.stats().tiles_in_use.load(Relaxed) > 0
+    });
+    h.abort(s.id);
+    let (_, reason) = collect(&mut s);
+    assert_eq!(reason, Some(FinishReason::Abort));
+    wait_until("tiles back", || h.stats().tiles_in_use.load(Relaxed) == 0);
+    h.shutdown(Duration::from_secs(1));
+}
+
+#[test]
+fn shutdown_aborts_what_is_left_after_the_grace_period() {
+    let h = spawn(256);
+    let mut s = h.submit(greedy(prompt(5, 30), 200)).expect("accepted");
+    wait_until("the request to run", || {
+        h.stats().tiles_in_use.load(Relaxed) > 0
+    });
+    h.shutdown(Duration::from_millis(0));
+    let (_, reason) = collect(&mut s);
+    assert_eq!(reason, Some(FinishReason::Abort));
+    assert_eq!(h.stats().tiles_in_use.load(Relaxed), 0);
+}
