@@ -8,6 +8,7 @@
 //!
 //! Dependency direction: this crate knows nothing about models; it takes byte slices and shapes.
 
+mod act;
 pub mod dtype;
 pub mod error;
 mod kernel;

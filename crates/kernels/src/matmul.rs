@@ -18,10 +18,11 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::dtype::{ActKind, Format, GgmlType};
+use crate::act::Activation;
+use crate::dtype::{Format, GgmlType};
 use crate::error::KernelError;
 use crate::kernel::{self, detect_isa, isa, DotKernel, Isa, KernelVisitor};
-use crate::quant::{self, ActQ8_0, BlockQ8K, QK8_0, QK_K};
+use crate::quant::{self, ActQ8_0, ActQ8_0x2, BlockQ8K};
 use crate::threads::Threads;
 
 /// A row-major weight matrix: `rows` output features, each a contiguous row of `cols` inputs.
@@ -80,8 +81,9 @@ impl<'a> Weights<'a> {
 /// allocating.
 #[derive(Debug, Default)]
 pub struct MatmulScratch {
-    q8_0: Vec<ActQ8_0>,
-    q8_k: Vec<BlockQ8K>,
+    pub(crate) q8_0: Vec<ActQ8_0>,
+    pub(crate) q8_0x2: Vec<ActQ8_0x2>,
+    pub(crate) q8_k: Vec<BlockQ8K>,
 }
 
 impl MatmulScratch {
@@ -154,145 +156,42 @@ pub fn matmul_with_isa(
         return;
     }
     let format = w.format();
-    let out_ptr = OutPtr(out.as_mut_ptr());
-    match format.act_kind() {
-        ActKind::F32 => {
-            let job = Job {
-                acts: x,
-                act_stride: w.cols,
-                m,
-                rows: w.rows,
-                out: out_ptr,
-            };
-            kernel::visit_f32(
-                isa,
-                format,
-                RunAll {
-                    threads,
-                    w,
-                    job: &job,
-                },
-            );
-        }
-        ActKind::Q8_0 => {
-            let per_row = w.cols / QK8_0;
-            scratch.q8_0.resize(m * per_row, ActQ8_0::default());
-            quantize_rows(
-                threads,
-                x,
-                w.cols,
-                &mut scratch.q8_0,
-                per_row,
-                quant::legacy::quantize_act_q8_0,
-            );
-            let job = Job {
-                acts: &scratch.q8_0[..],
-                act_stride: per_row,
-                m,
-                rows: w.rows,
-                out: out_ptr,
-            };
-            kernel::visit_q8_0(
-                isa,
-                format,
-                RunAll {
-                    threads,
-                    w,
-                    job: &job,
-                },
-            );
-        }
-        ActKind::Q8_K => {
-            let per_row = w.cols / QK_K;
-            scratch.q8_k.resize(m * per_row, BlockQ8K::default());
-            quantize_rows(
-                threads,
-                x,
-                w.cols,
-                &mut scratch.q8_k,
-                per_row,
-                quant::kquants::quantize_row_q8_k,
-            );
-            let job = Job {
-                acts: &scratch.q8_k[..],
-                act_stride: per_row,
-                m,
-                rows: w.rows,
-                out: out_ptr,
-            };
-            kernel::visit_q8_k(
-                isa,
-                format,
-                RunAll {
-                    threads,
-                    w,
-                    job: &job,
-                },
-            );
-        }
-    }
-}
-
-/// A raw pointer to the activation scratch, written by several threads on disjoint rows.
-struct RowsPtr<A>(*mut A);
-// SAFETY: each thread writes a disjoint range of rows and `Threads::run` joins them before the
-// exclusive borrow the pointer came from ends.
-unsafe impl<A: Send> Sync for RowsPtr<A> {}
-
-impl<A> RowsPtr<A> {
-    /// Accessor so closures capture the wrapper (which is `Sync`), not the bare pointer field.
-    fn get(&self) -> *mut A {
-        self.0
-    }
-}
-
-/// Quantizes the `x.len() / cols` activation rows into `acts` (`per_row` blocks each), spreading
-/// the rows over the pool when the batch is large enough to pay for a dispatch. Each row is
-/// quantized by the same function whichever thread runs it, so the result does not depend on
-/// the split.
-fn quantize_rows<A: Send>(
-    threads: &Threads,
-    x: &[f32],
-    cols: usize,
-    acts: &mut [A],
-    per_row: usize,
-    quantize: fn(&[f32], &mut [A]),
-) {
-    let m = x.len() / cols;
-    assert_eq!(
-        acts.len(),
-        m * per_row,
-        "activation scratch size; this is a bug"
+    kernel::visit(
+        isa,
+        format,
+        RunAll {
+            threads,
+            w,
+            x,
+            m,
+            scratch,
+            out: OutPtr(out.as_mut_ptr()),
+        },
     );
-    let n = threads.n();
-    if m < 4 || n == 1 {
-        for (xr, ar) in x.chunks_exact(cols).zip(acts.chunks_exact_mut(per_row)) {
-            quantize(xr, ar);
-        }
-        return;
-    }
-    let ptr = RowsPtr(acts.as_mut_ptr());
-    threads.run(&|t| {
-        for r in m * t / n..m * (t + 1) / n {
-            // SAFETY: r < m, so the row lies inside `acts`; threads own disjoint row ranges.
-            let dst =
-                unsafe { std::slice::from_raw_parts_mut(ptr.get().add(r * per_row), per_row) };
-            quantize(&x[r * cols..(r + 1) * cols], dst);
-        }
-    });
 }
 
-/// Runs the kernel it is given over all rows; the kernel module picks the kernel for the format
-/// and this CPU.
-struct RunAll<'a, 'w, A> {
+/// Prepares the activations the selected kernel wants and runs it over all rows (the kernel
+/// module picks the kernel for the format and this CPU).
+struct RunAll<'a, 'w> {
     threads: &'a Threads,
     w: &'a Weights<'w>,
-    job: &'a Job<'a, A>,
+    x: &'a [f32],
+    m: usize,
+    scratch: &'a mut MatmulScratch,
+    out: OutPtr,
 }
 
-impl<A: Sync> KernelVisitor<A> for RunAll<'_, '_, A> {
-    fn visit<K: DotKernel<A = A>>(self, k: &K) {
-        run_parallel(self.threads, self.w, k, self.job);
+impl KernelVisitor for RunAll<'_, '_> {
+    fn visit<K: DotKernel>(self, k: &K) {
+        let (acts, act_stride) = K::A::prepare(self.threads, self.x, self.w.cols, self.scratch);
+        let job = Job {
+            acts,
+            act_stride,
+            m: self.m,
+            rows: self.w.rows,
+            out: self.out,
+        };
+        run_parallel(self.threads, self.w, k, &job);
     }
 }
 

@@ -393,3 +393,27 @@ fn fast_rounding_matches_round_ties_even_on_the_quantizer_range() {
         );
     }
 }
+
+#[test]
+fn paired_q8_0_activations_hold_the_same_quants_and_scales_as_single_blocks() {
+    use kernels::quant::legacy::quantize_act_q8_0x2;
+    use kernels::quant::ActQ8_0x2;
+    let mut rng = Rng::new(9);
+    for blocks in [1usize, 2, 5, 8] {
+        let x = rng.activations(blocks * QK8_0);
+        let mut single = vec![ActQ8_0::default(); blocks];
+        quantize_act_q8_0(&x, &mut single);
+        let mut pairs = vec![ActQ8_0x2::default(); blocks.div_ceil(2)];
+        quantize_act_q8_0x2(&x, &mut pairs);
+        for (b, s) in single.iter().enumerate() {
+            let p = &pairs[b / 2];
+            let half = b % 2;
+            assert_eq!(&p.qs[half * 32..half * 32 + 32], &s.qs[..]);
+            assert!(p.d[half * 8..half * 8 + 8].iter().all(|&d| d == s.d));
+        }
+        if blocks % 2 == 1 {
+            let last = &pairs[blocks / 2];
+            assert!(last.qs[32..].iter().all(|&q| q == 0) && last.d[8..].iter().all(|&d| d == 0.0));
+        }
+    }
+}

@@ -300,3 +300,41 @@ fn q8_0_weights_at_minus_128_do_not_saturate() {
         assert_eq!(out[0], 128.0 * 127.0 * 32.0, "{isa:?}");
     }
 }
+
+#[test]
+fn legacy_formats_with_an_odd_number_of_blocks_agree_across_isas() {
+    // The 512-bit kernels take blocks in pairs; an odd count ends in a zero-padded pair.
+    let mut rng = Rng::new(16);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+        for blocks in [1usize, 3, 7] {
+            let (rows, cols, m) = (6, blocks * QK8_0, 5);
+            let data = random_weights(&mut rng, ty, rows, cols);
+            let w = Weights::new(ty, &data, rows, cols).expect("valid weights");
+            let x = rng.activations(m * cols);
+            let (want, scale) = reference(&w, &x, m);
+            let mut outs = Vec::new();
+            for isa in isas() {
+                let mut out = vec![0f32; m * rows];
+                matmul_with_isa(isa, &threads, &w, &x, m, &mut out, &mut scratch);
+                for k in 0..out.len() {
+                    let err = (f64::from(out[k]) - want[k]).abs();
+                    assert!(
+                        err <= 3e-6 * scale[k] + 1e-9,
+                        "{ty:?} {isa:?} {blocks} blocks, element {k}"
+                    );
+                }
+                outs.push(out);
+            }
+            if outs.len() == 3 {
+                let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&outs[1]),
+                    bits(&outs[2]),
+                    "{ty:?} {blocks} blocks: AVX2 vs AVX-512"
+                );
+            }
+        }
+    }
+}

@@ -10,8 +10,9 @@
 
 use std::sync::OnceLock;
 
+use crate::act::Activation;
 use crate::dtype::Format;
-use crate::quant::{float, kquants, legacy, ActQ8_0, BlockQ8K, PodBlock};
+use crate::quant::{float, kquants, legacy, PodBlock};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
@@ -21,14 +22,14 @@ pub(crate) trait DotKernel: Sync {
     /// Weight block type (a byte array of one element for float formats).
     type W: PodBlock;
     /// Activation element or block type.
-    type A: Sync;
+    type A: Activation;
     /// `out[j] = dot(w, a[j])`; all slices hold the same number of elements.
     fn dot<const N: usize>(&self, w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
 }
 
 /// Receives the kernel selected for a format (a generic callback, since kernels differ in type).
-pub(crate) trait KernelVisitor<A> {
-    fn visit<K: DotKernel<A = A>>(self, k: &K);
+pub(crate) trait KernelVisitor {
+    fn visit<K: DotKernel>(self, k: &K);
 }
 
 /// The instruction sets the kernels can use, best last.
@@ -74,7 +75,7 @@ pub(crate) struct Scalar<W: 'static, A: 'static> {
     pub f: fn(&[W], &[A]) -> f32,
 }
 
-impl<W: PodBlock, A: Sync> DotKernel for Scalar<W, A> {
+impl<W: PodBlock, A: Activation> DotKernel for Scalar<W, A> {
     type W = W;
     type A = A;
     fn dot<const N: usize>(&self, w: &[W], a: [&[A]; N]) -> [f32; N] {
@@ -92,33 +93,19 @@ fn scalar_bf16(w: &[[u8; 2]], x: &[f32]) -> f32 {
     float::dot_bf16(w.as_flattened(), x)
 }
 
-fn wrong_kind(format: Format) -> ! {
-    panic!("format {format:?} was routed to the wrong activation kind; this is a bug")
-}
-
-/// Selects the kernel for a float weight format (f32 activations).
-pub(crate) fn visit_f32<V: KernelVisitor<f32>>(isa: Isa, format: Format, v: V) {
+/// Hands `v` the kernel for `format` at instruction set `isa` (SIMD where available).
+pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) {
     #[cfg(target_arch = "x86_64")]
-    let v = match x86::visit_f32(isa, format, v) {
+    let v = match x86::visit(isa, format, v) {
         Ok(()) => return,
         Err(v) => v,
     };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = isa;
     match format {
         Format::F32 => v.visit(&Scalar { f: scalar_f32 }),
         Format::F16 => v.visit(&Scalar { f: scalar_f16 }),
         Format::BF16 => v.visit(&Scalar { f: scalar_bf16 }),
-        _ => wrong_kind(format),
-    }
-}
-
-/// Selects the kernel for a legacy quant format (Q8_0 activations).
-pub(crate) fn visit_q8_0<V: KernelVisitor<ActQ8_0>>(isa: Isa, format: Format, v: V) {
-    #[cfg(target_arch = "x86_64")]
-    let v = match x86::visit_q8_0(isa, format, v) {
-        Ok(()) => return,
-        Err(v) => v,
-    };
-    match format {
         Format::Q4_0 => v.visit(&Scalar {
             f: legacy::dot_q4_0,
         }),
@@ -128,18 +115,6 @@ pub(crate) fn visit_q8_0<V: KernelVisitor<ActQ8_0>>(isa: Isa, format: Format, v:
         Format::Q8_0 => v.visit(&Scalar {
             f: legacy::dot_q8_0,
         }),
-        _ => wrong_kind(format),
-    }
-}
-
-/// Selects the kernel for a k-quant format (Q8_K activations).
-pub(crate) fn visit_q8_k<V: KernelVisitor<BlockQ8K>>(isa: Isa, format: Format, v: V) {
-    #[cfg(target_arch = "x86_64")]
-    let v = match x86::visit_q8_k(isa, format, v) {
-        Ok(()) => return,
-        Err(v) => v,
-    };
-    match format {
         Format::Q4_K => v.visit(&Scalar {
             f: kquants::dot_q4_k,
         }),
@@ -149,6 +124,5 @@ pub(crate) fn visit_q8_k<V: KernelVisitor<BlockQ8K>>(isa: Isa, format: Format, v
         Format::Q6_K => v.visit(&Scalar {
             f: kquants::dot_q6_k,
         }),
-        _ => wrong_kind(format),
     }
 }

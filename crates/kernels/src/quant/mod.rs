@@ -14,7 +14,7 @@ pub mod kquants;
 pub mod legacy;
 
 pub use kquants::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
-pub use legacy::{ActQ8_0, BlockQ4_0, BlockQ5_0, BlockQ8_0, QK8_0};
+pub use legacy::{ActQ8_0, ActQ8_0x2, BlockQ4_0, BlockQ5_0, BlockQ8_0, QK8_0};
 
 /// Converts an IEEE half stored little-endian to f32.
 #[inline]

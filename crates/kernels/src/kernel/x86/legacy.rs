@@ -1,10 +1,10 @@
 //! SIMD bodies for Q4_0, Q5_0 and Q8_0 weights against Q8_0 activations.
 //!
-//! One block is 32 quants = one 256-bit vector. Q4_0/Q5_0 quants stay unsigned (0..=15 / 0..=31)
-//! and the weight offset is applied exactly in integers as `-offset * sum(x)`, seeded into lane 0
-//! of the block's i32 accumulator. Q8_0 weights are signed, so they use the sign-transfer trick
-//! (`|w| . sign(x, w)`). Each pair accumulates blocks alternately into two f32 vectors to hide FMA
-//! latency; the alternation depends only on the block index, never on `N`.
+//! One block is 32 quants = one 256-bit vector. Quants are made signed (`q - offset`, offset 8 /
+//! 16 / 0) once per block and multiplied with the sign-transfer trick (`|w| . sign(x, w)`), so
+//! every i32 lane is an exact sum of four products. Each pair accumulates blocks alternately into
+//! two f32 vectors to hide FMA latency; the alternation depends only on the block index, never on
+//! `N`.
 
 use std::arch::x86_64::*;
 
@@ -45,25 +45,27 @@ unsafe fn high_bits_x16(bits: u32) -> __m256i {
     }
 }
 
-/// The shared block loop of the unsigned-quant formats: `quants(block)` gives 32 unsigned bytes.
+/// The shared block loop: `signed(block)` gives the 32 signed quants (`q - offset`) of a block.
+/// Each pair multiplies `|w|` with `x` carrying the sign of `w`, so every i32 lane holds the
+/// exact sum of four products `w_i * x_i` (the same lanes the 512-bit bodies produce).
 #[inline(always)]
-unsafe fn offset_quant_dot<W, D: IDot, const N: usize>(
+unsafe fn signed_quant_dot<W, D: IDot, const N: usize>(
     w: &[W],
     a: [&[ActQ8_0]; N],
-    offset: i32,
     scale: impl Fn(&W) -> [u8; 2],
-    quants: impl Fn(&W) -> __m256i,
+    signed: impl Fn(&W) -> __m256i,
 ) -> [f32; N] {
-    // SAFETY: AVX2/FMA/F16C enabled by the entry points; all loads are from in-bounds blocks.
+    // SAFETY: AVX2/FMA/F16C enabled by the entry points; activation rows have w.len() blocks.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
         for (b, blk) in w.iter().enumerate() {
-            let q = quants(blk);
+            let wq = signed(blk);
+            let aw = _mm256_sign_epi8(wq, wq);
             let dw = f16_to_f32(scale(blk));
             for j in 0..N {
                 let x = at(a[j], b);
-                let seed = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-offset * x.sum));
-                let isum = D::dot_acc(seed, q, load32(&x.qs));
+                let sx = _mm256_sign_epi8(load32(&x.qs), wq);
+                let isum = D::dot_acc(_mm256_setzero_si256(), aw, sx);
                 let s = _mm256_set1_ps(dw * x.d);
                 acc[j][b & 1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc[j][b & 1]);
             }
@@ -84,7 +86,14 @@ impl Body for Q4_0Body {
     #[inline(always)]
     unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ4_0], a: [&[ActQ8_0]; N]) -> [f32; N] {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { offset_quant_dot::<_, D, N>(w, a, 8, |b| b.d, |b| unpack_nibbles(&b.qs)) }
+        unsafe {
+            signed_quant_dot::<_, D, N>(
+                w,
+                a,
+                |b| b.d,
+                |b| _mm256_sub_epi8(unpack_nibbles(&b.qs), _mm256_set1_epi8(8)),
+            )
+        }
     }
 }
 
@@ -97,16 +106,16 @@ impl Body for Q5_0Body {
     unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ5_0], a: [&[ActQ8_0]; N]) -> [f32; N] {
         // SAFETY: forwarded from the caller's contract.
         unsafe {
-            offset_quant_dot::<_, D, N>(
+            signed_quant_dot::<_, D, N>(
                 w,
                 a,
-                16,
                 |b| b.d,
                 |b| {
-                    _mm256_or_si256(
+                    let q = _mm256_or_si256(
                         unpack_nibbles(&b.qs),
                         high_bits_x16(u32::from_le_bytes(b.qh)),
-                    )
+                    );
+                    _mm256_sub_epi8(q, _mm256_set1_epi8(16))
                 },
             )
         }
@@ -120,26 +129,7 @@ impl Body for Q8_0Body {
     type A = ActQ8_0;
     #[inline(always)]
     unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ8_0], a: [&[ActQ8_0]; N]) -> [f32; N] {
-        // SAFETY: AVX2/FMA/F16C enabled by the entry points; loads are from in-bounds blocks.
-        unsafe {
-            let mut acc = [[_mm256_setzero_ps(); 2]; N];
-            for (b, blk) in w.iter().enumerate() {
-                let wq = load32(&blk.qs);
-                let aw = _mm256_sign_epi8(wq, wq);
-                let dw = f16_to_f32(blk.d);
-                for j in 0..N {
-                    let x = at(a[j], b);
-                    let sx = _mm256_sign_epi8(load32(&x.qs), wq);
-                    let isum = D::dot_acc(_mm256_setzero_si256(), aw, sx);
-                    let s = _mm256_set1_ps(dw * x.d);
-                    acc[j][b & 1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(isum), acc[j][b & 1]);
-                }
-            }
-            let mut out = [0f32; N];
-            for j in 0..N {
-                out[j] = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
-            }
-            out
-        }
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { signed_quant_dot::<_, D, N>(w, a, |b| b.d, |b| load32(&b.qs)) }
     }
 }

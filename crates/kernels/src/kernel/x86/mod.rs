@@ -5,8 +5,12 @@
 //! points instantiate every body, one per instruction set; the bodies and primitives are inlined
 //! into them, so the intrinsics compile with the entry's features (the pattern `memchr` uses).
 //!
-//! Soundness: [`Simd`] values are only created in the `visit_*` functions below after run-time
-//! detection has confirmed the entry point's features, and only `Simd::dot` calls the entries.
+//! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
+//! detection has confirmed the entry point's features, and only their `dot` calls the entries.
+//!
+//! The legacy formats (Q4_0/Q5_0/Q8_0) additionally have 512-bit bodies that take two blocks per
+//! vector (`legacy512`); they compute the same integers and associate the float sums the same
+//! way as the 256-bit bodies, so all paths agree bit for bit.
 //!
 //! Numerics: both [`IDot`] implementations compute the same exact integers (products are bounded
 //! so that AVX2's 16-bit intermediate sums cannot saturate), and the float code is shared, so the
@@ -17,12 +21,14 @@ use std::arch::x86_64::*;
 use std::marker::PhantomData;
 
 use super::{DotKernel, Isa, KernelVisitor};
+use crate::act::Activation;
 use crate::dtype::Format;
-use crate::quant::{ActQ8_0, BlockQ8K, PodBlock};
+use crate::quant::{BlockQ4_0, BlockQ5_0, BlockQ8_0, PodBlock};
 
 mod float;
 mod kquants;
 mod legacy;
+mod legacy512;
 pub(crate) mod ops;
 
 pub(crate) fn avx2_available() -> bool {
@@ -130,7 +136,7 @@ impl IDot for VnniDot {
 /// A format's SIMD kernel body, generic over the integer primitive and the row count.
 pub(crate) trait Body {
     type W: PodBlock;
-    type A: Sync;
+    type A: Activation;
     /// # Safety
     /// Must only be inlined into a function with AVX2, FMA and F16C enabled (and AVX-512 VL+VNNI
     /// when `D` is [`VnniDot`]). All slices hold the same number of elements/blocks.
@@ -149,8 +155,29 @@ unsafe fn entry_vnni<B: Body, const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f
     unsafe { B::run::<VnniDot, N>(w, a) }
 }
 
+/// A 512-bit kernel body (AVX-512 F/BW/VL + VNNI), generic over the row count.
+pub(crate) trait Body512 {
+    type W: PodBlock;
+    type A: Activation;
+    /// Activation elements per weight row of `w_len` blocks.
+    fn act_len(w_len: usize) -> usize;
+    /// # Safety
+    /// Must only be inlined into a function with AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI
+    /// enabled; every activation row holds `act_len(w.len())` elements.
+    unsafe fn run<const N: usize>(w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn entry_512<B: Body512, const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+    // SAFETY: this function's features are the ones `Body512::run` requires.
+    unsafe { B::run::<N>(w, a) }
+}
+
 /// A SIMD kernel; only constructed after feature detection (see module docs).
 pub(crate) struct Simd<B, D>(PhantomData<fn() -> (B, D)>);
+
+/// A 512-bit SIMD kernel; only constructed after feature detection (see module docs).
+pub(crate) struct Simd512<B>(PhantomData<fn() -> B>);
 
 impl<B: Body> DotKernel for Simd<B, Avx2Dot> {
     type W = B::W;
@@ -184,9 +211,25 @@ impl<B: Body> DotKernel for Simd<B, VnniDot> {
     }
 }
 
-/// Hands `v` the SIMD kernel for body `B` at instruction set `isa` (re-checked against the CPU).
-fn visit_body<B: Body, V: KernelVisitor<B::A>>(isa: Isa, v: V) -> Result<(), V> {
-    match isa.min(super::detect_isa()) {
+impl<B: Body512> DotKernel for Simd512<B> {
+    type W = B::W;
+    type A = B::A;
+    fn dot<const N: usize>(&self, w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+        for x in &a {
+            assert_eq!(
+                x.len(),
+                B::act_len(w.len()),
+                "activation row length mismatch; this is a bug"
+            );
+        }
+        // SAFETY: a `Simd512` exists only if AVX-512 F/BW/VL/VNNI (and AVX2) were detected.
+        unsafe { entry_512::<B, N>(w, a) }
+    }
+}
+
+/// Hands `v` the SIMD kernel for body `B` at instruction set `isa` (already capped by the CPU).
+fn visit_body<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
+    match isa {
         Isa::Avx512Vnni => v.visit(&Simd::<B, VnniDot>(PhantomData)),
         Isa::Avx2 => v.visit(&Simd::<B, Avx2Dot>(PhantomData)),
         Isa::Scalar => return Err(v),
@@ -194,38 +237,37 @@ fn visit_body<B: Body, V: KernelVisitor<B::A>>(isa: Isa, v: V) -> Result<(), V> 
     Ok(())
 }
 
-pub(crate) fn visit_f32<V: KernelVisitor<f32>>(isa: Isa, format: Format, v: V) -> Result<(), V> {
+/// Like [`visit_body`], but with a 512-bit body where the CPU has AVX-512 VNNI.
+fn visit_body_512<B: Body, B5: Body512, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
+    match isa {
+        Isa::Avx512Vnni => {
+            v.visit(&Simd512::<B5>(PhantomData));
+            Ok(())
+        }
+        _ => visit_body::<B, V>(isa, v),
+    }
+}
+
+/// Hands `v` the SIMD kernel for `format`, or returns it if `isa` (re-checked against the CPU)
+/// has none.
+pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<(), V> {
+    let isa = isa.min(super::detect_isa());
     match format {
         Format::F32 => visit_body::<float::F32Body, V>(isa, v),
         Format::F16 => visit_body::<float::F16Body, V>(isa, v),
         Format::BF16 => visit_body::<float::Bf16Body, V>(isa, v),
-        _ => Err(v),
-    }
-}
-
-pub(crate) fn visit_q8_0<V: KernelVisitor<ActQ8_0>>(
-    isa: Isa,
-    format: Format,
-    v: V,
-) -> Result<(), V> {
-    match format {
-        Format::Q4_0 => visit_body::<legacy::Q4_0Body, V>(isa, v),
-        Format::Q5_0 => visit_body::<legacy::Q5_0Body, V>(isa, v),
-        Format::Q8_0 => visit_body::<legacy::Q8_0Body, V>(isa, v),
-        _ => Err(v),
-    }
-}
-
-pub(crate) fn visit_q8_k<V: KernelVisitor<BlockQ8K>>(
-    isa: Isa,
-    format: Format,
-    v: V,
-) -> Result<(), V> {
-    match format {
+        Format::Q4_0 => {
+            visit_body_512::<legacy::Q4_0Body, legacy512::PairBody<BlockQ4_0>, V>(isa, v)
+        }
+        Format::Q5_0 => {
+            visit_body_512::<legacy::Q5_0Body, legacy512::PairBody<BlockQ5_0>, V>(isa, v)
+        }
+        Format::Q8_0 => {
+            visit_body_512::<legacy::Q8_0Body, legacy512::PairBody<BlockQ8_0>, V>(isa, v)
+        }
         Format::Q4_K => visit_body::<kquants::Q4KBody, V>(isa, v),
         Format::Q5_K => visit_body::<kquants::Q5KBody, V>(isa, v),
         Format::Q6_K => visit_body::<kquants::Q6KBody, V>(isa, v),
-        _ => Err(v),
     }
 }
 
