@@ -240,6 +240,10 @@ impl<M: Model> Engine<M> {
         if req.max_tokens == 0 && req.prompt_logprobs.is_none() {
             return bad("max_tokens must be at least 1".into());
         }
+        // An empty stop string would match before the first token and end every request.
+        if req.stop_strings.iter().any(String::is_empty) {
+            return bad("stop strings must not be empty".into());
+        }
         req.sampling
             .validate()
             .or_else(|(field, msg)| bad(format!("{field} {msg}")))

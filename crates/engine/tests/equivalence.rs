@@ -237,3 +237,56 @@ fn seeded_sampling_is_independent_of_what_else_runs() {
         assert_eq!(h.outcome(*id).tokens, alone[s], "seed {s}");
     }
 }
+
+#[test]
+fn prompt_logprobs_are_the_same_chunked_or_whole_and_complete() {
+    let p = prompt(95, 37);
+    let req = GenerateRequest {
+        prompt_logprobs: Some(2),
+        logprobs: Some(1),
+        ..greedy(p.clone(), 5)
+    };
+    let run = |chunked: bool, budget: usize, reqs: &[GenerateRequest]| {
+        let m = model();
+        let mut cfg = fake_config(&m, TS, 512);
+        cfg.chunked_prefill = chunked;
+        cfg.max_batch_tokens = budget;
+        let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
+        let ids: Vec<_> = reqs.iter().map(|r| h.submit(r.clone())).collect();
+        h.run();
+        ids.iter()
+            .map(|id| h.outcome(*id).clone())
+            .collect::<Vec<_>>()
+    };
+    // The plain request first: its tiles are cached, yet the scoring one computes every position.
+    let plain = greedy(p.clone(), 5);
+    let whole = run(false, 64, &[plain.clone(), req.clone()]);
+    let chunked = run(true, 6, &[plain, req.clone()]);
+    let lp = whole[1]
+        .prompt_logprobs
+        .clone()
+        .expect("prompt logprobs sent");
+    assert_eq!(lp.len(), p.len());
+    assert!(lp[0].is_none());
+    for (i, e) in lp.iter().enumerate().skip(1) {
+        let e = e.as_ref().expect("every later position scored");
+        assert_eq!(e.token, p[i]);
+        assert!(e.logprob <= 0.0 && e.top.len() == 2);
+    }
+    assert_eq!(chunked[1].prompt_logprobs, whole[1].prompt_logprobs);
+    assert_eq!(whole[1].finish.expect("finished").1.cached_tokens, 0);
+    // Scoring changes nothing about what is generated.
+    assert_eq!(whole[1].tokens, whole[0].tokens);
+    assert_eq!(chunked[1].tokens, whole[0].tokens);
+    assert_eq!(whole[1].logprobs.len(), 5);
+    assert!(whole[1].logprobs.iter().all(|l| l.is_some()));
+    // max_tokens 0 scores the prompt only.
+    let score_only = GenerateRequest {
+        max_tokens: 0,
+        ..req
+    };
+    let o = &run(true, 6, &[score_only])[0];
+    assert!(o.tokens.is_empty());
+    assert_eq!(o.prompt_logprobs.as_ref().map(Vec::len), Some(p.len()));
+    assert_eq!(o.finish.map(|f| f.0), Some(FinishReason::Length));
+}

@@ -134,3 +134,32 @@ fn shutdown_aborts_what_is_left_after_the_grace_period() {
     assert_eq!(reason, Some(FinishReason::Abort));
     assert_eq!(h.stats().tiles_in_use.load(Relaxed), 0);
 }
+
+#[test]
+fn refused_requests_do_not_count_as_waiting() {
+    let m = FakeModel::new(Some(10));
+    let cfg = EngineConfig {
+        max_waiting: 2,
+        ..fake_config(&m, 4, 64)
+    };
+    let h = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer()))).expect("engine starts");
+    for _ in 0..3 {
+        // Too long for the 64-tile pool: refused by the engine.
+        let mut s = h.submit(greedy(prompt(6, 100), 100)).expect("queued");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match s.events.try_recv() {
+                Ok(Event::Error(_)) => break,
+                Ok(e) => panic!("expected a refusal, got {e:?}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+            assert!(Instant::now() < deadline);
+        }
+    }
+    wait_until("the waiting count to settle", || {
+        h.stats().waiting.load(Relaxed) == 0
+    });
+    let mut s = h.submit(greedy(prompt(7, 10), 3)).expect("not overloaded");
+    assert_eq!(collect(&mut s).1, Some(FinishReason::Length));
+    h.shutdown(Duration::from_secs(1));
+}

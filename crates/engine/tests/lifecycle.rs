@@ -236,6 +236,10 @@ fn invalid_requests_are_refused_with_a_reason() {
         greedy(vec![], 4),
         greedy(vec![5, vocab], 4),
         greedy(prompt(1, 5), 0),
+        GenerateRequest {
+            stop_strings: vec!["ok".into(), String::new()],
+            ..greedy(prompt(1, 5), 4)
+        },
     ];
     for req in cases {
         let id = h.submit(req);

@@ -219,6 +219,9 @@ pub struct Outcome {
     pub error: Option<EngineError>,
     /// Events received after the last one (must stay 0).
     pub late_events: usize,
+    pub prompt_logprobs: Option<Vec<Option<engine::TokenLogprob>>>,
+    /// Log-probability events of generated tokens.
+    pub logprobs: Vec<Option<engine::TokenLogprob>>,
 }
 
 /// Steps an engine, collecting every request's events and checking the tile invariants after
@@ -273,9 +276,10 @@ impl<M: Model> Harness<M> {
                     o.late_events += 1;
                 }
                 match ev {
-                    Event::Token { id, text, .. } => {
+                    Event::Token { id, text, logprob } => {
                         o.tokens.push(id);
                         o.text.push_str(&text);
+                        o.logprobs.push(logprob);
                     }
                     Event::Finished {
                         reason,
@@ -286,7 +290,10 @@ impl<M: Model> Harness<M> {
                         o.finish = Some((reason, usage));
                     }
                     Event::Error(e) => o.error = Some(e),
-                    Event::PromptLogprobs(_) => {}
+                    Event::PromptLogprobs(lp) => {
+                        assert!(o.prompt_logprobs.is_none(), "prompt logprobs sent twice");
+                        o.prompt_logprobs = Some(lp);
+                    }
                 }
             }
         }
