@@ -1,0 +1,328 @@
+//! One streaming request against an OpenAI-compatible server, timed token by token.
+//!
+//! Design: the request is sent with `stream: true`, `ignore_eos: true` and
+//! `stream_options.include_usage`, and the body is read piece by piece through [`SseParser`]. Each
+//! chunk that carries a token (see `sse`'s counting rule) is stamped on arrival: the first stamp gives
+//! the time to first token (TTFT, measured from just before the request is sent), the gaps between
+//! consecutive stamps give the inter-token latencies (ITL). The end-to-end time runs to the end of the
+//! body. A failed request keeps its error text and no latency samples.
+//!
+//! Invariants: `itl.len() == token_chunks - 1` for a request with at least one token chunk; a request is
+//! `ok` only with a 2xx status, no error event, and a stream that ended with `[DONE]` or a finish reason.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::{
+    config::{BenchConfig, Endpoint},
+    sse::{interpret, SseParser, StreamEvent},
+};
+
+/// What one request did.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// The request completed as a well-formed stream.
+    pub ok: bool,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+    /// Seconds from sending to the first token chunk.
+    pub ttft: Option<f64>,
+    /// Seconds between consecutive token chunks.
+    pub itl: Vec<f64>,
+    /// Seconds from sending to the end of the body.
+    pub e2e: f64,
+    /// Chunks that carried a token.
+    pub token_chunks: u64,
+    /// `usage.completion_tokens` from the final chunk, when the server sent usage.
+    pub usage_completion_tokens: Option<u64>,
+    /// `usage.prompt_tokens`, when the server sent usage.
+    pub usage_prompt_tokens: Option<u64>,
+}
+
+impl Outcome {
+    /// Output tokens: the server's usage count when it gave one, else the token chunks seen.
+    pub fn output_tokens(&self) -> u64 {
+        self.usage_completion_tokens.unwrap_or(self.token_chunks)
+    }
+
+    fn failed(error: String, started: Instant) -> Self {
+        Self {
+            error: Some(error),
+            e2e: started.elapsed().as_secs_f64(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Sends requests of one run; cheap to clone (the connection pool is shared).
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    url: String,
+    api_key: Option<String>,
+    model: String,
+    endpoint: Endpoint,
+    temperature: f32,
+}
+
+impl Client {
+    /// A client for `cfg`'s endpoint, with `model` as the model name.
+    pub fn new(cfg: &BenchConfig, model: String) -> anyhow::Result<Self> {
+        Ok(Self {
+            http: build_http(cfg.timeout, cfg.concurrency)?,
+            url: cfg.endpoint_url(),
+            api_key: cfg.api_key.clone(),
+            model,
+            endpoint: cfg.endpoint,
+            temperature: cfg.temperature,
+        })
+    }
+
+    /// The JSON body of a request for `prompt` and `max_tokens`.
+    pub fn body(&self, prompt: &str, max_tokens: u32) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+            "ignore_eos": true,
+            "stream": true,
+            "stream_options": { "include_usage": true },
+        });
+        let input = match self.endpoint {
+            Endpoint::Completions => ("prompt", json!(prompt)),
+            Endpoint::Chat => ("messages", json!([{ "role": "user", "content": prompt }])),
+        };
+        if let Some(obj) = body.as_object_mut() {
+            obj.insert(input.0.to_string(), input.1);
+        }
+        body
+    }
+
+    /// Sends one streaming request and times it.
+    pub async fn stream(&self, prompt: &str, max_tokens: u32) -> Outcome {
+        let body = self.body(prompt, max_tokens).to_string();
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .body(body);
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        let started = Instant::now();
+        let mut resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => return Outcome::failed(format!("send: {}", error_chain(&e)), started),
+        };
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.unwrap_or_default();
+            let snippet: String = text.chars().take(200).collect();
+            return Outcome::failed(format!("HTTP {}: {snippet}", status.as_u16()), started);
+        }
+        let mut timer = StreamTimer::new(started);
+        let mut parser = SseParser::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(bytes)) => {
+                    let now = Instant::now();
+                    for data in parser.feed(&bytes) {
+                        timer.event(&data, now);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    timer.error = Some(format!("body: {}", error_chain(&e)));
+                    break;
+                }
+            }
+        }
+        if let Some(data) = parser.finish() {
+            timer.event(&data, Instant::now());
+        }
+        timer.finish()
+    }
+
+    /// The first model listed by `GET /v1/models`.
+    pub async fn first_model(cfg: &BenchConfig) -> anyhow::Result<String> {
+        let http = build_http(Duration::from_secs(30), 1)?;
+        let mut req = http.get(cfg.models_url());
+        if let Some(key) = &cfg.api_key {
+            req = req.bearer_auth(key);
+        }
+        let resp = req.send().await?.error_for_status()?;
+        let v: Value = serde_json::from_slice(&resp.bytes().await?)?;
+        v.get("data")
+            .and_then(|d| d.get(0))
+            .and_then(|m| m.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| anyhow::anyhow!("GET /v1/models listed no model; pass --model"))
+    }
+}
+
+fn build_http(timeout: Duration, pool: usize) -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(Duration::from_secs(10).min(timeout))
+        .pool_max_idle_per_host(pool)
+        // The server is local; a proxy from the environment would only distort the timings.
+        .no_proxy()
+        .build()?)
+}
+
+/// An error with its sources, so "error sending request" says why.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(src) = cur {
+        s.push_str(": ");
+        s.push_str(&src.to_string());
+        cur = src.source();
+    }
+    s
+}
+
+/// Folds a request's stream events into an [`Outcome`].
+#[derive(Debug)]
+struct StreamTimer {
+    started: Instant,
+    last_token: Option<Instant>,
+    outcome: Outcome,
+    done: bool,
+    finished: bool,
+    error: Option<String>,
+}
+
+impl StreamTimer {
+    fn new(started: Instant) -> Self {
+        Self {
+            started,
+            last_token: None,
+            outcome: Outcome::default(),
+            done: false,
+            finished: false,
+            error: None,
+        }
+    }
+
+    fn event(&mut self, data: &str, at: Instant) {
+        if self.error.is_some() {
+            return;
+        }
+        let chunk = match interpret(data) {
+            Ok(StreamEvent::Done) => {
+                self.done = true;
+                return;
+            }
+            Ok(StreamEvent::Error(msg)) => {
+                self.error = Some(format!("stream error: {msg}"));
+                return;
+            }
+            Ok(StreamEvent::Chunk(c)) => c,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                return;
+            }
+        };
+        if chunk.has_token {
+            match self.last_token {
+                None => self.outcome.ttft = Some((at - self.started).as_secs_f64()),
+                Some(prev) => self.outcome.itl.push((at - prev).as_secs_f64()),
+            }
+            self.last_token = Some(at);
+            self.outcome.token_chunks += 1;
+        }
+        self.finished |= chunk.finish_reason.is_some();
+        if chunk.completion_tokens.is_some() {
+            self.outcome.usage_completion_tokens = chunk.completion_tokens;
+            self.outcome.usage_prompt_tokens = chunk.prompt_tokens;
+        }
+    }
+
+    fn finish(mut self) -> Outcome {
+        self.outcome.e2e = self.started.elapsed().as_secs_f64();
+        if self.error.is_none() && !(self.done || self.finished) {
+            self.error = Some("stream ended without [DONE] or a finish reason".to_string());
+        }
+        self.outcome.ok = self.error.is_none();
+        if !self.outcome.ok {
+            // A broken stream's partial timings would bias the percentiles; keep only the error.
+            self.outcome.ttft = None;
+            self.outcome.itl.clear();
+        }
+        self.outcome.error = self.error;
+        self.outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn timer_measures_ttft_and_gaps_between_token_chunks_only() {
+        let t0 = Instant::now();
+        let mut t = StreamTimer::new(t0);
+        t.event(
+            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            at(t0, 5),
+        );
+        t.event(r#"{"choices":[{"delta":{"content":"a"}}]}"#, at(t0, 100));
+        t.event(r#"{"choices":[{"delta":{"content":"b"}}]}"#, at(t0, 130));
+        t.event(r#"{"choices":[{"delta":{"content":"c"}}]}"#, at(t0, 170));
+        t.event(
+            r#"{"choices":[{"delta":{},"finish_reason":"length"}]}"#,
+            at(t0, 171),
+        );
+        t.event("[DONE]", at(t0, 172));
+        let o = t.finish();
+        assert!(o.ok, "{:?}", o.error);
+        assert_eq!(o.token_chunks, 3);
+        assert!((o.ttft.expect("ttft") - 0.100).abs() < 1e-9);
+        let itl: Vec<u64> = o.itl.iter().map(|s| (s * 1000.0).round() as u64).collect();
+        assert_eq!(itl, vec![30, 40]);
+    }
+
+    #[test]
+    fn usage_count_overrides_chunk_count() {
+        let t0 = Instant::now();
+        let mut t = StreamTimer::new(t0);
+        t.event(r#"{"choices":[{"text":"ab"}]}"#, at(t0, 1));
+        t.event(
+            r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}"#,
+            at(t0, 2),
+        );
+        t.event("[DONE]", at(t0, 3));
+        let o = t.finish();
+        assert_eq!((o.token_chunks, o.output_tokens()), (1, 2));
+        assert_eq!(o.usage_prompt_tokens, Some(9));
+    }
+
+    #[test]
+    fn stream_without_end_marker_fails_and_drops_its_samples() {
+        let t0 = Instant::now();
+        let mut t = StreamTimer::new(t0);
+        t.event(r#"{"choices":[{"text":"a"}]}"#, at(t0, 1));
+        t.event(r#"{"choices":[{"text":"b"}]}"#, at(t0, 2));
+        let o = t.finish();
+        assert!(!o.ok);
+        assert!(o.ttft.is_none() && o.itl.is_empty());
+    }
+
+    #[test]
+    fn error_event_fails_the_request() {
+        let t0 = Instant::now();
+        let mut t = StreamTimer::new(t0);
+        t.event(r#"{"error":{"message":"boom"}}"#, at(t0, 1));
+        t.event("[DONE]", at(t0, 2));
+        let o = t.finish();
+        assert_eq!(o.error.as_deref(), Some("stream error: boom"));
+    }
+}

@@ -1,0 +1,96 @@
+//! `tessera bench`: a load generator for OpenAI-compatible completion servers.
+//!
+//! Design: a pool of streaming clients (closed loop, or Poisson arrivals under a concurrency cap)
+//! sends synthetic prompts of a chosen length to `/v1/completions` or `/v1/chat/completions` with
+//! `max_tokens = O` and `ignore_eos`, and times every token chunk as it arrives: time to first token,
+//! inter-token latency, end-to-end latency. A mixed-load mode adds a long prompt every few seconds and
+//! reports the decoders separately from it. Results: a table on stdout, a JSON file, an SVG chart.
+//! Works against tessera, llama.cpp's `llama-server` and vLLM alike; it only speaks plain HTTP.
+//!
+//! Modules, in the order a run uses them: `config` (flags → validated config), `prompt`
+//! (deterministic prompts), `client` (one timed streaming request), `sse` (stream parsing),
+//! `runner` (the client pool), `stats` / `report` (summaries), `chart` (SVG).
+
+pub mod chart;
+pub mod client;
+pub mod config;
+pub mod prompt;
+pub mod report;
+pub mod runner;
+pub mod sse;
+pub mod stats;
+
+use anyhow::Context as _;
+
+pub use config::{Arrival, BenchArgs, BenchConfig, Endpoint};
+pub use report::Report;
+
+/// Runs a benchmark, prints its table, writes the requested files, and returns the report.
+pub async fn run_async(args: BenchArgs) -> anyhow::Result<Report> {
+    let cfg = args.validate()?;
+    let run = runner::execute(&cfg, !args.no_progress).await?;
+    let report = Report::new(&cfg, &run);
+    println!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, report.to_json())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.chart {
+        std::fs::write(path, chart_svg(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+/// `tessera bench` entry point: builds a single-threaded tokio runtime (the client is I/O-bound, and
+/// one thread leaves the cores to the server being measured) and runs the benchmark on it.
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let report = rt.block_on(run_async(args))?;
+    if report.results.requests_ok == 0 {
+        anyhow::bail!("no request succeeded");
+    }
+    Ok(())
+}
+
+/// The SVG chart of a report's latency distributions.
+pub fn chart_svg(report: &Report) -> String {
+    let c = &report.config;
+    let caption = format!(
+        "{} {} c={} prompt~{} out={} ({})",
+        c.model,
+        match c.endpoint {
+            Endpoint::Completions => "completions",
+            Endpoint::Chat => "chat",
+        },
+        c.concurrency,
+        c.prompt_tokens,
+        c.output_tokens,
+        c.arrival
+    );
+    let s = &report.samples;
+    let mut series = vec![
+        chart::Series {
+            title: "TTFT",
+            samples_s: &s.ttft,
+        },
+        chart::Series {
+            title: "ITL",
+            samples_s: &s.itl,
+        },
+        chart::Series {
+            title: "end-to-end",
+            samples_s: &s.e2e,
+        },
+    ];
+    if report.long_prompts.is_some() {
+        series.push(chart::Series {
+            title: "long-prompt TTFT",
+            samples_s: &s.long_ttft,
+        });
+    }
+    chart::latency_cdf_svg(&caption, &series)
+}

@@ -1,0 +1,289 @@
+//! Drives one run: the decoder pool (closed loop or Poisson arrivals) and, in mixed-load mode, the long
+//! prompts beside it.
+//!
+//! Design: closed loop = `concurrency` tasks, each sending its next request when the previous one ends,
+//! drawing request indices from one shared counter (so prompt `i` is the same whatever the
+//! interleaving). Poisson = one dispatcher sleeping seeded exponential intervals and starting each
+//! request once one of `concurrency` permits is free. Long prompts (`max_tokens: 1`, nothing shared
+//! with the decoders' prompts) are sent every `every_s` seconds on their own tasks, outside the
+//! concurrency limit, so they land on the server while the decoders are mid-stream.
+//!
+//! Bounds: no new request starts after the request count is reached or the duration has passed;
+//! every request is bounded by the client timeout; long prompts stop when the decoders are done, and
+//! those still in flight then are cancelled (counted, not timed).
+
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::{
+    sync::{oneshot, Semaphore},
+    task::JoinSet,
+};
+
+use crate::{
+    client::{Client, Outcome},
+    config::{Arrival, BenchConfig, LongPrompts},
+    prompt::{PromptBuilder, SplitMix64},
+};
+
+/// Seed salt of the Poisson arrival stream (kept apart from the prompt streams).
+const SALT_ARRIVALS: u64 = 0x4152_5249_5641_4c53;
+
+/// Raw results of one run.
+#[derive(Debug)]
+pub struct RunResult {
+    /// The model name sent in requests.
+    pub model: String,
+    /// Outcomes of the decoder requests, in completion order.
+    pub decoders: Vec<Outcome>,
+    /// Outcomes of the long prompts that completed (mixed-load mode).
+    pub long_prompts: Vec<Outcome>,
+    /// Long prompts still in flight when the decoders finished, cancelled then.
+    pub long_prompts_cancelled: usize,
+    /// From the first request sent to the last decoder request finished.
+    pub wall: Duration,
+    /// Wall-clock start, seconds since the Unix epoch.
+    pub started_unix_s: f64,
+}
+
+/// Everything a request task needs, shared between tasks.
+#[derive(Clone)]
+struct Shared {
+    client: Client,
+    prompts: Arc<PromptBuilder>,
+    progress: Progress,
+    max_tokens: u32,
+    limit: Option<u64>,
+    deadline: Option<Instant>,
+}
+
+impl Shared {
+    fn expired(&self, at: Instant) -> bool {
+        self.deadline.is_some_and(|d| at >= d)
+    }
+
+    async fn request(&self, index: u64) -> Outcome {
+        let outcome = self
+            .client
+            .stream(&self.prompts.prompt(index), self.max_tokens)
+            .await;
+        self.progress.record(&outcome);
+        outcome
+    }
+}
+
+/// Runs the benchmark described by `cfg`.
+pub async fn execute(cfg: &BenchConfig, show_progress: bool) -> anyhow::Result<RunResult> {
+    let model = match &cfg.model {
+        Some(m) => m.clone(),
+        None => Client::first_model(cfg).await.with_context(|| {
+            format!(
+                "asking {} for its model (or pass --model)",
+                cfg.models_url()
+            )
+        })?,
+    };
+    let client = Client::new(cfg, model.clone())?;
+    let prompts = Arc::new(PromptBuilder::new(
+        cfg.seed,
+        cfg.prompt_tokens,
+        cfg.shared_prefix_tokens,
+    ));
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let start = Instant::now();
+    let shared = Shared {
+        client: client.clone(),
+        prompts: prompts.clone(),
+        progress: Progress::new(cfg.requests, show_progress),
+        max_tokens: cfg.output_tokens,
+        limit: cfg.requests,
+        deadline: cfg.duration.map(|d| start + d),
+    };
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let long_task = cfg
+        .long_prompts
+        .map(|lp| tokio::spawn(long_prompt_loop(client, prompts, lp, start, stop_rx)));
+    let decoders = match cfg.arrival {
+        Arrival::Closed => closed_loop(&shared, cfg.concurrency).await,
+        Arrival::Poisson(rate) => poisson(&shared, cfg.concurrency, rate, cfg.seed, start).await?,
+    };
+    let wall = start.elapsed();
+    shared.progress.finish();
+    // The receiver is gone only if the long-prompt task already ended; nothing to stop then.
+    let _ = stop_tx.send(());
+    let (long_prompts, long_prompts_cancelled) = match long_task {
+        Some(t) => t.await.context("long-prompt task")?,
+        None => (Vec::new(), 0),
+    };
+    Ok(RunResult {
+        model,
+        decoders,
+        long_prompts,
+        long_prompts_cancelled,
+        wall,
+        started_unix_s,
+    })
+}
+
+async fn closed_loop(shared: &Shared, concurrency: usize) -> Vec<Outcome> {
+    let next = Arc::new(AtomicU64::new(0));
+    let mut set = JoinSet::new();
+    for _ in 0..concurrency {
+        let (shared, next) = (shared.clone(), next.clone());
+        set.spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                if shared.expired(Instant::now()) {
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if shared.limit.is_some_and(|n| i >= n) {
+                    break;
+                }
+                out.push(shared.request(i).await);
+            }
+            out
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(res) = set.join_next().await {
+        match res {
+            Ok(v) => all.extend(v),
+            // A worker panicking is a bug in this crate, not a server failure; surface it.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {}
+        }
+    }
+    all
+}
+
+async fn poisson(
+    shared: &Shared,
+    concurrency: usize,
+    rate: f64,
+    seed: u64,
+    start: Instant,
+) -> anyhow::Result<Vec<Outcome>> {
+    let permits = Arc::new(Semaphore::new(concurrency));
+    let mut rng = SplitMix64::new(seed ^ SALT_ARRIVALS);
+    let mut set = JoinSet::new();
+    let mut t = 0.0;
+    // Bounded: validation guarantees a request limit or a deadline.
+    for i in 0u64.. {
+        if shared.limit.is_some_and(|n| i >= n) {
+            break;
+        }
+        t += rng.exponential(rate);
+        let at = start + Duration::from_secs_f64(t);
+        if shared.expired(at) {
+            break;
+        }
+        tokio::time::sleep_until(at.into()).await;
+        let permit = permits.clone().acquire_owned().await?;
+        let shared = shared.clone();
+        set.spawn(async move {
+            let outcome = shared.request(i).await;
+            drop(permit);
+            outcome
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(res) = set.join_next().await {
+        match res {
+            Ok(o) => all.push(o),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {}
+        }
+    }
+    Ok(all)
+}
+
+/// Sends long prompt `k` at `start + (k + 1) * every` until told to stop; returns the completed
+/// outcomes and how many were cancelled at the stop.
+async fn long_prompt_loop(
+    client: Client,
+    prompts: Arc<PromptBuilder>,
+    lp: LongPrompts,
+    start: Instant,
+    mut stop: oneshot::Receiver<()>,
+) -> (Vec<Outcome>, usize) {
+    let mut set = JoinSet::new();
+    let mut done = Vec::new();
+    for k in 0u64.. {
+        let at = start + Duration::from_secs_f64(lp.every_s * (k + 1) as f64);
+        tokio::select! {
+            _ = &mut stop => break,
+            _ = tokio::time::sleep_until(at.into()) => {}
+        }
+        let (c, prompt) = (client.clone(), prompts.long_prompt(k, lp.tokens));
+        set.spawn(async move { c.stream(&prompt, 1).await });
+        // Collect finished ones as we go so the set stays small on long runs.
+        while let Some(Ok(o)) = set.try_join_next() {
+            done.push(o);
+        }
+    }
+    while let Some(Ok(o)) = set.try_join_next() {
+        done.push(o);
+    }
+    let cancelled = set.len();
+    set.shutdown().await;
+    (done, cancelled)
+}
+
+/// The progress bar and its ok / failed tallies (hidden when not wanted or not on a terminal).
+#[derive(Clone)]
+struct Progress {
+    bar: ProgressBar,
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+}
+
+impl Progress {
+    fn new(total: Option<u64>, show: bool) -> Self {
+        let bar = match (show, total) {
+            (false, _) => ProgressBar::hidden(),
+            (true, Some(n)) => ProgressBar::new(n).with_style(style(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} requests {msg}",
+            )),
+            (true, None) => ProgressBar::new_spinner()
+                .with_style(style("{spinner} [{elapsed_precise}] {pos} requests {msg}")),
+        };
+        if show {
+            bar.enable_steady_tick(Duration::from_millis(250));
+        }
+        Self {
+            bar,
+            ok: Arc::new(AtomicU64::new(0)),
+            failed: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn record(&self, o: &Outcome) {
+        let counter = if o.ok { &self.ok } else { &self.failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.bar.inc(1);
+        self.bar.set_message(format!(
+            "(ok {}, failed {})",
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed)
+        ));
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn style(template: &str) -> ProgressStyle {
+    // The templates are constants of this file; a bad one is a bug caught by any run with a bar.
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}

@@ -1,0 +1,353 @@
+//! The bench against an in-process fake OpenAI streaming server: counts, timings, request bodies,
+//! failures, chat, mixed load, Poisson arrivals and the output files.
+
+mod common;
+
+use std::time::Duration;
+
+use bench::BenchArgs;
+use clap::Parser;
+use common::{FakeOptions, FakeServer};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+fn args(server: &FakeServer, extra: &[&str]) -> BenchArgs {
+    let url = server.url();
+    let mut argv = vec!["bench", "--url", url.as_str(), "--no-progress"];
+    argv.extend_from_slice(extra);
+    Cli::try_parse_from(argv).expect("valid argv").args
+}
+
+fn temp_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("tessera-bench-{}-{name}", std::process::id()))
+}
+
+#[tokio::test]
+async fn closed_loop_counts_requests_and_times_every_token() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let a = args(
+        &server,
+        &[
+            "-c",
+            "4",
+            "-n",
+            "12",
+            "--prompt-tokens",
+            "40",
+            "--output-tokens",
+            "5",
+        ],
+    );
+    let report = bench::run_async(a).await.expect("run");
+    let r = &report.results;
+    assert_eq!((r.requests_ok, r.requests_failed), (12, 0));
+    assert_eq!(r.output_tokens_total, 60);
+    assert_eq!(r.mean_output_tokens, Some(5.0));
+    assert_eq!(
+        r.mean_prompt_tokens,
+        Some(40.0),
+        "prompts should be exactly P words"
+    );
+    assert_eq!(r.ttft_ms.count, 12);
+    assert_eq!(r.itl_ms.count, 12 * 4);
+    // The fake waits 30 ms before the first token and 10 ms between tokens.
+    assert!(r.ttft_ms.p50.expect("ttft") >= 25.0, "{:?}", r.ttft_ms);
+    assert!(r.itl_ms.p50.expect("itl") >= 8.0, "{:?}", r.itl_ms);
+    assert!(r.e2e_ms.p50.expect("e2e") >= 60.0, "{:?}", r.e2e_ms);
+    assert!(r.output_tokens_per_s > 0.0 && r.requests_per_s > 0.0);
+    assert_eq!(
+        server
+            .recorded
+            .peak_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst),
+        4
+    );
+}
+
+#[tokio::test]
+async fn requests_carry_streaming_ignore_eos_and_the_discovered_model() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let a = args(
+        &server,
+        &[
+            "-c",
+            "2",
+            "-n",
+            "4",
+            "--prompt-tokens",
+            "30",
+            "--shared-prefix-tokens",
+            "20",
+            "--output-tokens",
+            "3",
+        ],
+    );
+    bench::run_async(a).await.expect("run");
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 4);
+    let prompts: Vec<String> = reqs
+        .iter()
+        .map(|(path, body)| {
+            assert_eq!(path, "/v1/completions");
+            assert_eq!(body["model"], "fake-model");
+            assert_eq!(body["max_tokens"], 3);
+            assert_eq!(body["ignore_eos"], true);
+            assert_eq!(body["stream"], true);
+            assert_eq!(body["stream_options"]["include_usage"], true);
+            body["prompt"].as_str().expect("prompt").to_string()
+        })
+        .collect();
+    let prefix: Vec<&str> = prompts[0].split(' ').take(20).collect();
+    for p in &prompts {
+        assert_eq!(p.split(' ').count(), 30);
+        assert_eq!(p.split(' ').take(20).collect::<Vec<_>>(), prefix);
+    }
+    let mut distinct = prompts.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        4,
+        "each request has its own prompt after the prefix"
+    );
+}
+
+#[tokio::test]
+async fn chat_without_usage_counts_tokens_by_chunks() {
+    let server = FakeServer::start(FakeOptions {
+        usage: false,
+        ..FakeOptions::default()
+    })
+    .await;
+    let a = args(
+        &server,
+        &[
+            "--endpoint",
+            "chat",
+            "-c",
+            "2",
+            "-n",
+            "4",
+            "--output-tokens",
+            "6",
+            "--model",
+            "m",
+        ],
+    );
+    let report = bench::run_async(a).await.expect("run");
+    let r = &report.results;
+    assert_eq!(r.requests_ok, 4);
+    assert_eq!(r.mean_output_tokens, Some(6.0));
+    assert_eq!(r.mean_prompt_tokens, None);
+    // The role-only chunk is not a token: 6 tokens give 5 gaps each.
+    assert_eq!(r.itl_ms.count, 4 * 5);
+    let reqs = server.requests();
+    assert_eq!(reqs[0].0, "/v1/chat/completions");
+    assert_eq!(reqs[0].1["model"], "m");
+    assert_eq!(reqs[0].1["messages"][0]["role"], "user");
+}
+
+#[tokio::test]
+async fn failed_requests_are_counted_and_excluded_from_latencies() {
+    let server = FakeServer::start(FakeOptions {
+        fail_every: Some(3),
+        ..FakeOptions::default()
+    })
+    .await;
+    let a = args(&server, &["-c", "3", "-n", "9", "--output-tokens", "2"]);
+    let report = bench::run_async(a).await.expect("run");
+    let r = &report.results;
+    assert_eq!((r.requests_ok, r.requests_failed), (6, 3));
+    assert_eq!(r.ttft_ms.count, 6);
+    assert_eq!(r.errors.len(), 1);
+    assert_eq!(r.errors[0].count, 3);
+    assert!(
+        r.errors[0].message.starts_with("HTTP 500"),
+        "{:?}",
+        r.errors
+    );
+}
+
+#[tokio::test]
+async fn api_key_is_sent_as_bearer_and_its_absence_fails_requests() {
+    let opts = FakeOptions {
+        api_key: Some("sekrit".into()),
+        ..FakeOptions::default()
+    };
+    let server = FakeServer::start(opts).await;
+    let with_key = args(
+        &server,
+        &["-n", "2", "--output-tokens", "2", "--api-key", "sekrit"],
+    );
+    assert_eq!(
+        bench::run_async(with_key)
+            .await
+            .expect("run")
+            .results
+            .requests_ok,
+        2
+    );
+    let without = args(
+        &server,
+        &["-n", "2", "--output-tokens", "2", "--model", "x"],
+    );
+    let r = bench::run_async(without).await.expect("run").results;
+    assert_eq!((r.requests_ok, r.requests_failed), (0, 2));
+    assert!(r.errors[0].message.starts_with("HTTP 401"));
+}
+
+#[tokio::test]
+async fn mixed_load_reports_long_prompts_apart_from_decoders() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let a = args(
+        &server,
+        &[
+            "-c",
+            "2",
+            "-n",
+            "4",
+            "--output-tokens",
+            "20",
+            "--prompt-tokens",
+            "16",
+            "--long-prompt-every",
+            "0.05",
+            "--long-prompt-tokens",
+            "300",
+        ],
+    );
+    let report = bench::run_async(a).await.expect("run");
+    let (r, lp) = (
+        &report.results,
+        report.long_prompts.as_ref().expect("long prompts"),
+    );
+    assert_eq!(r.requests_ok, 4);
+    assert_eq!(
+        r.mean_output_tokens,
+        Some(20.0),
+        "long prompts must not mix into decoder stats"
+    );
+    assert_eq!(r.itl_ms.count, 4 * 19);
+    assert!(lp.ok >= 2, "{lp:?}");
+    assert_eq!(lp.failed, 0);
+    assert_eq!(lp.ttft_ms.count, lp.ok);
+    let long: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|(_, b)| b["max_tokens"] == 1)
+        .collect();
+    assert_eq!(long.len(), lp.completed + lp.cancelled_at_end);
+    for (_, b) in &long {
+        assert_eq!(
+            b["prompt"].as_str().expect("prompt").split(' ').count(),
+            300
+        );
+    }
+}
+
+#[tokio::test]
+async fn poisson_arrivals_stop_at_the_duration() {
+    let server = FakeServer::start(FakeOptions {
+        first_token_delay: Duration::from_millis(5),
+        token_delay: Duration::from_millis(2),
+        ..FakeOptions::default()
+    })
+    .await;
+    let a = args(
+        &server,
+        &[
+            "-c",
+            "4",
+            "--arrival",
+            "poisson:40",
+            "--duration",
+            "0.5",
+            "--output-tokens",
+            "2",
+            "--seed",
+            "5",
+        ],
+    );
+    let started = std::time::Instant::now();
+    let report = bench::run_async(a).await.expect("run");
+    let r = &report.results;
+    // 40/s for 0.5 s: about 20 arrivals; a Poisson count is very unlikely to leave 5..=50.
+    let n = r.requests_ok + r.requests_failed;
+    assert!((5..=50).contains(&n), "{n} requests");
+    assert_eq!(r.requests_failed, 0);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        server
+            .recorded
+            .peak_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+            <= 4
+    );
+}
+
+#[tokio::test]
+async fn json_and_chart_files_are_written() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let (json_path, svg_path) = (temp_path("out.json"), temp_path("out.svg"));
+    let (j, s) = (
+        json_path.to_string_lossy().to_string(),
+        svg_path.to_string_lossy().to_string(),
+    );
+    let a = args(
+        &server,
+        &[
+            "-n",
+            "3",
+            "--output-tokens",
+            "3",
+            "--json",
+            &j,
+            "--chart",
+            &s,
+        ],
+    );
+    bench::run_async(a).await.expect("run");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json file"))
+            .expect("valid json");
+    assert_eq!(v["results"]["requests_ok"], 3);
+    assert_eq!(v["config"]["model"], "fake-model");
+    assert!(v["results"]["ttft_ms"]["p50"].as_f64().is_some());
+    assert!(v["results"]["itl_ms"]["p99"].as_f64().is_some());
+    let svg = std::fs::read_to_string(&svg_path).expect("svg file");
+    assert!(svg.starts_with("<svg") && svg.contains("TTFT (n=3)") && svg.contains("ITL (n=6)"));
+    let _ = std::fs::remove_file(json_path);
+    let _ = std::fs::remove_file(svg_path);
+}
+
+#[tokio::test]
+async fn unreachable_server_fails_requests_instead_of_hanging() {
+    // Bind then drop a listener to get a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let a = Cli::try_parse_from([
+        "bench",
+        "--url",
+        &url,
+        "--no-progress",
+        "-n",
+        "3",
+        "--model",
+        "m",
+        "--timeout",
+        "5",
+    ])
+    .expect("argv")
+    .args;
+    let r = bench::run_async(a).await.expect("run").results;
+    assert_eq!((r.requests_ok, r.requests_failed), (0, 3));
+    assert!(r.errors[0].message.starts_with("send"), "{:?}", r.errors);
+}
