@@ -3,8 +3,9 @@
 //! `out[i * rows + r] = dot(w.row(r), x[i * cols..(i + 1) * cols])` for `i in 0..m`.
 //!
 //! Design:
-//! - Activations are quantized once per call (Q8_0 or Q8_K, as llama.cpp does) into a reusable
-//!   [`MatmulScratch`], on the calling thread.
+//! - Activations are quantized once per call (Q8_0 or Q8_K, as llama.cpp does; Q8_0 in block
+//!   pairs for the 512-bit kernels) into a reusable [`MatmulScratch`], by the pool when the batch
+//!   has four rows or more.
 //! - Output rows are split into chunks that the pool's threads claim from a shared counter. Each
 //!   weight row is read from memory once and multiplied with all `m` activation rows while it is
 //!   hot in L1, in groups of up to four activation rows per pass so one unpacked weight block
@@ -62,7 +63,10 @@ impl<'a> Weights<'a> {
     }
 
     fn format(&self) -> Format {
-        Format::from_ggml(self.ty).expect("Weights::new validated the type; this is a bug")
+        match Format::from_ggml(self.ty) {
+            Ok(f) => f,
+            Err(e) => panic!("matmul: {e}; build weights with Weights::new"),
+        }
     }
 
     /// Bytes of one row.
@@ -152,10 +156,14 @@ pub fn matmul_with_isa(
         out.len(),
         w.rows
     );
+    let format = w.format();
+    let valid = format
+        .row_bytes(w.ty, w.cols)
+        .is_ok_and(|b| b * w.rows == w.data.len());
+    assert!(valid, "matmul: inconsistent Weights {{ ty: {:?}, rows: {}, cols: {}, {} bytes }}; build them with Weights::new", w.ty, w.rows, w.cols, w.data.len());
     if m == 0 || w.rows == 0 {
         return;
     }
-    let format = w.format();
     kernel::visit(
         isa,
         format,

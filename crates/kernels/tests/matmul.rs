@@ -338,3 +338,33 @@ fn legacy_formats_with_an_odd_number_of_blocks_agree_across_isas() {
         }
     }
 }
+
+#[test]
+#[should_panic(expected = "inconsistent Weights")]
+fn hand_built_weights_with_a_wrong_size_are_rejected() {
+    let data = vec![0u8; 30];
+    let w = Weights {
+        ty: GgmlType::Q8_0,
+        data: &data,
+        rows: 1,
+        cols: 32,
+    };
+    let mut out = vec![0f32; 1];
+    matmul(
+        &Threads::new(1),
+        &w,
+        &[0.0; 32],
+        1,
+        &mut out,
+        &mut MatmulScratch::new(),
+    );
+}
+
+#[test]
+fn pool_scratch_and_weights_can_move_between_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    fn assert_send<T: Send>() {}
+    assert_send_sync::<Threads>();
+    assert_send_sync::<Weights<'static>>();
+    assert_send::<MatmulScratch>();
+}
