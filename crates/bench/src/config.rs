@@ -24,6 +24,15 @@ pub enum Endpoint {
     Chat,
 }
 
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Completions => "completions",
+            Self::Chat => "chat",
+        })
+    }
+}
+
 /// When requests are issued.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arrival {

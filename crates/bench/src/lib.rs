@@ -61,15 +61,7 @@ pub fn chart_svg(report: &Report) -> String {
     let c = &report.config;
     let caption = format!(
         "{} {} c={} prompt~{} out={} ({})",
-        c.model,
-        match c.endpoint {
-            Endpoint::Completions => "completions",
-            Endpoint::Chat => "chat",
-        },
-        c.concurrency,
-        c.prompt_tokens,
-        c.output_tokens,
-        c.arrival
+        c.model, c.endpoint, c.concurrency, c.prompt_tokens, c.output_tokens, c.arrival
     );
     let s = &report.samples;
     let mut series = vec![

@@ -156,7 +156,7 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "tessera bench: {} model={} endpoint={:?} arrival={} concurrency={}",
+            "tessera bench: {} model={} endpoint={} arrival={} concurrency={}",
             c.url, c.model, c.endpoint, c.arrival, c.concurrency
         );
         let _ = writeln!(
