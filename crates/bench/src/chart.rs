@@ -143,7 +143,7 @@ fn axes(s: &mut String, left: f64, top: f64, w: f64, h: f64, x_max: f64) {
             s,
             r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
             top + h + 14.0,
-            fmt_ms(v)
+            fmt_tick(v)
         );
     }
     let _ = writeln!(
@@ -168,6 +168,16 @@ fn nice_ceiling(v: f64) -> f64 {
         .unwrap_or(10.0 * base)
 }
 
+/// Axis ticks are round numbers: no decimals unless they are needed.
+fn fmt_tick(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').to_string()
+    }
+}
+
 fn fmt_ms(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
@@ -188,6 +198,13 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_drop_needless_decimals() {
+        assert_eq!(fmt_tick(50.0), "50");
+        assert_eq!(fmt_tick(1.25), "1.25");
+        assert_eq!(fmt_tick(0.5), "0.5");
+    }
 
     #[test]
     fn nice_ceiling_rounds_up_to_a_round_number() {
