@@ -129,6 +129,10 @@ pub struct BenchArgs {
     /// Per-request timeout in seconds (connection to last byte).
     #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
+    /// Requests sent one at a time before the measured run and left out of the results (they
+    /// page in the model's weights and warm the server's caches).
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u32,
     /// Do not draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
@@ -163,6 +167,8 @@ pub struct BenchConfig {
     pub long_prompts: Option<LongPrompts>,
     pub temperature: f32,
     pub timeout: Duration,
+    /// Unmeasured requests sent one at a time before the run.
+    pub warmup: u32,
 }
 
 /// An argument out of range.
@@ -266,6 +272,7 @@ impl BenchArgs {
             long_prompts,
             temperature: self.temperature,
             timeout: positive_seconds("timeout", self.timeout)?,
+            warmup: self.warmup,
         })
     }
 }

@@ -8,6 +8,8 @@
 //! with the decoders' prompts) are sent every `every_s` seconds on their own tasks, outside the
 //! concurrency limit, so they land on the server while the decoders are mid-stream.
 //!
+//! Warm-up requests, when asked for, run before the clock starts and are not reported.
+//!
 //! Bounds: no new request starts after the request count is reached or the duration has passed;
 //! every request is bounded by the client timeout; long prompts stop when the decoders are done, and
 //! those still in flight then are cancelled (counted, not timed).
@@ -96,6 +98,7 @@ pub async fn execute(cfg: &BenchConfig, show_progress: bool) -> anyhow::Result<R
         cfg.prompt_tokens,
         cfg.shared_prefix_tokens,
     ));
+    warm_up(&client, &prompts, cfg).await;
     let started_unix_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
@@ -132,6 +135,24 @@ pub async fn execute(cfg: &BenchConfig, show_progress: bool) -> anyhow::Result<R
         wall,
         started_unix_s,
     })
+}
+
+/// Sends `cfg.warmup` requests one after another, with prompts no measured request uses (indices
+/// counted down from `u64::MAX`), so they cannot seed a prefix cache for the run.
+async fn warm_up(client: &Client, prompts: &PromptBuilder, cfg: &BenchConfig) {
+    if cfg.warmup == 0 {
+        return;
+    }
+    let mut failed = 0;
+    for i in 0..u64::from(cfg.warmup) {
+        let outcome = client
+            .stream(&prompts.prompt(u64::MAX - i), cfg.output_tokens)
+            .await;
+        failed += usize::from(!outcome.ok);
+    }
+    if failed > 0 {
+        eprintln!("warm-up: {failed} of {} requests failed", cfg.warmup);
+    }
 }
 
 async fn closed_loop(shared: &Shared, concurrency: usize) -> Vec<Outcome> {

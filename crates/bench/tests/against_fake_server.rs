@@ -351,3 +351,31 @@ async fn unreachable_server_fails_requests_instead_of_hanging() {
     assert_eq!((r.requests_ok, r.requests_failed), (0, 3));
     assert!(r.errors[0].message.starts_with("send"), "{:?}", r.errors);
 }
+
+#[tokio::test]
+async fn warmup_requests_are_sent_first_and_left_out_of_the_results() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let a = args(
+        &server,
+        &[
+            "-c",
+            "2",
+            "-n",
+            "3",
+            "--output-tokens",
+            "2",
+            "--warmup",
+            "2",
+        ],
+    );
+    let report = bench::run_async(a).await.expect("run");
+    assert_eq!(report.results.requests_ok, 3);
+    assert_eq!(report.results.ttft_ms.count, 3);
+    assert_eq!(report.config.warmup_requests, 2);
+    let reqs = server.requests();
+    assert_eq!(reqs.len(), 5);
+    // The warm-up prompts are not among the measured ones.
+    let prompt = |i: usize| reqs[i].1["prompt"].as_str().expect("prompt").to_string();
+    let measured: Vec<String> = (2..5).map(prompt).collect();
+    assert!(!measured.contains(&prompt(0)) && !measured.contains(&prompt(1)));
+}
