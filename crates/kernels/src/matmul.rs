@@ -16,13 +16,12 @@
 //! lands in, or the thread count; the kernels guarantee that `dot::<N>` gives each pair exactly the
 //! bits `dot::<1>` would.
 
-use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::act::Activation;
 use crate::dtype::{Format, GgmlType};
 use crate::error::KernelError;
-use crate::kernel::{self, detect_isa, isa, DotKernel, Isa, KernelVisitor};
+use crate::kernel::{self, detect_isa, isa, DotKernel, Isa, KernelVisitor, RowsJob};
 use crate::quant::{self, ActQ8_0, ActQ8_0x2, BlockQ8K};
 use crate::threads::Threads;
 
@@ -96,25 +95,9 @@ impl MatmulScratch {
     }
 }
 
-/// A raw output pointer shared by the workers; each (activation row, weight row) element is
-/// written by exactly one thread.
-#[derive(Clone, Copy)]
+/// The output pointer of a call, shared by the workers; each (activation row, weight row)
+/// element is written by exactly one thread.
 struct OutPtr(*mut f32);
-// SAFETY: workers write disjoint elements (distinct weight rows) and `Threads::run` joins them
-// before the exclusive borrow the pointer came from ends.
-unsafe impl Send for OutPtr {}
-// SAFETY: as above.
-unsafe impl Sync for OutPtr {}
-
-/// The pieces of one call that every worker reads.
-struct Job<'a, A> {
-    acts: &'a [A],
-    /// Activation blocks per activation row.
-    act_stride: usize,
-    m: usize,
-    rows: usize,
-    out: OutPtr,
-}
 
 /// Multiplies `w` with `m` activation rows `x` (`m * w.cols` floats) into `out` (`m * w.rows`).
 ///
@@ -192,16 +175,27 @@ struct RunAll<'a, 'w> {
 impl KernelVisitor for RunAll<'_, '_> {
     fn visit<K: DotKernel>(self, k: &K) {
         let (acts, act_stride) = K::A::prepare(self.threads, self.x, self.w.cols, self.scratch);
-        let job = Job {
+        let blocks: &[K::W] = quant::cast_blocks(self.w.data);
+        let job = RowsJob {
+            w: blocks,
+            per_row: blocks.len() / self.w.rows,
             acts,
             act_stride,
             m: self.m,
             rows: self.w.rows,
-            out: self.out,
+            out: self.out.0,
         };
-        run_parallel(self.threads, self.w, k, &job);
+        job.validate(k.act_len(job.per_row));
+        run_parallel(self.threads, k, &SharedJob(job));
     }
 }
+
+/// A validated job shared with the pool's threads.
+struct SharedJob<'a, W, A>(RowsJob<'a, W, A>);
+// SAFETY: the job holds shared slices of `Sync` data and an output pointer whose rows are split
+// between threads (each row range is claimed by exactly one thread through the chunk counter),
+// and `Threads::run` joins all threads before the `&mut` output the pointer came from is released.
+unsafe impl<W: Sync, A: Sync> Sync for SharedJob<'_, W, A> {}
 
 /// Rows per work chunk: enough chunks for load balance, a multiple of 4, and not tiny.
 fn chunk_rows(rows: usize, threads: usize) -> usize {
@@ -212,11 +206,13 @@ fn chunk_rows(rows: usize, threads: usize) -> usize {
     target.max(16).next_multiple_of(4)
 }
 
-fn run_parallel<K: DotKernel>(threads: &Threads, w: &Weights, k: &K, job: &Job<K::A>) {
-    let chunk = chunk_rows(w.rows, threads.n());
-    let n_chunks = w.rows.div_ceil(chunk);
+fn run_parallel<K: DotKernel>(threads: &Threads, k: &K, job: &SharedJob<K::W, K::A>) {
+    let rows = job.0.rows;
+    let chunk = chunk_rows(rows, threads.n());
+    let n_chunks = rows.div_ceil(chunk);
     if n_chunks == 1 {
-        rows_loop(k, w, job, 0..w.rows);
+        // SAFETY: validated job, full range, single thread.
+        unsafe { k.rows(&job.0, 0..rows) };
         return;
     }
     let next = AtomicUsize::new(0);
@@ -225,44 +221,10 @@ fn run_parallel<K: DotKernel>(threads: &Threads, w: &Weights, k: &K, job: &Job<K
         if c >= n_chunks {
             break;
         }
-        rows_loop(k, w, job, c * chunk..((c + 1) * chunk).min(w.rows));
+        // SAFETY: validated job; chunk `c` is claimed by exactly one thread, so its rows are
+        // written by this thread only.
+        unsafe { k.rows(&job.0, c * chunk..((c + 1) * chunk).min(rows)) };
     });
-}
-
-/// Computes all `m` outputs of weight rows `rows`.
-fn rows_loop<K: DotKernel>(k: &K, w: &Weights, job: &Job<K::A>, rows: Range<usize>) {
-    let blocks: &[K::W] = quant::cast_blocks(w.data);
-    let per_row = blocks.len() / w.rows;
-    let act = |i: usize| &job.acts[i * job.act_stride..(i + 1) * job.act_stride];
-    let store = |i: usize, r: usize, v: f32| {
-        debug_assert!(i < job.m && r < job.rows);
-        // SAFETY: i < m and r < rows, so the index is in bounds of the `m * rows` output; row `r`
-        // belongs to this chunk only, so no other thread writes this element.
-        unsafe { *job.out.0.add(i * job.rows + r) = v };
-    };
-    for r in rows {
-        let wr = &blocks[r * per_row..(r + 1) * per_row];
-        let mut i = 0;
-        while i + 4 <= job.m {
-            let v = k.dot::<4>(wr, [act(i), act(i + 1), act(i + 2), act(i + 3)]);
-            for (j, v) in v.into_iter().enumerate() {
-                store(i + j, r, v);
-            }
-            i += 4;
-        }
-        match job.m - i {
-            3 => {
-                let v = k.dot::<3>(wr, [act(i), act(i + 1), act(i + 2)]);
-                (0..3).for_each(|j| store(i + j, r, v[j]));
-            }
-            2 => {
-                let v = k.dot::<2>(wr, [act(i), act(i + 1)]);
-                (0..2).for_each(|j| store(i + j, r, v[j]));
-            }
-            1 => store(i, r, k.dot::<1>(wr, [act(i)])[0]),
-            _ => {}
-        }
-    }
 }
 
 /// Decodes one row of `ty` (e.g. an embedding row) into `dst` (`dst.len()` elements).

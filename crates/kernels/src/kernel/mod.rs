@@ -1,13 +1,16 @@
 //! Per-format dot-product kernels behind one trait, and their selection for this CPU.
 //!
-//! A [`DotKernel`] multiplies one weight row with `N <= 4` activation rows at once. Scalar kernels
+//! A [`DotKernel`] computes all outputs of a range of weight rows; SIMD kernels run the shared
+//! [`rows_loop`] (one weight row against up to four activation rows per pass) inside their
+//! `#[target_feature]` entry points so nothing per row crosses a call boundary. Scalar kernels
 //! wrap the reference dot products in `quant`; SIMD kernels live in `x86` and are only
-//! constructed after run-time feature detection, which is what makes calling their
-//! `#[target_feature]` functions sound.
+//! constructed after run-time feature detection, which is what makes calling their entry points
+//! sound.
 //!
 //! Invariant: for every kernel, `dot::<N>` returns for each activation row exactly the bits that
 //! `dot::<1>` returns for that row alone (the matmul's batch invariance rests on this).
 
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use crate::act::Activation;
@@ -17,14 +20,118 @@ use crate::quant::{float, kquants, legacy, PodBlock};
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
-/// One weight row times up to four activation rows.
+/// Everything a row-range computation reads, built and validated once per matmul call.
+pub(crate) struct RowsJob<'a, W, A> {
+    /// All weight blocks, `rows * per_row` of them.
+    pub w: &'a [W],
+    /// Weight blocks per row.
+    pub per_row: usize,
+    /// Activation rows, `m * act_stride` elements.
+    pub acts: &'a [A],
+    /// Activation elements per row (the kernel's `act_len(per_row)`).
+    pub act_stride: usize,
+    pub m: usize,
+    /// Output rows (`w.len() / per_row`), the stride of `out`.
+    pub rows: usize,
+    /// `m * rows` floats, row-major by activation row.
+    pub out: *mut f32,
+}
+
+impl<W, A> RowsJob<'_, W, A> {
+    /// Panics unless the slices agree with the shape (the row loops rely on it).
+    pub fn validate(&self, act_len: usize) {
+        assert_eq!(
+            self.w.len(),
+            self.rows * self.per_row,
+            "weight blocks vs shape; this is a bug"
+        );
+        assert_eq!(
+            self.act_stride, act_len,
+            "activation row length; this is a bug"
+        );
+        assert_eq!(
+            self.acts.len(),
+            self.m * self.act_stride,
+            "activation rows; this is a bug"
+        );
+    }
+}
+
+/// A per-format kernel: one weight row times up to four activation rows, run over row ranges.
 pub(crate) trait DotKernel: Sync {
     /// Weight block type (a byte array of one element for float formats).
     type W: PodBlock;
     /// Activation element or block type.
     type A: Activation;
-    /// `out[j] = dot(w, a[j])`; all slices hold the same number of elements.
-    fn dot<const N: usize>(&self, w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
+    /// Activation elements per row for weight rows of `per_row` blocks.
+    fn act_len(&self, per_row: usize) -> usize;
+    /// Writes `out[i * rows + r]` for every activation row `i` and every `r` in `range`.
+    ///
+    /// # Safety
+    /// `job` must have passed `validate(self.act_len(job.per_row))`, `range` must lie within
+    /// `0..job.rows`, `job.out` must be valid for `m * rows` writes, and no other thread may write
+    /// the elements of these rows concurrently.
+    unsafe fn rows(&self, job: &RowsJob<Self::W, Self::A>, range: Range<usize>);
+}
+
+/// One weight row times `N` activation rows, as an associated function so the row loop can be
+/// instantiated (and fully inlined) inside a `#[target_feature]` entry point.
+pub(crate) trait RowDot {
+    type W;
+    type A;
+    /// # Safety
+    /// As required by the implementing kernel (CPU features; slice lengths per `act_len`).
+    unsafe fn dot<const N: usize>(w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
+}
+
+/// The row loop shared by every kernel: each weight row meets the activation rows four at a
+/// time, then the remainder as one group of 1–3.
+///
+/// # Safety
+/// As [`DotKernel::rows`], plus the safety contract of `R::dot` for these slices.
+#[inline(always)]
+pub(crate) unsafe fn rows_loop<R: RowDot>(job: &RowsJob<R::W, R::A>, range: Range<usize>) {
+    let act = |i: usize| {
+        debug_assert!(i < job.m);
+        // SAFETY: i < m and acts.len() == m * act_stride (validated).
+        unsafe {
+            job.acts
+                .get_unchecked(i * job.act_stride..(i + 1) * job.act_stride)
+        }
+    };
+    let store = |i: usize, r: usize, v: f32| {
+        debug_assert!(i < job.m && r < job.rows);
+        // SAFETY: i < m and r < rows keep the write inside the `m * rows` output; the caller
+        // guarantees no other thread writes row `r`.
+        unsafe { *job.out.add(i * job.rows + r) = v };
+    };
+    for r in range {
+        debug_assert!(r < job.rows);
+        // SAFETY: r < rows and w.len() == rows * per_row (validated).
+        let wr = unsafe { job.w.get_unchecked(r * job.per_row..(r + 1) * job.per_row) };
+        let mut i = 0;
+        while i + 4 <= job.m {
+            // SAFETY: forwarded from this function's contract.
+            let v = unsafe { R::dot::<4>(wr, [act(i), act(i + 1), act(i + 2), act(i + 3)]) };
+            for (j, v) in v.into_iter().enumerate() {
+                store(i + j, r, v);
+            }
+            i += 4;
+        }
+        // SAFETY (all three arms): forwarded from this function's contract.
+        match job.m - i {
+            3 => {
+                let v = unsafe { R::dot::<3>(wr, [act(i), act(i + 1), act(i + 2)]) };
+                (0..3).for_each(|j| store(i + j, r, v[j]));
+            }
+            2 => {
+                let v = unsafe { R::dot::<2>(wr, [act(i), act(i + 1)]) };
+                (0..2).for_each(|j| store(i + j, r, v[j]));
+            }
+            1 => store(i, r, unsafe { R::dot::<1>(wr, [act(i)]) }[0]),
+            _ => {}
+        }
+    }
 }
 
 /// Receives the kernel selected for a format (a generic callback, since kernels differ in type).
@@ -70,7 +177,7 @@ pub fn detect_isa() -> Isa {
     Isa::Scalar
 }
 
-/// A kernel that calls a scalar reference dot once per activation row.
+/// A kernel that calls a scalar reference dot once per (weight row, activation row) pair.
 pub(crate) struct Scalar<W: 'static, A: 'static> {
     pub f: fn(&[W], &[A]) -> f32,
 }
@@ -78,8 +185,18 @@ pub(crate) struct Scalar<W: 'static, A: 'static> {
 impl<W: PodBlock, A: Activation> DotKernel for Scalar<W, A> {
     type W = W;
     type A = A;
-    fn dot<const N: usize>(&self, w: &[W], a: [&[A]; N]) -> [f32; N] {
-        std::array::from_fn(|j| (self.f)(w, a[j]))
+    fn act_len(&self, per_row: usize) -> usize {
+        per_row
+    }
+    unsafe fn rows(&self, job: &RowsJob<W, A>, range: Range<usize>) {
+        for r in range {
+            let wr = &job.w[r * job.per_row..(r + 1) * job.per_row];
+            for (i, x) in job.acts.chunks_exact(job.act_stride).enumerate() {
+                // SAFETY: i < m and r < rows (caller's contract) keep the write in bounds; no
+                // other thread writes row `r`.
+                unsafe { *job.out.add(i * job.rows + r) = (self.f)(wr, x) };
+            }
+        }
     }
 }
 

@@ -45,7 +45,7 @@ pub fn round_half_even(v: f32) -> i32 {
 /// # Safety
 /// Implementors must be `#[repr(C)]`, have alignment 1, contain no padding and accept any bit
 /// pattern.
-pub unsafe trait PodBlock: Copy + 'static {}
+pub unsafe trait PodBlock: Copy + Sync + 'static {}
 
 /// Views a byte slice holding whole blocks as a block slice.
 ///

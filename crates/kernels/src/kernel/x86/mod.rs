@@ -1,9 +1,10 @@
 //! x86-64 SIMD kernels: AVX2 (+FMA, F16C) and AVX-512 VNNI.
 //!
 //! Structure: each format has a [`Body`] — an `#[inline(always)]` kernel generic over the integer
-//! dot primitive [`IDot`] and the number of activation rows `N`. Two `#[target_feature]` entry
-//! points instantiate every body, one per instruction set; the bodies and primitives are inlined
-//! into them, so the intrinsics compile with the entry's features (the pattern `memchr` uses).
+//! dot primitive [`IDot`] and the number of activation rows `N`. `#[target_feature]` entry points
+//! (one per instruction set) run the shared row loop over a range of weight rows with the body
+//! inlined, so the intrinsics compile with the entry's features (the pattern `memchr` uses) and
+//! nothing per row crosses a call boundary.
 //!
 //! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
 //! detection has confirmed the entry point's features, and only their `dot` calls the entries.
@@ -20,7 +21,9 @@
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
 
-use super::{DotKernel, Isa, KernelVisitor};
+use std::ops::Range;
+
+use super::{rows_loop, DotKernel, Isa, KernelVisitor, RowDot, RowsJob};
 use crate::act::Activation;
 use crate::dtype::Format;
 use crate::quant::{BlockQ4_0, BlockQ5_0, BlockQ8_0, PodBlock};
@@ -143,16 +146,43 @@ pub(crate) trait Body {
     unsafe fn run<D: IDot, const N: usize>(w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
 }
 
+/// Adapts a [`Body`] with integer primitive `D` to the shared row loop.
+struct WithDot<B, D>(PhantomData<fn() -> (B, D)>);
+
+impl<B: Body, D: IDot> RowDot for WithDot<B, D> {
+    type W = B::W;
+    type A = B::A;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+        // SAFETY: forwarded; the entry points below enable the features `D` needs.
+        unsafe { B::run::<D, N>(w, a) }
+    }
+}
+
+/// Adapts a [`Body512`] to the shared row loop.
+struct Wide<B>(PhantomData<fn() -> B>);
+
+impl<B: Body512> RowDot for Wide<B> {
+    type W = B::W;
+    type A = B::A;
+    #[inline(always)]
+    unsafe fn dot<const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+        // SAFETY: forwarded; the entry point below enables AVX-512.
+        unsafe { B::run::<N>(w, a) }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn entry_avx2<B: Body, const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
-    // SAFETY: this function's features are the ones `Body::run` requires for `Avx2Dot`.
-    unsafe { B::run::<Avx2Dot, N>(w, a) }
+unsafe fn rows_avx2<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
+    // SAFETY: this function's features are the ones `Body::run` requires for `Avx2Dot`; the
+    // job contract is forwarded.
+    unsafe { rows_loop::<WithDot<B, Avx2Dot>>(job, range) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn entry_vnni<B: Body, const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+unsafe fn rows_vnni<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
     // SAFETY: this function's features are the ones `Body::run` requires for `VnniDot`.
-    unsafe { B::run::<VnniDot, N>(w, a) }
+    unsafe { rows_loop::<WithDot<B, VnniDot>>(job, range) }
 }
 
 /// A 512-bit kernel body (AVX-512 F/BW/VL + VNNI), generic over the row count.
@@ -168,9 +198,9 @@ pub(crate) trait Body512 {
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn entry_512<B: Body512, const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
+unsafe fn rows_512<B: Body512>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
     // SAFETY: this function's features are the ones `Body512::run` requires.
-    unsafe { B::run::<N>(w, a) }
+    unsafe { rows_loop::<Wide<B>>(job, range) }
 }
 
 /// A SIMD kernel; only constructed after feature detection (see module docs).
@@ -182,48 +212,37 @@ pub(crate) struct Simd512<B>(PhantomData<fn() -> B>);
 impl<B: Body> DotKernel for Simd<B, Avx2Dot> {
     type W = B::W;
     type A = B::A;
-    fn dot<const N: usize>(&self, w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
-        for x in &a {
-            assert_eq!(
-                x.len(),
-                w.len(),
-                "activation row length differs from weight row; this is a bug"
-            );
-        }
-        // SAFETY: a `Simd<_, Avx2Dot>` exists only if AVX2/FMA/F16C were detected; lengths match.
-        unsafe { entry_avx2::<B, N>(w, a) }
+    fn act_len(&self, per_row: usize) -> usize {
+        per_row
+    }
+    unsafe fn rows(&self, job: &RowsJob<B::W, B::A>, range: Range<usize>) {
+        // SAFETY: a `Simd<_, Avx2Dot>` exists only if AVX2/FMA/F16C were detected; the job
+        // contract is the caller's.
+        unsafe { rows_avx2::<B>(job, range) }
     }
 }
 
 impl<B: Body> DotKernel for Simd<B, VnniDot> {
     type W = B::W;
     type A = B::A;
-    fn dot<const N: usize>(&self, w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
-        for x in &a {
-            assert_eq!(
-                x.len(),
-                w.len(),
-                "activation row length differs from weight row; this is a bug"
-            );
-        }
+    fn act_len(&self, per_row: usize) -> usize {
+        per_row
+    }
+    unsafe fn rows(&self, job: &RowsJob<B::W, B::A>, range: Range<usize>) {
         // SAFETY: a `Simd<_, VnniDot>` exists only if AVX-512 VNNI (and AVX2) were detected.
-        unsafe { entry_vnni::<B, N>(w, a) }
+        unsafe { rows_vnni::<B>(job, range) }
     }
 }
 
 impl<B: Body512> DotKernel for Simd512<B> {
     type W = B::W;
     type A = B::A;
-    fn dot<const N: usize>(&self, w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
-        for x in &a {
-            assert_eq!(
-                x.len(),
-                B::act_len(w.len()),
-                "activation row length mismatch; this is a bug"
-            );
-        }
+    fn act_len(&self, per_row: usize) -> usize {
+        B::act_len(per_row)
+    }
+    unsafe fn rows(&self, job: &RowsJob<B::W, B::A>, range: Range<usize>) {
         // SAFETY: a `Simd512` exists only if AVX-512 F/BW/VL/VNNI (and AVX2) were detected.
-        unsafe { entry_512::<B, N>(w, a) }
+        unsafe { rows_512::<B>(job, range) }
     }
 }
 
