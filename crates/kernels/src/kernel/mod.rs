@@ -7,8 +7,9 @@
 //! constructed after run-time feature detection, which is what makes calling their entry points
 //! sound.
 //!
-//! Invariant: for every kernel, `dot::<N>` returns for each activation row exactly the bits that
-//! `dot::<1>` returns for that row alone (the matmul's batch invariance rests on this).
+//! Invariant: for every kernel, [`RowDot::dot`]`::<N>` returns for each activation row exactly the
+//! bits `dot::<1>` returns for that row alone, and an output element depends only on its weight
+//! row and activation row (the matmul's batch invariance rests on this).
 
 use std::ops::Range;
 use std::sync::OnceLock;
