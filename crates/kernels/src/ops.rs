@@ -9,12 +9,14 @@
 
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "x86_64")]
 use crate::kernel::{isa, Isa};
 
 /// True when the F16C/FMA paths may be used (checked once; see `kernel::isa`).
+#[cfg(target_arch = "x86_64")]
 #[inline]
 fn simd() -> bool {
-    cfg!(target_arch = "x86_64") && isa() >= Isa::Avx2
+    isa() >= Isa::Avx2
 }
 
 /// `out = x / sqrt(mean(x^2) + eps) * weight`.
