@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-use model::{Batch, KvLayout, KvPool, LogitsWanted, ModelError, SeqChunk};
+use model::{Batch, KvDtype, KvLayout, KvPool, LogitsWanted, ModelError, SeqChunk};
 use tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -69,6 +69,8 @@ pub struct EngineConfig {
     /// Release sliding-window tiles no future query can see (default). Off keeps every tile,
     /// to compare against and to measure what release saves.
     pub release_window_tiles: bool,
+    /// How K and V are stored in the pool.
+    pub kv_dtype: KvDtype,
 }
 
 impl Default for EngineConfig {
@@ -83,6 +85,7 @@ impl Default for EngineConfig {
             max_waiting: 1024,
             aging_steps: 200,
             release_window_tiles: true,
+            kv_dtype: KvDtype::F16,
         }
     }
 }
@@ -123,8 +126,8 @@ impl<M: Model> Engine<M> {
         tokenizer: Tokenizer,
         cfg: &EngineConfig,
         stats: Arc<EngineStats>,
-    ) -> Self {
-        let layout = model.kv_layout(cfg.tile_size);
+    ) -> Result<Self, String> {
+        let layout = model.kv_layout(cfg.tile_size).with_dtype(cfg.kv_dtype)?;
         let pool = KvPool::with_bytes(layout.clone(), cfg.kv_bytes);
         let sched_cfg = SchedulerConfig {
             max_batch_tokens: cfg.max_batch_tokens,
@@ -136,7 +139,7 @@ impl<M: Model> Engine<M> {
         let sched = Scheduler::new(sched_cfg, &layout, pool.n_tiles(), cfg.prefix_caching);
         stats.tiles_total.store(pool.n_tiles() as u64, Relaxed);
         let context_length = model.context_length();
-        Engine {
+        Ok(Engine {
             model,
             pool,
             sched,
@@ -146,7 +149,7 @@ impl<M: Model> Engine<M> {
             logits: Vec::new(),
             context_length,
             arrivals: 0,
-        }
+        })
     }
 
     pub fn scheduler(&self) -> &Scheduler {

@@ -77,7 +77,14 @@ impl EngineHandle {
                         return;
                     }
                 };
-                let engine = Engine::new(model, tokenizer.clone(), &thread_cfg, thread_stats);
+                let engine = match Engine::new(model, tokenizer.clone(), &thread_cfg, thread_stats)
+                {
+                    Ok(e) => e,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
                 let info = ModelInfo {
                     context_length: engine.context_length(),
                     vocab_size: engine.vocab_size(),

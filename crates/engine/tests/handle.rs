@@ -77,6 +77,38 @@ fn spawn_returns_the_load_error() {
         panic!("must not load with a bad config")
     });
     assert!(res.is_err());
+    // A KV type the model's rows cannot use is reported by spawn too (the fake rows hold 2
+    // values; q8_0 needs blocks of 32).
+    let m = FakeModel::new(Some(10));
+    let cfg = EngineConfig {
+        kv_dtype: model::KvDtype::Q8_0,
+        ..fake_config(&m, 4, 64)
+    };
+    let err = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer())))
+        .err()
+        .expect("q8_0 refused");
+    assert!(err.contains("q8_0"), "{err}");
+}
+
+#[test]
+fn every_kv_type_the_model_allows_serves_requests() {
+    for dtype in [model::KvDtype::F32, model::KvDtype::F16] {
+        let m = FakeModel::new(Some(10));
+        let cfg = EngineConfig {
+            kv_dtype: dtype,
+            ..fake_config(&m, 4, 64)
+        };
+        let h = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer()))).expect("starts");
+        let req = greedy(prompt(9, 12), 6);
+        let mut s = h.submit(req.clone()).expect("accepted");
+        let (tokens, _) = collect(&mut s);
+        assert_eq!(
+            tokens,
+            solo(|| FakeModel::new(Some(10)), 4, &req).tokens,
+            "{dtype:?}"
+        );
+        h.shutdown(Duration::from_secs(1));
+    }
 }
 
 #[test]

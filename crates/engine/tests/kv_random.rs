@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use engine::kv_manager::{KvManager, SeqTiles};
 use engine::tiles::{TileAllocator, TileId};
-use model::kv::KvGroup;
+use model::kv::{KvDtype, KvGroup};
 use model::KvLayout;
 
 struct Rng(u64);
@@ -113,6 +113,7 @@ fn layout() -> KvLayout {
             })
             .collect(),
         layer_slot: (0..3).map(|i| (i, 0)).collect(),
+        dtype: KvDtype::F16,
     }
 }
 

@@ -17,7 +17,7 @@ use engine::{
     Engine, EngineConfig, EngineError, EngineStats, Event, FinishReason, GenerateRequest, Model,
     SeqId, Usage,
 };
-use model::kv::KvGroup;
+use model::kv::{KvDtype, KvGroup};
 use model::{Batch, KvLayout, KvPool, LogitsWanted, ModelError, TileId, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -107,8 +107,11 @@ impl FakeModel {
                         "group {g}: position {q} is visible from {pos} but its tile was released"
                     )));
                 }
-                let (k, _) = kv.tile_rows(tile, 0, q % ts, 1);
-                let (tok, p) = (k[0].to_f32() as u64, k[1].to_f32() as usize);
+                let n = q % ts + 1;
+                let (mut k, mut v) = (vec![0.0; n * FAKE_KV_DIM], vec![0.0; n * FAKE_KV_DIM]);
+                kv.read_rows(tile, 0, n, &mut k, &mut v);
+                let row = &k[(n - 1) * FAKE_KV_DIM..];
+                let (tok, p) = (row[0] as u64, row[1] as usize);
                 if p != q % 2048 {
                     return Err(ModelError::BadBatch(format!(
                         "group {g}: tile {} slot {} holds position {p}, expected {q}",
@@ -139,6 +142,7 @@ impl Model for FakeModel {
             kv_dim: FAKE_KV_DIM,
             layer_slot: (0..groups.len()).map(|i| (i, 0)).collect(),
             groups,
+            dtype: KvDtype::F16,
         }
     }
 
@@ -242,7 +246,7 @@ impl<M: Model> Harness<M> {
         cfg.validate().expect("test config is valid");
         let stats = Arc::new(EngineStats::default());
         Harness {
-            engine: Engine::new(model, tokenizer, cfg, stats.clone()),
+            engine: Engine::new(model, tokenizer, cfg, stats.clone()).expect("engine starts"),
             stats,
             rx: HashMap::new(),
             out: HashMap::new(),
