@@ -1,8 +1,9 @@
-//! `tessera`: the command-line entry point (generate, fetch-model; serve and bench to come).
+//! `tessera`: the command-line entry point (serve, generate, perplexity, fetch-model).
 
 mod fetch;
 mod generate;
 mod perplexity;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -24,6 +25,8 @@ struct Cli {
 enum Command {
     /// Generate a continuation of a prompt and stream it to stdout.
     Generate(generate::GenerateArgs),
+    /// Serve the OpenAI-compatible HTTP API (completions, chat, models, tokenize, metrics).
+    Serve(serve::ServeArgs),
     /// Perplexity of a model on a text file, computed as llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
     /// Download the default model (Gemma 3 270M Q4_K_M) into ./models and verify its sha256.
@@ -42,6 +45,7 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::FetchModel { dir } => {
             let dir = dir.unwrap_or_else(fetch::models_dir);
             let path = dir.join(fetch::DEFAULT_MODEL_FILE);

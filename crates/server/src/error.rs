@@ -1,0 +1,201 @@
+//! `ApiError`: the one error type of the HTTP layer.
+//!
+//! Every failure a handler can meet becomes an `ApiError`, and this file alone decides its HTTP
+//! status, its OpenAI-style body `{"error": {"message", "type", "param", "code"}}` and the label
+//! it is counted under in `tessera_request_errors_total`. Internal details are logged, never sent:
+//! a client sees "internal error" and the log has the cause.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use engine::EngineError;
+use serde_json::json;
+
+/// Why a request failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed or out of range (400).
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        /// The offending field, when one is to blame.
+        param: Option<String>,
+        /// A machine-readable reason, e.g. `model_not_found`.
+        code: Option<&'static str>,
+    },
+    /// Missing or wrong API key (401).
+    #[error("invalid or missing API key")]
+    Unauthorized,
+    /// No such route (404).
+    #[error("no route for {0}")]
+    NotFound(String),
+    /// The body is larger than the limit (413).
+    #[error("the request body exceeds {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// The waiting line is full (429, with Retry-After).
+    #[error("{0}")]
+    Overloaded(String),
+    /// The model is still loading (503).
+    #[error("the model is still loading")]
+    NotReady,
+    /// The server is shutting down (503).
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// A bug or an engine failure (500); the cause is logged, not sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Marks an error response so the metrics layer can count it by label.
+#[derive(Clone, Copy, Debug)]
+pub struct ErrorLabel(pub &'static str);
+
+/// Every label `ApiError::label` can return (so the metrics show zeros too).
+pub const ERROR_LABELS: &[&str] = &[
+    "invalid_request",
+    "unauthorized",
+    "not_found",
+    "payload_too_large",
+    "overloaded",
+    "not_ready",
+    "shutting_down",
+    "internal",
+];
+
+impl ApiError {
+    /// A 400 blaming `param`.
+    pub fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            message: message.into(),
+            param: Some(param.to_string()),
+            code: None,
+        }
+    }
+
+    /// A 400 not tied to one field.
+    pub fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::BadRequest {
+            message: message.into(),
+            param: None,
+            code: None,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::NotReady | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The label in `tessera_request_errors_total{type=...}`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { .. } => "invalid_request",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::Overloaded(_) => "overloaded",
+            ApiError::NotReady => "not_ready",
+            ApiError::ShuttingDown => "shutting_down",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+
+    /// OpenAI's `type` field.
+    fn kind(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { .. }
+            | ApiError::NotFound(_)
+            | ApiError::PayloadTooLarge { .. } => "invalid_request_error",
+            ApiError::Unauthorized => "authentication_error",
+            ApiError::Overloaded(_) => "rate_limit_error",
+            ApiError::NotReady | ApiError::ShuttingDown => "service_unavailable",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The JSON body sent to the client.
+    pub fn body(&self) -> serde_json::Value {
+        let (param, code) = match self {
+            ApiError::BadRequest { param, code, .. } => (param.clone(), *code),
+            _ => (None, None),
+        };
+        let message = match self {
+            ApiError::Internal(_) => "internal error".to_string(),
+            other => other.to_string(),
+        };
+        json!({"error": {"message": message, "type": self.kind(), "param": param, "code": code}})
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        match e {
+            EngineError::InvalidRequest(m) => ApiError::bad(m),
+            EngineError::Overloaded(m) => ApiError::Overloaded(m),
+            EngineError::Stopped => ApiError::ShuttingDown,
+            EngineError::Internal(m) => ApiError::Internal(m),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!("internal error: {cause}");
+        }
+        let mut resp = (self.status(), axum::Json(self.body())).into_response();
+        if matches!(self, ApiError::Overloaded(_)) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if matches!(self, ApiError::Unauthorized) {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp.extensions_mut().insert(ErrorLabel(self.label()));
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_hide_their_cause_from_clients() {
+        let e = ApiError::Internal("secret path /x".into());
+        assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!e.body().to_string().contains("secret"));
+    }
+
+    #[test]
+    fn bad_request_body_names_the_param() {
+        let body = ApiError::invalid("top_p", "must be in (0, 1]").body();
+        assert_eq!(body["error"]["param"], "top_p");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert!(body["error"]["code"].is_null());
+    }
+
+    #[test]
+    fn every_variant_has_a_listed_label() {
+        let all = [
+            ApiError::bad("x"),
+            ApiError::Unauthorized,
+            ApiError::NotFound("/x".into()),
+            ApiError::PayloadTooLarge { limit: 1 },
+            ApiError::Overloaded("x".into()),
+            ApiError::NotReady,
+            ApiError::ShuttingDown,
+            ApiError::Internal("x".into()),
+        ];
+        for e in all {
+            assert!(ERROR_LABELS.contains(&e.label()), "{e:?}");
+        }
+    }
+}

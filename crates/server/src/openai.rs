@@ -1,0 +1,124 @@
+//! OpenAI (and vLLM) request bodies as they arrive, before validation.
+//!
+//! A completions or chat body is read twice, as `CommonParams` and as the route's own fields
+//! (serde's `flatten` would lose the path of a wrongly typed field, and with it the `param` of
+//! the 400). Types here only describe shapes: every numeric field is taken wide (`i64`, `f64`) so that an
+//! out-of-range value reaches `validate.rs` and gets a precise 400 there, instead of a generic
+//! serde message. Unknown fields are ignored, as OpenAI's API does. Response bodies are built
+//! with `serde_json::json!` in the route files, next to the code that fills them.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+/// Fields shared by completions and chat completions.
+#[derive(Debug, Default, Deserialize)]
+pub struct CommonParams {
+    pub model: Option<String>,
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    /// vLLM extension; -1 or 0 mean off.
+    pub top_k: Option<i64>,
+    /// vLLM extension.
+    pub min_p: Option<f64>,
+    pub n: Option<i64>,
+    pub stop: Option<Stop>,
+    /// vLLM extension.
+    pub stop_token_ids: Option<Vec<i64>>,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// vLLM extension.
+    pub repetition_penalty: Option<f64>,
+    /// Token id (as a string key, as OpenAI sends it) → bias in [-100, 100].
+    pub logit_bias: Option<HashMap<String, f64>>,
+    /// vLLM extension: lower runs sooner.
+    pub priority: Option<i64>,
+    /// vLLM extension.
+    pub ignore_eos: Option<bool>,
+    /// Accepted and ignored (OpenAI uses it for abuse monitoring).
+    pub user: Option<String>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+/// `stop`: one string or a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `prompt`: text, texts, token ids, or lists of token ids.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<i64>),
+    TokenLists(Vec<Vec<i64>>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: Option<PromptInput>,
+    pub echo: Option<bool>,
+    /// Number of alternatives per position (0 = only the chosen token's log-prob).
+    pub logprobs: Option<i64>,
+}
+
+/// One chat message; `content` may be text or a list of text parts.
+#[derive(Debug, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: Option<MessageContent>,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Option<Vec<ChatMessage>>,
+    /// OpenAI's newer name for `max_tokens`; wins when both are given.
+    pub max_completion_tokens: Option<i64>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+    /// vLLM extension (default true).
+    pub add_generation_prompt: Option<bool>,
+}
+
+/// vLLM's `/tokenize` body: either a prompt or chat messages.
+#[derive(Debug, Deserialize)]
+pub struct TokenizeRequest {
+    pub model: Option<String>,
+    pub prompt: Option<String>,
+    pub messages: Option<Vec<ChatMessage>>,
+    pub add_special_tokens: Option<bool>,
+    pub add_generation_prompt: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DetokenizeRequest {
+    pub model: Option<String>,
+    pub tokens: Vec<i64>,
+}

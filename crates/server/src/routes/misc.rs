@@ -1,0 +1,105 @@
+//! The small routes: `/health`, `/v1/models`, `/metrics`, and vLLM's `/tokenize` and
+//! `/detokenize`.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::metrics;
+use crate::openai::{DetokenizeRequest, TokenizeRequest};
+use crate::state::AppState;
+use crate::validate::{check_model, parse_body, render_chat};
+
+use super::{body_bytes, empty_ok};
+
+/// 200 once the model is loaded, 503 before.
+pub async fn health(State(state): State<AppState>) -> Result<Response, ApiError> {
+    state.model()?;
+    Ok(empty_ok())
+}
+
+pub async fn models(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let m = state.model()?;
+    Ok(axum::Json(json!({
+        "object": "list",
+        "data": [{
+            "id": m.model_id,
+            "object": "model",
+            "created": m.created,
+            "owned_by": "tessera",
+            "root": m.model_id,
+            "max_model_len": m.engine.info().context_length,
+        }],
+    }))
+    .into_response())
+}
+
+/// Prometheus text format (answers while loading too, with the server-side counters only).
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let body = metrics::render(&state);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// `{model, prompt, add_special_tokens}` or `{model, messages, add_generation_prompt}` →
+/// `{tokens, count, max_model_len}`.
+pub async fn tokenize(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let m = state.model()?;
+    let bytes = body_bytes(body, state.config().body_limit)?;
+    let req: TokenizeRequest = parse_body(&bytes)?;
+    check_model(req.model.as_deref(), &m.model_id)?;
+    let tok = m.engine.tokenizer();
+    let tokens = match (req.prompt, req.messages) {
+        (Some(p), None) => tok.encode(&p, req.add_special_tokens.unwrap_or(true), true),
+        (None, Some(msgs)) => {
+            let text = render_chat(&msgs, req.add_generation_prompt.unwrap_or(true), m)?;
+            tok.encode(&text, req.add_special_tokens.unwrap_or(false), true)
+        }
+        _ => return Err(ApiError::bad("give exactly one of `prompt` and `messages`")),
+    };
+    Ok(axum::Json(json!({
+        "count": tokens.len(),
+        "max_model_len": m.engine.info().context_length,
+        "tokens": tokens,
+    }))
+    .into_response())
+}
+
+/// `{model, tokens}` → `{prompt}`.
+pub async fn detokenize(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let m = state.model()?;
+    let bytes = body_bytes(body, state.config().body_limit)?;
+    let req: DetokenizeRequest = parse_body(&bytes)?;
+    check_model(req.model.as_deref(), &m.model_id)?;
+    let vocab = m.engine.info().vocab_size;
+    let mut ids = Vec::with_capacity(req.tokens.len());
+    for t in req.tokens {
+        match u32::try_from(t) {
+            Ok(id) if (id as usize) < vocab => ids.push(id),
+            _ => {
+                return Err(ApiError::invalid(
+                    "tokens",
+                    format!("token id {t} is outside the vocabulary (0..{vocab})"),
+                ))
+            }
+        }
+    }
+    let text = m.engine.tokenizer().decode(&ids, false);
+    Ok(axum::Json(json!({ "prompt": text })).into_response())
+}

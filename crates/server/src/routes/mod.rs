@@ -1,0 +1,107 @@
+//! The HTTP routes, one file each, and the router that wires them with the cross-cutting
+//! layers: body-size limit, API-key check, and error counting.
+//!
+//! Layer order (outermost first): error counting sees every response, including the 401s of
+//! the key check and the 404 fallback; the key check guards the API routes but not `/health`
+//! or `/metrics` (probes and scrapers carry no key, as with vLLM).
+
+pub mod chat;
+pub mod completions;
+pub mod misc;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::auth::bearer_matches;
+use crate::error::{ApiError, ErrorLabel};
+use crate::state::AppState;
+
+/// The whole application.
+pub fn router(state: AppState) -> Router {
+    let limit = state.config().body_limit;
+    let api = Router::new()
+        .route("/v1/completions", post(completions::handle))
+        .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/models", get(misc::models))
+        .route("/tokenize", post(misc::tokenize))
+        .route("/detokenize", post(misc::detokenize))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+    Router::new()
+        .route("/health", get(misc::health))
+        .route("/metrics", get(misc::metrics))
+        .merge(api)
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(middleware::from_fn_with_state(state.clone(), count_errors))
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::NotFound(uri.path().to_string())
+}
+
+/// 401 unless the request carries `Authorization: Bearer <key>` (when a key is set).
+async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(key) = &state.config().api_key {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !bearer_matches(given.trim(), key) {
+            return axum::response::IntoResponse::into_response(ApiError::Unauthorized);
+        }
+    }
+    next.run(req).await
+}
+
+/// Counts error responses by the label `ApiError` attached.
+async fn count_errors(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    if let Some(ErrorLabel(label)) = resp.extensions().get::<ErrorLabel>() {
+        state.counters().count_error(label);
+    } else if resp.status() == StatusCode::METHOD_NOT_ALLOWED {
+        state.counters().count_error("not_found");
+    }
+    resp
+}
+
+/// The request body, or 413 past the limit.
+pub(crate) fn body_bytes(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    body.map_err(|rej| {
+        if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit }
+        } else {
+            ApiError::bad(format!("cannot read the request body: {rej}"))
+        }
+    })
+}
+
+/// A response id: the prefix, the time and a process-wide counter (unique per process).
+pub(crate) fn new_id(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "{prefix}-{nanos:x}{:04x}",
+        NEXT.fetch_add(1, Relaxed) & 0xffff
+    )
+}
+
+/// An empty 200 (health).
+pub(crate) fn empty_ok() -> Response {
+    Response::new(Body::empty())
+}

@@ -1,0 +1,175 @@
+//! Running a validated `Job` on the engine: submit one engine request per choice, then either
+//! collect each choice whole or merge their event streams for SSE.
+//!
+//! `n > 1` is `n` engine requests with the same prompt (the prefix cache shares their full
+//! tiles). Before any response header is sent, `start` waits for the first event of every
+//! choice: the engine reports a refused request (e.g. one that can never fit the KV pool) as
+//! its first event, and that must become a 400, not a 200 stream that fails. Dropping what
+//! `start` returns (a client gone, a handler future cancelled) drops the receivers, and the
+//! engine aborts those requests within a step.
+
+use std::pin::Pin;
+
+use engine::{EngineHandle, Event, FinishReason, TokenLogprob, Usage};
+use futures_util::stream::{self, Stream, StreamExt};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::error::ApiError;
+use crate::validate::Job;
+
+/// One choice in flight.
+pub struct Choice {
+    pub index: usize,
+    pub prompt_index: usize,
+    /// The first event, already received.
+    first: Option<Event>,
+    events: UnboundedReceiver<Event>,
+}
+
+/// A generated token as the routes report it.
+#[derive(Clone, Debug)]
+pub struct TokenOut {
+    pub id: u32,
+    pub logprob: Option<TokenLogprob>,
+}
+
+/// A finished choice.
+#[derive(Debug)]
+pub struct Outcome {
+    pub index: usize,
+    pub prompt_index: usize,
+    pub text: String,
+    pub tokens: Vec<TokenOut>,
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
+    pub reason: FinishReason,
+    pub usage: Usage,
+}
+
+/// Submits every choice of `job` and waits until each has produced its first event.
+pub async fn start(job: &Job, engine: &EngineHandle) -> Result<Vec<Choice>, ApiError> {
+    let mut choices = Vec::with_capacity(job.prompts.len() * job.n);
+    for p in 0..job.prompts.len() {
+        for j in 0..job.n {
+            // On refusal, `choices` is dropped and the ones already queued are aborted.
+            let s = engine.submit(job.request_for(p, j))?;
+            choices.push(Choice {
+                index: p * job.n + j,
+                prompt_index: p,
+                first: None,
+                events: s.events,
+            });
+        }
+    }
+    for c in &mut choices {
+        match c.events.recv().await {
+            Some(Event::Error(e)) => return Err(e.into()),
+            Some(ev) => c.first = Some(ev),
+            None => return Err(ApiError::Internal("engine dropped a request".into())),
+        }
+    }
+    Ok(choices)
+}
+
+/// Waits for a choice to finish and gathers its output.
+pub async fn collect(mut c: Choice) -> Result<Outcome, ApiError> {
+    let mut out = Outcome {
+        index: c.index,
+        prompt_index: c.prompt_index,
+        text: String::new(),
+        tokens: Vec::new(),
+        prompt_logprobs: None,
+        reason: FinishReason::Abort,
+        usage: Usage::default(),
+    };
+    let mut next = c.first.take();
+    loop {
+        let ev = match next.take() {
+            Some(ev) => ev,
+            None => c
+                .events
+                .recv()
+                .await
+                .ok_or_else(|| ApiError::Internal("engine dropped a request".into()))?,
+        };
+        match ev {
+            Event::PromptLogprobs(lp) => out.prompt_logprobs = Some(lp),
+            Event::Token { id, text, logprob } => {
+                out.text.push_str(&text);
+                out.tokens.push(TokenOut { id, logprob });
+            }
+            Event::Finished {
+                reason,
+                text,
+                usage,
+            } => {
+                out.text.push_str(&text);
+                out.reason = reason;
+                out.usage = usage;
+                return Ok(out);
+            }
+            Event::Error(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Collects every choice (they run concurrently in the engine), in choice order.
+pub async fn collect_all(choices: Vec<Choice>) -> Result<Vec<Outcome>, ApiError> {
+    let mut outs = Vec::with_capacity(choices.len());
+    for c in choices {
+        outs.push(collect(c).await?);
+    }
+    Ok(outs)
+}
+
+/// One event of one choice, as merged for streaming.
+pub type Tagged = (usize, Event);
+
+/// All choices' events in arrival order, each tagged with its choice index.
+pub fn merge(choices: Vec<Choice>) -> Pin<Box<dyn Stream<Item = Tagged> + Send>> {
+    let streams = choices.into_iter().map(|mut c| {
+        let index = c.index;
+        let first = stream::iter(c.first.take());
+        let rest = stream::unfold(c.events, |mut rx| async move {
+            rx.recv().await.map(|ev| (ev, rx))
+        });
+        first.chain(rest).map(move |ev| (index, ev)).boxed()
+    });
+    stream::select_all(streams).boxed()
+}
+
+/// Usage over a whole request: prompt tokens once per prompt (not per choice), completion
+/// tokens summed, cached tokens the best any copy of each prompt got.
+#[derive(Clone, Debug, Default)]
+pub struct UsageTotals {
+    prompt_lens: Vec<usize>,
+    cached: Vec<usize>,
+    completion_tokens: usize,
+}
+
+impl UsageTotals {
+    pub fn new(prompts: &[Vec<u32>]) -> Self {
+        UsageTotals {
+            prompt_lens: prompts.iter().map(Vec::len).collect(),
+            cached: vec![0; prompts.len()],
+            completion_tokens: 0,
+        }
+    }
+
+    /// Adds a finished choice of prompt `prompt_index`.
+    pub fn add(&mut self, prompt_index: usize, usage: &Usage) {
+        self.completion_tokens += usage.completion_tokens;
+        if let Some(c) = self.cached.get_mut(prompt_index) {
+            *c = (*c).max(usage.cached_tokens);
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let prompt: usize = self.prompt_lens.iter().sum();
+        serde_json::json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": prompt + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached.iter().sum::<usize>()},
+        })
+    }
+}

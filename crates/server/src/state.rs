@@ -1,0 +1,205 @@
+//! Shared state of the HTTP layer: settings, the loaded model (absent while it loads) and the
+//! server-side counters.
+//!
+//! The server binds before the model is loaded, so `/health` can honestly answer 503 while
+//! loading; `AppState::set_loaded` flips it once. Everything else about the model (tokenizer,
+//! context length, chat template) is read from the `Loaded` value, which never changes after.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use engine::{EngineConfig, EngineHandle};
+
+use crate::chat_template::ChatTemplate;
+use crate::error::{ApiError, ERROR_LABELS};
+
+/// HTTP-layer settings.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Bearer token required on every route but `/health` (None = open).
+    pub api_key: Option<String>,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+    /// Largest `n` (choices per prompt) a request may ask for.
+    pub max_n: usize,
+    /// Largest number of prompts in one completions request.
+    pub max_prompts: usize,
+    /// Largest `logprobs` / `top_logprobs`.
+    pub max_logprobs: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            api_key: None,
+            body_limit: 4 << 20,
+            max_n: 16,
+            max_prompts: 64,
+            max_logprobs: 20,
+        }
+    }
+}
+
+/// A model ready to serve.
+pub struct Loaded {
+    pub engine: EngineHandle,
+    /// The id clients put in `model` (the file name without `.gguf`).
+    pub model_id: String,
+    pub chat_template: ChatTemplate,
+    /// Unix seconds when loading finished (`created` in `/v1/models`).
+    pub created: u64,
+}
+
+/// Loads a GGUF model onto a new engine thread (blocking; call it off the async runtime).
+///
+/// `chat_template_override` is the text of a `--chat-template` file.
+pub fn load_model(
+    path: &Path,
+    threads: usize,
+    cfg: EngineConfig,
+    chat_template_override: Option<String>,
+) -> Result<Loaded, String> {
+    let (arch, gguf_template) = read_chat_metadata(path)?;
+    let chat_template = ChatTemplate::choose(chat_template_override, gguf_template, &arch)?;
+    let load_path = path.to_path_buf();
+    let engine = EngineHandle::spawn(cfg, move || {
+        let m = model::load(&load_path, threads).map_err(|e| e.to_string())?;
+        Ok((m.transformer, m.tokenizer))
+    })?;
+    tracing::info!(
+        "loaded {} ({arch}, context {}, {} KV tiles of {}, chat template: {})",
+        path.display(),
+        engine.info().context_length,
+        engine.info().kv_tiles,
+        engine.info().tile_size,
+        chat_template.describe()
+    );
+    Ok(Loaded {
+        engine,
+        model_id: model_id_for(path),
+        chat_template,
+        created: unix_now(),
+    })
+}
+
+/// The architecture name and the chat template (if any) from the GGUF metadata.
+fn read_chat_metadata(path: &Path) -> Result<(String, Option<String>), String> {
+    let file = gguf::GgufFile::open(path).map_err(|e| e.to_string())?;
+    let md = file.metadata();
+    let text = |key: &str| match md.get(key) {
+        Some(gguf::Value::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    Ok((
+        text("general.architecture").unwrap_or_default(),
+        text("tokenizer.chat_template"),
+    ))
+}
+
+/// The model id for a file: its name without the `.gguf` extension.
+pub fn model_id_for(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Counters kept by the HTTP layer (the engine keeps its own in `EngineStats`).
+pub struct ServerCounters {
+    errors: HashMap<&'static str, AtomicU64>,
+    /// Requests accepted by the completion routes (any outcome).
+    pub requests: AtomicU64,
+}
+
+impl Default for ServerCounters {
+    fn default() -> Self {
+        ServerCounters {
+            errors: ERROR_LABELS
+                .iter()
+                .map(|&l| (l, AtomicU64::new(0)))
+                .collect(),
+            requests: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ServerCounters {
+    pub fn count_error(&self, label: &str) {
+        if let Some(c) = self.errors.get(label) {
+            c.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// (label, count) for every error label, in a fixed order.
+    pub fn errors(&self) -> Vec<(&'static str, u64)> {
+        ERROR_LABELS
+            .iter()
+            .map(|&l| (l, self.errors.get(l).map_or(0, |c| c.load(Relaxed))))
+            .collect()
+    }
+}
+
+/// What every handler gets: cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ServerConfig,
+    loaded: OnceLock<Loaded>,
+    counters: ServerCounters,
+}
+
+impl AppState {
+    /// A state with no model yet (`/health` answers 503 until `set_loaded`).
+    pub fn new(config: ServerConfig) -> AppState {
+        AppState {
+            inner: Arc::new(Inner {
+                config,
+                loaded: OnceLock::new(),
+                counters: ServerCounters::default(),
+            }),
+        }
+    }
+
+    /// A state serving `loaded` from the start.
+    pub fn with_model(config: ServerConfig, loaded: Loaded) -> AppState {
+        let s = AppState::new(config);
+        s.set_loaded(loaded);
+        s
+    }
+
+    /// Publishes the model; a second call is ignored (the first model stays).
+    pub fn set_loaded(&self, loaded: Loaded) {
+        if self.inner.loaded.set(loaded).is_err() {
+            tracing::warn!("a model is already loaded; ignoring the second one");
+        }
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    pub fn counters(&self) -> &ServerCounters {
+        &self.inner.counters
+    }
+
+    /// The model, if loaded.
+    pub fn loaded(&self) -> Option<&Loaded> {
+        self.inner.loaded.get()
+    }
+
+    /// The model, or 503 while it loads.
+    pub fn model(&self) -> Result<&Loaded, ApiError> {
+        self.loaded().ok_or(ApiError::NotReady)
+    }
+}

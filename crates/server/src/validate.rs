@@ -1,0 +1,474 @@
+//! The one place request bodies are checked and turned into engine work.
+//!
+//! `parse_body` turns bytes into a request type (a malformed body or a wrong type is a 400 whose
+//! `param` is the JSON path serde stopped at). `completion_job` / `chat_job` check every range,
+//! tokenize, and produce a `Job`: the tokenized prompts and one `GenerateRequest` template that
+//! is copied for each of the `n` choices. Nothing past this file re-checks client input; the
+//! engine's own checks are a second line that should never fire for a validated job.
+
+use engine::GenerateRequest;
+use model::SamplingParams;
+use serde::de::DeserializeOwned;
+
+use crate::chat_template::Message;
+use crate::error::ApiError;
+use crate::openai::{
+    ChatMessage, ChatRequest, CommonParams, CompletionRequest, MessageContent, PromptInput, Stop,
+};
+use crate::state::{Loaded, ServerConfig};
+
+/// Default `max_tokens` of `/v1/completions` (OpenAI's).
+pub const DEFAULT_COMPLETION_TOKENS: usize = 16;
+const MAX_STOP_STRINGS: usize = 16;
+const MAX_LOGIT_BIAS: usize = 1024;
+
+/// Validated work for the engine.
+#[derive(Debug)]
+pub struct Job {
+    /// Tokenized prompts; choice `p * n + j` is copy `j` of prompt `p`.
+    pub prompts: Vec<Vec<u32>>,
+    /// Choices per prompt.
+    pub n: usize,
+    /// Everything but the prompt; `prompt` is empty here.
+    pub request: GenerateRequest,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Completions: prepend the prompt to the text (and its log-probs when asked).
+    pub echo: bool,
+}
+
+impl Job {
+    /// The engine request of choice `j` for prompt `p`: seeded requests get distinct seeds per
+    /// choice, or the `n` copies would be identical.
+    pub fn request_for(&self, p: usize, j: usize) -> GenerateRequest {
+        let mut r = self.request.clone();
+        r.prompt = self.prompts[p].clone();
+        if let Some(s) = r.sampling.seed {
+            r.sampling.seed = Some(s.wrapping_add(j as u64));
+        }
+        r
+    }
+}
+
+/// Parses a JSON body; errors name the field (`param`) where parsing stopped.
+pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let param = (path != "." && !path.is_empty()).then_some(path);
+        let message = if inner.is_syntax() || inner.is_eof() {
+            format!("malformed JSON body: {inner}")
+        } else {
+            format!("invalid request body: {inner}")
+        };
+        ApiError::BadRequest {
+            message,
+            param,
+            code: None,
+        }
+    })
+}
+
+/// Checks `model` against the served model's id.
+pub fn check_model(requested: Option<&str>, served: &str) -> Result<(), ApiError> {
+    match requested {
+        Some(m) if m != served => Err(ApiError::BadRequest {
+            message: format!("the model `{m}` does not exist; this server serves `{served}`"),
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Validates a `/v1/completions` body.
+pub fn completion_job(
+    req: CompletionRequest,
+    common: CommonParams,
+    m: &Loaded,
+    cfg: &ServerConfig,
+) -> Result<Job, ApiError> {
+    check_model(common.model.as_deref(), &m.model_id)?;
+    let echo = req.echo.unwrap_or(false);
+    let logprobs = opt_range(req.logprobs, "logprobs", 0, cfg.max_logprobs)?;
+    let prompts = completion_prompts(req.prompt, m, cfg)?;
+    let explicit = opt_range(common.max_tokens, "max_tokens", 0, usize::MAX)?;
+    if explicit == Some(0) && !echo {
+        return Err(ApiError::invalid(
+            "max_tokens",
+            "max_tokens must be at least 1 (0 is only allowed with echo)",
+        ));
+    }
+    let max_tokens = fit_max_tokens(&prompts, explicit, DEFAULT_COMPLETION_TOKENS, m)?;
+    let mut request = common_request(&common, m)?;
+    request.max_tokens = max_tokens;
+    request.logprobs = logprobs;
+    if echo && (logprobs.is_some() || max_tokens == 0) {
+        // The engine scores the prompt only on request; echo with max_tokens 0 is exactly that.
+        request.prompt_logprobs = Some(logprobs.unwrap_or(0));
+    }
+    job(prompts, request, &common, cfg, echo)
+}
+
+/// Validates a `/v1/chat/completions` body.
+pub fn chat_job(
+    req: ChatRequest,
+    common: CommonParams,
+    m: &Loaded,
+    cfg: &ServerConfig,
+) -> Result<Job, ApiError> {
+    check_model(common.model.as_deref(), &m.model_id)?;
+    let messages = req.messages.unwrap_or_default();
+    let text = render_chat(&messages, req.add_generation_prompt.unwrap_or(true), m)?;
+    let prompt = m.engine.tokenizer().encode(&text, false, true);
+    let prompts = vec![prompt];
+    check_prompt_lengths(&prompts, m, "messages")?;
+    let explicit = req.max_completion_tokens.or(common.max_tokens);
+    let param = if req.max_completion_tokens.is_some() {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    let explicit = opt_range(explicit, param, 1, usize::MAX)?;
+    let remaining = m.engine.info().context_length - prompts[0].len();
+    let max_tokens = fit_max_tokens(&prompts, explicit, remaining, m)?;
+    let top = opt_range(req.top_logprobs, "top_logprobs", 0, cfg.max_logprobs)?;
+    let wants_logprobs = req.logprobs.unwrap_or(false);
+    if top.is_some() && !wants_logprobs {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "top_logprobs requires logprobs to be true",
+        ));
+    }
+    let mut request = common_request(&common, m)?;
+    request.max_tokens = max_tokens;
+    request.logprobs = wants_logprobs.then(|| top.unwrap_or(0));
+    job(prompts, request, &common, cfg, false)
+}
+
+/// Turns chat messages into the prompt text through the model's chat template.
+pub fn render_chat(
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    m: &Loaded,
+) -> Result<String, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid("messages", "messages must not be empty"));
+    }
+    let mut plain = Vec::with_capacity(messages.len());
+    for (i, msg) in messages.iter().enumerate() {
+        let content = match &msg.content {
+            None => String::new(),
+            Some(MessageContent::Text(t)) => t.clone(),
+            Some(MessageContent::Parts(parts)) => {
+                let mut text = String::new();
+                for part in parts {
+                    match (part.kind.as_str(), &part.text) {
+                        ("text", Some(t)) => text.push_str(t),
+                        _ => {
+                            return Err(ApiError::invalid(
+                                &format!("messages[{i}].content"),
+                                "only text content parts are supported",
+                            ))
+                        }
+                    }
+                }
+                text
+            }
+        };
+        plain.push(Message {
+            role: msg.role.clone(),
+            content,
+        });
+    }
+    let tok = m.engine.tokenizer();
+    let piece = |id: Option<u32>| {
+        id.and_then(|i| tok.token_piece(i))
+            .unwrap_or_default()
+            .to_string()
+    };
+    m.chat_template
+        .render(
+            &plain,
+            add_generation_prompt,
+            &piece(tok.bos_id()),
+            &piece(tok.eos_id()),
+        )
+        .map_err(|e| ApiError::invalid("messages", e.0))
+}
+
+fn job(
+    prompts: Vec<Vec<u32>>,
+    request: GenerateRequest,
+    c: &CommonParams,
+    cfg: &ServerConfig,
+    echo: bool,
+) -> Result<Job, ApiError> {
+    let n = opt_range(c.n, "n", 1, cfg.max_n)?.unwrap_or(1);
+    let stream = c.stream.unwrap_or(false);
+    let include_usage = c
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
+    if c.stream_options.is_some() && !stream {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options is only allowed when stream is true",
+        ));
+    }
+    Ok(Job {
+        prompts,
+        n,
+        request,
+        stream,
+        include_usage,
+        echo,
+    })
+}
+
+/// The prompts of a completions request, tokenized and checked.
+fn completion_prompts(
+    prompt: Option<PromptInput>,
+    m: &Loaded,
+    cfg: &ServerConfig,
+) -> Result<Vec<Vec<u32>>, ApiError> {
+    let tok = m.engine.tokenizer();
+    let vocab = m.engine.info().vocab_size;
+    let ids = |list: Vec<i64>| -> Result<Vec<u32>, ApiError> {
+        list.into_iter()
+            .map(|t| token_id(t, vocab, "prompt"))
+            .collect()
+    };
+    let prompts = match prompt {
+        None => return Err(ApiError::invalid("prompt", "prompt is required")),
+        Some(PromptInput::Text(t)) => vec![encode_text(tok, &t)],
+        Some(PromptInput::Texts(ts)) => ts.iter().map(|t| encode_text(tok, t)).collect(),
+        Some(PromptInput::Tokens(t)) => vec![ids(t)?],
+        Some(PromptInput::TokenLists(ls)) => ls.into_iter().map(ids).collect::<Result<_, _>>()?,
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::invalid("prompt", "prompt must not be empty"));
+    }
+    if prompts.len() > cfg.max_prompts {
+        return Err(ApiError::invalid(
+            "prompt",
+            format!("at most {} prompts per request", cfg.max_prompts),
+        ));
+    }
+    check_prompt_lengths(&prompts, m, "prompt")?;
+    Ok(prompts)
+}
+
+/// Completion prompts are tokenized with BOS and with special-token strings parsed, as vLLM
+/// (through Hugging Face tokenizers) does. An empty text stays empty, so it is refused.
+fn encode_text(tok: &tokenizer::Tokenizer, text: &str) -> Vec<u32> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    tok.encode(text, true, true)
+}
+
+fn check_prompt_lengths(prompts: &[Vec<u32>], m: &Loaded, param: &str) -> Result<(), ApiError> {
+    let ctx = m.engine.info().context_length;
+    for p in prompts {
+        if p.is_empty() {
+            return Err(ApiError::invalid(
+                param,
+                format!("{param} must not be empty"),
+            ));
+        }
+        if p.len() >= ctx {
+            return Err(ApiError::BadRequest {
+                message: format!(
+                    "this model's maximum context length is {ctx} tokens, and the prompt has {} \
+                     (at least one token must be left to generate)",
+                    p.len()
+                ),
+                param: Some(param.to_string()),
+                code: Some("context_length_exceeded"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The `max_tokens` to use: an explicit value must fit the context beside every prompt; the
+/// default is cut to what fits.
+fn fit_max_tokens(
+    prompts: &[Vec<u32>],
+    explicit: Option<usize>,
+    default: usize,
+    m: &Loaded,
+) -> Result<usize, ApiError> {
+    let ctx = m.engine.info().context_length;
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    match explicit {
+        Some(n) if longest.saturating_add(n) > ctx => Err(ApiError::BadRequest {
+            message: format!(
+                "this model's maximum context length is {ctx} tokens; the prompt has {longest} \
+                 and {n} were requested for the completion"
+            ),
+            param: Some("max_tokens".into()),
+            code: Some("context_length_exceeded"),
+        }),
+        Some(n) => Ok(n),
+        None => Ok(default.min(ctx - longest)),
+    }
+}
+
+/// Sampling, stops, priority: the fields both routes share.
+fn common_request(c: &CommonParams, m: &Loaded) -> Result<GenerateRequest, ApiError> {
+    let vocab = m.engine.info().vocab_size;
+    let sampling = sampling_params(c, vocab)?;
+    let stop_strings = match &c.stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s.clone()],
+        Some(Stop::Many(v)) => v.clone(),
+    };
+    if stop_strings.len() > MAX_STOP_STRINGS {
+        return Err(ApiError::invalid(
+            "stop",
+            format!("at most {MAX_STOP_STRINGS} stop strings"),
+        ));
+    }
+    if stop_strings.iter().any(String::is_empty) {
+        return Err(ApiError::invalid("stop", "stop strings must not be empty"));
+    }
+    let stop_token_ids = c
+        .stop_token_ids
+        .iter()
+        .flatten()
+        .map(|&t| token_id(t, vocab, "stop_token_ids"))
+        .collect::<Result<_, _>>()?;
+    let priority = match c.priority {
+        None => 0,
+        Some(p) => i32::try_from(p)
+            .map_err(|_| ApiError::invalid("priority", "priority must fit in 32 bits"))?,
+    };
+    Ok(GenerateRequest {
+        prompt: Vec::new(),
+        sampling,
+        max_tokens: 0,
+        stop_token_ids,
+        stop_strings,
+        ignore_eos: c.ignore_eos.unwrap_or(false),
+        logprobs: None,
+        prompt_logprobs: None,
+        priority,
+    })
+}
+
+fn sampling_params(c: &CommonParams, vocab: usize) -> Result<SamplingParams, ApiError> {
+    let temperature = c.temperature.unwrap_or(1.0);
+    if !temperature.is_finite() || temperature < 0.0 {
+        return Err(ApiError::invalid("temperature", "temperature must be >= 0"));
+    }
+    let top_p = c.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid("top_p", "top_p must be in (0, 1]"));
+    }
+    let top_k = match c.top_k {
+        None | Some(-1) => 0,
+        Some(k) if k >= 0 => usize::try_from(k).unwrap_or(usize::MAX).min(vocab),
+        Some(_) => return Err(ApiError::invalid("top_k", "top_k must be -1 (off) or >= 0")),
+    };
+    let min_p = in_range(c.min_p, "min_p", 0.0, 1.0, 0.0)?;
+    let presence_penalty = in_range(c.presence_penalty, "presence_penalty", -2.0, 2.0, 0.0)?;
+    let frequency_penalty = in_range(c.frequency_penalty, "frequency_penalty", -2.0, 2.0, 0.0)?;
+    let repetition_penalty = c.repetition_penalty.unwrap_or(1.0);
+    if !(repetition_penalty.is_finite() && repetition_penalty > 0.0) {
+        return Err(ApiError::invalid(
+            "repetition_penalty",
+            "repetition_penalty must be > 0",
+        ));
+    }
+    let logit_bias = logit_bias(c, vocab)?;
+    let params = SamplingParams {
+        temperature: temperature as f32,
+        top_k,
+        top_p: top_p as f32,
+        min_p: min_p as f32,
+        repetition_penalty: repetition_penalty as f32,
+        presence_penalty: presence_penalty as f32,
+        frequency_penalty: frequency_penalty as f32,
+        logit_bias,
+        seed: c.seed.map(|s| s as u64),
+    };
+    // Narrowing to f32 can overflow (e.g. 1e300): the model's own check catches what is left.
+    params
+        .validate()
+        .map_err(|(field, msg)| ApiError::invalid(field, format!("{field} {msg}")))?;
+    Ok(params)
+}
+
+fn logit_bias(c: &CommonParams, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(map) = &c.logit_bias else {
+        return Ok(Vec::new());
+    };
+    if map.len() > MAX_LOGIT_BIAS {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!("at most {MAX_LOGIT_BIAS} entries"),
+        ));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (k, &v) in map {
+        let id = k
+            .trim()
+            .parse::<i64>()
+            .map_err(|_| ApiError::invalid("logit_bias", format!("key {k:?} is not a token id")))?;
+        let id = token_id(id, vocab, "logit_bias")?;
+        if !(-100.0..=100.0).contains(&v) {
+            return Err(ApiError::invalid(
+                "logit_bias",
+                "bias values must be in [-100, 100]",
+            ));
+        }
+        out.push((id, v as f32));
+    }
+    out.sort_by_key(|e| e.0);
+    Ok(out)
+}
+
+fn token_id(t: i64, vocab: usize, param: &str) -> Result<u32, ApiError> {
+    match u32::try_from(t) {
+        Ok(id) if (id as usize) < vocab => Ok(id),
+        _ => Err(ApiError::invalid(
+            param,
+            format!("token id {t} is outside the vocabulary (0..{vocab})"),
+        )),
+    }
+}
+
+/// An optional float in [lo, hi], or `default`.
+fn in_range(v: Option<f64>, param: &str, lo: f64, hi: f64, default: f64) -> Result<f64, ApiError> {
+    let v = v.unwrap_or(default);
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ApiError::invalid(
+            param,
+            format!("{param} must be in [{lo}, {hi}]"),
+        ))
+    }
+}
+
+/// An optional integer in [lo, hi].
+fn opt_range(v: Option<i64>, param: &str, lo: usize, hi: usize) -> Result<Option<usize>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(x) => match usize::try_from(x) {
+            Ok(u) if (lo..=hi).contains(&u) => Ok(Some(u)),
+            _ if hi == usize::MAX => Err(ApiError::invalid(
+                param,
+                format!("{param} must be at least {lo}"),
+            )),
+            _ => Err(ApiError::invalid(
+                param,
+                format!("{param} must be in [{lo}, {hi}]"),
+            )),
+        },
+    }
+}

@@ -1,0 +1,270 @@
+//! Every kind of bad input gets a 400 with the OpenAI error body, naming the field at fault.
+
+mod common;
+
+use axum::http::StatusCode;
+use common::*;
+use serde_json::{json, Value};
+
+async fn expect_400(uri: &str, body: Value, param: Option<&str>) {
+    let state = tiny_state();
+    let app = server::router(state);
+    let (s, b) = post(&app, uri, &body).await;
+    assert_error(s, &b, StatusCode::BAD_REQUEST, param);
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_400() {
+    let app = server::router(tiny_state());
+    for body in ["{", "not json", "", "[1, 2", "{\"prompt\": \"x\",}"] {
+        let (s, _, text) = send(&app, "POST", "/v1/completions", body, None).await;
+        let b: Value = serde_json::from_str(&text).expect("error body is JSON");
+        assert_error(s, &b, StatusCode::BAD_REQUEST, None);
+    }
+}
+
+#[tokio::test]
+async fn wrong_types_name_the_field() {
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "temperature": "hot"}),
+        Some("temperature"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "n": 1.5}),
+        Some("n"),
+    )
+    .await;
+    expect_400(
+        "/v1/chat/completions",
+        json!({"messages": "hello"}),
+        Some("messages"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": {"text": "hi"}}),
+        Some("prompt"),
+    )
+    .await;
+    expect_400("/v1/completions", json!([1, 2, 3]), None).await;
+}
+
+#[tokio::test]
+async fn unknown_model_is_a_400_model_not_found() {
+    let app = server::router(tiny_state());
+    let (s, b) = post(
+        &app,
+        "/v1/completions",
+        &json!({"model": "gpt-9", "prompt": "hi"}),
+    )
+    .await;
+    assert_error(s, &b, StatusCode::BAD_REQUEST, Some("model"));
+    assert_eq!(b["error"]["code"], "model_not_found");
+}
+
+#[tokio::test]
+async fn empty_prompts_and_messages_are_refused() {
+    expect_400("/v1/completions", json!({"prompt": ""}), Some("prompt")).await;
+    expect_400("/v1/completions", json!({"prompt": []}), Some("prompt")).await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": ["a", ""]}),
+        Some("prompt"),
+    )
+    .await;
+    expect_400("/v1/completions", json!({"prompt": [[]]}), Some("prompt")).await;
+    expect_400("/v1/completions", json!({"max_tokens": 3}), Some("prompt")).await;
+    expect_400(
+        "/v1/chat/completions",
+        json!({"messages": []}),
+        Some("messages"),
+    )
+    .await;
+    expect_400("/v1/chat/completions", json!({}), Some("messages")).await;
+}
+
+#[tokio::test]
+async fn out_of_range_sampling_values_are_refused() {
+    let cases = [
+        ("temperature", json!(-0.5)),
+        ("top_p", json!(0.0)),
+        ("top_p", json!(1.5)),
+        ("top_k", json!(-2)),
+        ("min_p", json!(1.5)),
+        ("presence_penalty", json!(3.0)),
+        ("frequency_penalty", json!(-2.5)),
+        ("repetition_penalty", json!(0.0)),
+        ("n", json!(0)),
+        ("n", json!(17)),
+        ("logprobs", json!(21)),
+        ("priority", json!(1i64 << 40)),
+    ];
+    for (field, v) in cases {
+        let mut body = json!({"prompt": "hello", "max_tokens": 2});
+        body[field] = v;
+        expect_400("/v1/completions", body, Some(field)).await;
+    }
+}
+
+#[tokio::test]
+async fn max_tokens_below_one_needs_echo() {
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "max_tokens": 0}),
+        Some("max_tokens"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "max_tokens": -1}),
+        Some("max_tokens"),
+    )
+    .await;
+    expect_400(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}),
+        Some("max_tokens"),
+    )
+    .await;
+    expect_400(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}),
+        Some("max_completion_tokens"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn prompts_longer_than_the_context_are_refused() {
+    let long: Vec<u32> = vec![40; 300]; // the tiny model's context is 256
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": long, "max_tokens": 1}),
+        Some("prompt"),
+    )
+    .await;
+    let fits: Vec<u32> = vec![40; 200];
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": fits, "max_tokens": 100}),
+        Some("max_tokens"),
+    )
+    .await;
+    let words = "hello ".repeat(400);
+    expect_400(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": words}]}),
+        Some("messages"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn prompts_that_can_never_fit_the_pool_are_refused() {
+    // A pool of 4 tiles of 16 tokens cannot hold 100 tokens: the engine's refusal is a 400 too.
+    let ecfg = engine::EngineConfig {
+        kv_bytes: 1,
+        ..engine_config()
+    };
+    let state = state_with(server::ServerConfig::default(), ecfg, None);
+    let app = server::router(state);
+    let prompt: Vec<u32> = vec![40; 100];
+    let (s, b) = post(
+        &app,
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": 100}),
+    )
+    .await;
+    assert_error(s, &b, StatusCode::BAD_REQUEST, None);
+}
+
+#[tokio::test]
+async fn token_ids_outside_the_vocabulary_are_refused() {
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": [1, 999999]}),
+        Some("prompt"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": [1, -3]}),
+        Some("prompt"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "stop_token_ids": [999999]}),
+        Some("stop_token_ids"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "logit_bias": {"999999": 1}}),
+        Some("logit_bias"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "logit_bias": {"abc": 1}}),
+        Some("logit_bias"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "logit_bias": {"5": 101}}),
+        Some("logit_bias"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn other_inconsistent_fields_are_refused() {
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    expect_400(
+        "/v1/chat/completions",
+        json!({"messages": msgs, "top_logprobs": 2}),
+        Some("top_logprobs"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "stop": [""]}),
+        Some("stop"),
+    )
+    .await;
+    expect_400(
+        "/v1/completions",
+        json!({"prompt": "hi", "stream_options": {"include_usage": true}}),
+        Some("stream_options"),
+    )
+    .await;
+    expect_400(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+        Some("messages[0].content"),
+    )
+    .await;
+    expect_400(
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user"}], "model": "nope"}),
+        Some("model"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn chat_on_a_model_without_a_template_is_refused() {
+    let state = state_with(server::ServerConfig::default(), engine_config(), None);
+    let app = server::router(state);
+    let (s, b) = post(
+        &app,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_error(s, &b, StatusCode::BAD_REQUEST, Some("messages"));
+}

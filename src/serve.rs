@@ -1,0 +1,252 @@
+//! `tessera serve`: the OpenAI-compatible HTTP server.
+//!
+//! The socket is bound first and the model loads in the background, so `/health` answers 503
+//! while loading and 200 after (a load failure stops the server with an error). SIGINT or
+//! SIGTERM stops accepting connections; in-flight requests get up to `--shutdown-timeout`
+//! seconds to finish, then the engine aborts what is left and the process exits 0.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use engine::EngineConfig;
+use server::{AppState, ServerConfig};
+use tokio::sync::watch;
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// GGUF model file (default: the default model, fetched on first use).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Address to listen on (use 0.0.0.0 to accept connections from other machines).
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0 picks a free one; the log says which).
+    #[arg(long, default_value_t = 8000)]
+    port: u16,
+    /// Worker threads for the matmuls (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Memory for the KV cache, e.g. 512MiB, 2GiB, 300MB or a byte count.
+    #[arg(long, default_value = "512MiB", value_parser = parse_size)]
+    kv_memory: usize,
+    /// Tokens per KV tile (the unit of allocation and of prefix sharing).
+    #[arg(long, default_value_t = 16)]
+    tile_size: usize,
+    /// Most sequences in one engine step.
+    #[arg(long, default_value_t = 64)]
+    max_seqs: usize,
+    /// Most tokens (decode tokens plus prefill chunks) in one engine step.
+    #[arg(long, default_value_t = 512)]
+    max_batch_tokens: usize,
+    /// Most requests allowed to wait; beyond it requests get 429 with Retry-After.
+    #[arg(long, default_value_t = 256)]
+    max_waiting: usize,
+    /// Turn off the prefix cache (shared prompt prefixes are then recomputed).
+    #[arg(long)]
+    no_prefix_cache: bool,
+    /// Turn off chunked prefill (a prompt is then prefilled whole in one step).
+    #[arg(long)]
+    no_chunked_prefill: bool,
+    /// Require `Authorization: Bearer KEY` on the API routes (/health and /metrics stay open).
+    #[arg(long, env = "TESSERA_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    shutdown_timeout: u64,
+    /// Jinja chat template file, overriding the model's own (or the built-in Gemma format).
+    #[arg(long)]
+    chat_template: Option<PathBuf>,
+    /// Largest request body, e.g. 4MiB.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size)]
+    max_body: usize,
+}
+
+/// Parses sizes like `512MiB`, `2GiB`, `300MB`, `64k` or a plain byte count.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 512MiB)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
+    };
+    let bytes = value * mult;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > usize::MAX as f64 {
+        return Err(format!("{s:?} is out of range"));
+    }
+    Ok(bytes as usize)
+}
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let path = crate::resolve_model(args.model.clone())?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let template = match &args.chat_template {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading the chat template {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let engine_cfg = EngineConfig {
+        tile_size: args.tile_size,
+        kv_bytes: args.kv_memory,
+        max_batch_tokens: args.max_batch_tokens,
+        max_seqs: args.max_seqs,
+        chunked_prefill: !args.no_chunked_prefill,
+        prefix_caching: !args.no_prefix_cache,
+        max_waiting: args.max_waiting,
+        ..EngineConfig::default()
+    };
+    if let Err(e) = engine_cfg.validate() {
+        bail!("{e}");
+    }
+    let server_cfg = ServerConfig {
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        body_limit: args.max_body,
+        ..ServerConfig::default()
+    };
+    // The HTTP side needs little CPU; the cores belong to the engine's matmul workers.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let grace = Duration::from_secs(args.shutdown_timeout);
+    rt.block_on(serve(
+        args, path, threads, engine_cfg, server_cfg, template, grace,
+    ))
+}
+
+async fn serve(
+    args: ServeArgs,
+    path: PathBuf,
+    threads: usize,
+    engine_cfg: EngineConfig,
+    server_cfg: ServerConfig,
+    template: Option<String>,
+    grace: Duration,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
+        .await
+        .with_context(|| format!("binding {}:{}", args.host, args.port))?;
+    let addr: SocketAddr = listener.local_addr()?;
+    tracing::info!(
+        "listening on http://{addr} (loading {} ...)",
+        path.display()
+    );
+    let state = AppState::new(server_cfg);
+
+    // Why we stop: None = still running, Some(Ok) = a signal, Some(Err) = the model failed.
+    let (stop_tx, stop_rx) = watch::channel::<Option<Result<(), String>>>(None);
+    let loader_state = state.clone();
+    let loader_stop = stop_tx.clone();
+    tokio::task::spawn_blocking(move || {
+        match server::load_model(&path, threads, engine_cfg, template) {
+            Ok(m) => {
+                loader_state.set_loaded(m);
+                tracing::info!("model loaded; ready on http://{addr}");
+            }
+            Err(e) => {
+                let _ = loader_stop.send(Some(Err(format!("loading {}: {e}", path.display()))));
+            }
+        }
+    });
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: no new connections, in-flight requests get {grace:?}");
+        let _ = stop_tx.send(Some(Ok(())));
+    });
+
+    let engine_state = state.clone();
+    let mut graceful_rx = stop_rx.clone();
+    let on_stop = async move {
+        let _ = graceful_rx.wait_for(Option::is_some).await;
+        // Stopping the engine ends in-flight streams by the deadline, so connections close.
+        if let Some(m) = engine_state.loaded() {
+            let engine = m.engine.clone();
+            tokio::task::spawn_blocking(move || engine.shutdown(grace));
+        }
+    };
+    let mut deadline_rx = stop_rx.clone();
+    let backstop = async move {
+        let _ = deadline_rx.wait_for(Option::is_some).await;
+        tokio::time::sleep(grace + Duration::from_secs(5)).await;
+    };
+    tokio::select! {
+        r = server::serve(listener, state, on_stop) => r.context("serving")?,
+        _ = backstop => tracing::warn!("connections still open after the grace period; exiting"),
+    }
+    let outcome = stop_rx.borrow().clone();
+    match outcome {
+        Some(Err(e)) => bail!("{e}"),
+        _ => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM.
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!("cannot listen for Ctrl-C: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!("cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("300MB"), Ok(300_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("").is_err());
+    }
+}
