@@ -1,7 +1,7 @@
 //! Per-format dot-product kernels behind one trait, and their selection for this CPU.
 //!
 //! A [`DotKernel`] computes all outputs of a range of weight rows; SIMD kernels run the shared
-//! [`rows_loop`] (one weight row against up to four activation rows per pass) inside their
+//! [`rows_loop`] (one weight row against four or eight activation rows per pass) inside their
 //! `#[target_feature]` entry points so nothing per row crosses a call boundary. Scalar kernels
 //! wrap the reference dot products in `quant`; SIMD kernels live in `x86` and are only
 //! constructed after run-time feature detection, which is what makes calling their entry points
@@ -80,57 +80,72 @@ pub(crate) trait DotKernel: Sync {
 pub(crate) trait RowDot {
     type W;
     type A;
+    /// Activation rows per pass when the batch allows (4, or 8 where registers suffice).
+    const GROUP: usize = 4;
     /// # Safety
     /// As required by the implementing kernel (CPU features; slice lengths per `act_len`).
     unsafe fn dot<const N: usize>(w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
 }
 
-/// The row loop shared by every kernel: each weight row meets the activation rows four at a
-/// time, then the remainder as one group of 1–3.
+/// Computes weight row `r` (blocks `wr`) against activation rows `i..i + N` and stores them.
+///
+/// # Safety
+/// As [`rows_loop`]; additionally `i + N <= m`.
+#[inline(always)]
+unsafe fn group<R: RowDot, const N: usize>(
+    job: &RowsJob<R::W, R::A>,
+    wr: &[R::W],
+    r: usize,
+    i: usize,
+) {
+    debug_assert!(i + N <= job.m && r < job.rows);
+    let a: [&[R::A]; N] = std::array::from_fn(|j| {
+        // SAFETY: i + j < m and acts.len() == m * act_stride (validated).
+        unsafe {
+            job.acts
+                .get_unchecked((i + j) * job.act_stride..(i + j + 1) * job.act_stride)
+        }
+    });
+    // SAFETY: forwarded from this function's contract.
+    let v = unsafe { R::dot::<N>(wr, a) };
+    for (j, v) in v.into_iter().enumerate() {
+        // SAFETY: i + j < m and r < rows keep the write inside the `m * rows` output; the caller
+        // guarantees no other thread writes row `r`.
+        unsafe { *job.out.add((i + j) * job.rows + r) = v };
+    }
+}
+
+/// The row loop shared by every kernel: each weight row meets the activation rows in groups of
+/// `R::GROUP`, then at most one group of 4, then the remainder as one group of 1–3. The grouping
+/// never changes a result (see the module invariant).
 ///
 /// # Safety
 /// As [`DotKernel::rows`], plus the safety contract of `R::dot` for these slices.
 #[inline(always)]
 pub(crate) unsafe fn rows_loop<R: RowDot>(job: &RowsJob<R::W, R::A>, range: Range<usize>) {
-    let act = |i: usize| {
-        debug_assert!(i < job.m);
-        // SAFETY: i < m and acts.len() == m * act_stride (validated).
-        unsafe {
-            job.acts
-                .get_unchecked(i * job.act_stride..(i + 1) * job.act_stride)
-        }
-    };
-    let store = |i: usize, r: usize, v: f32| {
-        debug_assert!(i < job.m && r < job.rows);
-        // SAFETY: i < m and r < rows keep the write inside the `m * rows` output; the caller
-        // guarantees no other thread writes row `r`.
-        unsafe { *job.out.add(i * job.rows + r) = v };
-    };
     for r in range {
         debug_assert!(r < job.rows);
         // SAFETY: r < rows and w.len() == rows * per_row (validated).
         let wr = unsafe { job.w.get_unchecked(r * job.per_row..(r + 1) * job.per_row) };
         let mut i = 0;
-        while i + 4 <= job.m {
-            // SAFETY: forwarded from this function's contract.
-            let v = unsafe { R::dot::<4>(wr, [act(i), act(i + 1), act(i + 2), act(i + 3)]) };
-            for (j, v) in v.into_iter().enumerate() {
-                store(i + j, r, v);
+        // SAFETY (all calls): each group stays within 0..m; the rest is this function's contract.
+        unsafe {
+            if R::GROUP == 8 {
+                while i + 8 <= job.m {
+                    group::<R, 8>(job, wr, r, i);
+                    i += 8;
+                }
             }
-            i += 4;
-        }
-        // SAFETY (all three arms): forwarded from this function's contract.
-        match job.m - i {
-            3 => {
-                let v = unsafe { R::dot::<3>(wr, [act(i), act(i + 1), act(i + 2)]) };
-                (0..3).for_each(|j| store(i + j, r, v[j]));
+            while i + 4 <= job.m {
+                group::<R, 4>(job, wr, r, i);
+                i += 4;
             }
-            2 => {
-                let v = unsafe { R::dot::<2>(wr, [act(i), act(i + 1)]) };
-                (0..2).for_each(|j| store(i + j, r, v[j]));
+            match job.m - i {
+                3 => group::<R, 3>(job, wr, r, i),
+                2 => group::<R, 2>(job, wr, r, i),
+                1 => group::<R, 1>(job, wr, r, i),
+                _ => {}
             }
-            1 => store(i, r, unsafe { R::dot::<1>(wr, [act(i)]) }[0]),
-            _ => {}
         }
     }
 }

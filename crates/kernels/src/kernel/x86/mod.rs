@@ -165,6 +165,8 @@ struct Wide<B>(PhantomData<fn() -> B>);
 impl<B: Body512> RowDot for Wide<B> {
     type W = B::W;
     type A = B::A;
+    // 32 zmm registers hold eight accumulators plus the unpacked weights.
+    const GROUP: usize = 8;
     #[inline(always)]
     unsafe fn dot<const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
         // SAFETY: forwarded; the entry point below enables AVX-512.
