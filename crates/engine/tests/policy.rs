@@ -98,24 +98,6 @@ fn run_tracking_preemptions(h: &mut Harness<FakeModel>, ids: &[SeqId]) -> HashMa
 }
 
 #[test]
-fn preemption_spares_higher_priorities() {
-    let m = FakeModel::new(None);
-    let mut cfg = fake_config(&m, TS, 60);
-    cfg.aging_steps = 1_000_000;
-    let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
-    let low_early = h.submit(with_priority(greedy(prompt(1, 10), 30), 3));
-    let high = h.submit(with_priority(greedy(prompt(2, 10), 30), 0));
-    let low_late = h.submit(with_priority(greedy(prompt(3, 10), 30), 3));
-    let ids = [low_early, high, low_late];
-    let n = run_tracking_preemptions(&mut h, &ids);
-    assert_eq!(n.get(&high).copied().unwrap_or(0), 0);
-    assert!(n.get(&low_late).copied().unwrap_or(0) > 0);
-    for id in ids {
-        assert_eq!(h.outcome(id).tokens.len(), 30);
-    }
-}
-
-#[test]
 fn a_low_priority_decoder_short_of_tiles_does_not_preempt_a_higher_priority_prefill() {
     // `low` decodes while `high` (later, higher priority) prefills a long prompt in chunks.
     // When `low` needs a tile and the pool is short, it must give way itself.

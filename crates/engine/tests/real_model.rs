@@ -173,3 +173,32 @@ fn greedy_output_is_the_same_alone_and_among_fifteen_others() {
     let distinct: HashMap<&Vec<u32>, ()> = together.iter().map(|t| (t, ())).collect();
     assert!(distinct.len() > 8);
 }
+
+#[test]
+fn the_default_config_holds_full_context_requests() {
+    let (t, tok) = load();
+    let cfg = EngineConfig::default();
+    let context = t.config().context_length;
+    let layout = KvLayout::new(t.config(), cfg.tile_size);
+    // Tiles one full-context sequence holds at most: every tile of a global group, a window
+    // plus a prefill chunk of a local one.
+    let per_seq: usize = layout
+        .groups
+        .iter()
+        .map(|g| {
+            let all = context.div_ceil(cfg.tile_size);
+            g.window.map_or(all, |w| {
+                all.min((w + cfg.max_batch_tokens).div_ceil(cfg.tile_size) + 1)
+            })
+        })
+        .sum();
+    let mut h = Harness::new(t, tok, &cfg);
+    let tiles = h.engine.scheduler().tile_counts().total;
+    assert!(
+        tiles >= 4 * per_seq,
+        "{tiles} tiles, {per_seq} per full context"
+    );
+    let id = h.submit(greedy(vec![2, 100], context - 2));
+    assert!(h.outcome(id).error.is_none(), "{:?}", h.outcome(id).error);
+    h.engine.abort(id);
+}
