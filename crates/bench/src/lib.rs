@@ -24,11 +24,17 @@ use anyhow::Context as _;
 
 pub use config::{Arrival, BenchArgs, BenchConfig, Endpoint};
 pub use report::Report;
+pub use runner::Stop;
 
 /// Runs a benchmark, prints its table, writes the requested files, and returns the report.
 pub async fn run_async(args: BenchArgs) -> anyhow::Result<Report> {
+    run_until(args, Stop::new()).await
+}
+
+/// [`run_async`] that stops issuing requests once `stop` is requested and reports what it has.
+pub async fn run_until(args: BenchArgs, stop: Stop) -> anyhow::Result<Report> {
     let cfg = args.validate()?;
-    let run = runner::execute(&cfg, !args.no_progress).await?;
+    let run = runner::execute(&cfg, !args.no_progress, stop).await?;
     let report = Report::new(&cfg, &run);
     println!("{}", report.table());
     if let Some(path) = &args.json {
@@ -49,11 +55,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let report = rt.block_on(run_async(args))?;
+    let report = rt.block_on(async {
+        let stop = Stop::new();
+        tokio::spawn(stop_on_ctrl_c(stop.clone()));
+        run_until(args, stop).await
+    })?;
     if report.results.requests_ok == 0 {
         anyhow::bail!("no request succeeded");
     }
     Ok(())
+}
+
+/// First Ctrl-C: stop issuing requests, let in-flight ones finish, report. Second: quit at once.
+async fn stop_on_ctrl_c(stop: Stop) {
+    if tokio::signal::ctrl_c().await.is_ok() {
+        eprintln!("interrupted: finishing in-flight requests (Ctrl-C again to quit now)");
+        stop.request();
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(130);
+        }
+    }
 }
 
 /// The SVG chart of a report's latency distributions.

@@ -10,13 +10,14 @@
 //!
 //! Warm-up requests, when asked for, run before the clock starts and are not reported.
 //!
-//! Bounds: no new request starts after the request count is reached or the duration has passed;
+//! Bounds: no new request starts after the request count is reached, the duration has passed, or a
+//! stop was requested;
 //! every request is bounded by the client timeout; long prompts stop when the decoders are done, and
 //! those still in flight then are cancelled (counted, not timed).
 
 use std::{
     sync::{
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
     time::{Duration, Instant},
@@ -37,6 +38,24 @@ use crate::{
 
 /// Seed salt of the Poisson arrival stream (kept apart from the prompt streams).
 const SALT_ARRIVALS: u64 = 0x4152_5249_5641_4c53;
+
+/// A request to stop issuing new requests (Ctrl-C); in-flight ones still finish and are reported.
+#[derive(Debug, Clone, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn request(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_requested(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 /// Raw results of one run.
 #[derive(Debug)]
@@ -64,11 +83,12 @@ struct Shared {
     max_tokens: u32,
     limit: Option<u64>,
     deadline: Option<Instant>,
+    stop: Stop,
 }
 
 impl Shared {
     fn expired(&self, at: Instant) -> bool {
-        self.deadline.is_some_and(|d| at >= d)
+        self.stop.is_requested() || self.deadline.is_some_and(|d| at >= d)
     }
 
     async fn request(&self, index: u64) -> Outcome {
@@ -81,8 +101,12 @@ impl Shared {
     }
 }
 
-/// Runs the benchmark described by `cfg`.
-pub async fn execute(cfg: &BenchConfig, show_progress: bool) -> anyhow::Result<RunResult> {
+/// Runs the benchmark described by `cfg`; `stop` ends it early (as if the duration had passed).
+pub async fn execute(
+    cfg: &BenchConfig,
+    show_progress: bool,
+    stop: Stop,
+) -> anyhow::Result<RunResult> {
     let model = match &cfg.model {
         Some(m) => m.clone(),
         None => Client::first_model(cfg).await.with_context(|| {
@@ -110,6 +134,7 @@ pub async fn execute(cfg: &BenchConfig, show_progress: bool) -> anyhow::Result<R
         max_tokens: cfg.output_tokens,
         limit: cfg.requests,
         deadline: cfg.duration.map(|d| start + d),
+        stop,
     };
     let (stop_tx, stop_rx) = oneshot::channel();
     let long_task = cfg
@@ -210,6 +235,9 @@ async fn poisson(
         }
         tokio::time::sleep_until(at.into()).await;
         let permit = permits.clone().acquire_owned().await?;
+        if shared.expired(Instant::now()) {
+            break; // a stop requested while this arrival waited
+        }
         let shared = shared.clone();
         set.spawn(async move {
             let outcome = shared.request(i).await;

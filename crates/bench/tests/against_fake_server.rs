@@ -379,3 +379,25 @@ async fn warmup_requests_are_sent_first_and_left_out_of_the_results() {
     let measured: Vec<String> = (2..5).map(prompt).collect();
     assert!(!measured.contains(&prompt(0)) && !measured.contains(&prompt(1)));
 }
+
+#[tokio::test]
+async fn stop_request_ends_the_run_early_and_reports_finished_requests() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let a = args(&server, &["-c", "2", "-n", "1000", "--output-tokens", "3"]);
+    let stop = bench::Stop::new();
+    let trigger = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        trigger.request();
+    });
+    let report = bench::run_until(a, stop).await.expect("run");
+    let r = &report.results;
+    // Each request takes >= 50 ms, so 2 clients finish a handful in 300 ms, far from 1000.
+    assert!(
+        r.requests_ok >= 2 && r.requests_ok < 100,
+        "{} requests",
+        r.requests_ok
+    );
+    assert_eq!(r.requests_failed, 0, "in-flight requests finish normally");
+    assert_eq!(server.requests().len(), r.requests_ok);
+}
