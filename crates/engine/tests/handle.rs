@@ -195,3 +195,31 @@ fn refused_requests_do_not_count_as_waiting() {
     assert_eq!(collect(&mut s).1, Some(FinishReason::Length));
     h.shutdown(Duration::from_secs(1));
 }
+
+#[test]
+fn submissions_beyond_max_waiting_are_refused_as_overloaded() {
+    let mut m = FakeModel::new(Some(10));
+    m.delay = Duration::from_millis(5);
+    let cfg = EngineConfig {
+        max_waiting: 2,
+        max_seqs: 1,
+        max_batch_tokens: 16,
+        ..fake_config(&m, 4, 256)
+    };
+    let h = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer()))).expect("engine starts");
+    let mut accepted = Vec::new();
+    let mut overloaded = 0;
+    for i in 0..8 {
+        match h.submit(greedy(prompt(20 + i, 8), 20)) {
+            Ok(s) => accepted.push(s),
+            Err(engine::EngineError::Overloaded(_)) => overloaded += 1,
+            Err(e) => panic!("unexpected refusal: {e}"),
+        }
+    }
+    assert!(overloaded > 0 && accepted.len() >= 2);
+    for s in &mut accepted {
+        assert_eq!(collect(s).1, Some(FinishReason::Length));
+    }
+    wait_until("tiles back", || h.stats().tiles_in_use.load(Relaxed) == 0);
+    h.shutdown(Duration::from_secs(1));
+}
