@@ -91,6 +91,8 @@ pub(crate) struct PairBody<W>(PhantomData<fn() -> W>);
 impl<W: LegacyPair> Body512 for PairBody<W> {
     type W = W;
     type A = ActQ8_0x2;
+    // 32 zmm registers hold eight accumulators plus the unpacked weights.
+    const GROUP: usize = 8;
 
     fn act_len(w_len: usize) -> usize {
         w_len.div_ceil(2)

@@ -9,9 +9,9 @@
 //! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
 //! detection has confirmed the entry point's features, and only their `dot` calls the entries.
 //!
-//! The legacy formats (Q4_0/Q5_0/Q8_0) additionally have 512-bit bodies that take two blocks per
-//! vector (`legacy512`); they compute the same integers and associate the float sums the same
-//! way as the 256-bit bodies, so all paths agree bit for bit.
+//! Every quantized format additionally has a 512-bit body (`legacy512`: two blocks per vector;
+//! `kquants512`: 64 quants per vector); they compute the same integer lanes and associate the
+//! float sums the same way as the 256-bit bodies, so all paths agree bit for bit.
 //!
 //! Numerics: both [`IDot`] implementations compute the same exact integers (products are bounded
 //! so that AVX2's 16-bit intermediate sums cannot saturate), and the float code is shared, so the
@@ -26,10 +26,11 @@ use std::ops::Range;
 use super::{rows_loop, DotKernel, Isa, KernelVisitor, RowDot, RowsJob};
 use crate::act::Activation;
 use crate::dtype::Format;
-use crate::quant::{BlockQ4_0, BlockQ5_0, BlockQ8_0, PodBlock};
+use crate::quant::{BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ8_0, PodBlock};
 
 mod float;
 mod kquants;
+mod kquants512;
 mod legacy;
 mod legacy512;
 pub(crate) mod ops;
@@ -165,8 +166,7 @@ struct Wide<B>(PhantomData<fn() -> B>);
 impl<B: Body512> RowDot for Wide<B> {
     type W = B::W;
     type A = B::A;
-    // 32 zmm registers hold eight accumulators plus the unpacked weights.
-    const GROUP: usize = 8;
+    const GROUP: usize = B::GROUP;
     #[inline(always)]
     unsafe fn dot<const N: usize>(w: &[B::W], a: [&[B::A]; N]) -> [f32; N] {
         // SAFETY: forwarded; the entry point below enables AVX-512.
@@ -191,6 +191,8 @@ unsafe fn rows_vnni<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
 pub(crate) trait Body512 {
     type W: PodBlock;
     type A: Activation;
+    /// Activation rows per pass when the batch allows (see `RowDot::GROUP`).
+    const GROUP: usize;
     /// Activation elements per weight row of `w_len` blocks.
     fn act_len(w_len: usize) -> usize;
     /// # Safety
@@ -286,9 +288,13 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<
         Format::Q8_0 => {
             visit_body_512::<legacy::Q8_0Body, legacy512::PairBody<BlockQ8_0>, V>(isa, v)
         }
-        Format::Q4_K => visit_body::<kquants::Q4KBody, V>(isa, v),
-        Format::Q5_K => visit_body::<kquants::Q5KBody, V>(isa, v),
-        Format::Q6_K => visit_body::<kquants::Q6KBody, V>(isa, v),
+        Format::Q4_K => {
+            visit_body_512::<kquants::Q4KBody, kquants512::ScaleMinBody<BlockQ4K>, V>(isa, v)
+        }
+        Format::Q5_K => {
+            visit_body_512::<kquants::Q5KBody, kquants512::ScaleMinBody<BlockQ5K>, V>(isa, v)
+        }
+        Format::Q6_K => visit_body_512::<kquants::Q6KBody, kquants512::Q6KBody, V>(isa, v),
     }
 }
 
