@@ -7,20 +7,19 @@
 //! nothing per row crosses a call boundary.
 //!
 //! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
-//! detection has confirmed the entry point's features, and only their `dot` calls the entries.
+//! detection has confirmed the entry point's features, and only their `rows` calls the entries.
 //!
-//! Every quantized format additionally has a 512-bit body (`legacy512`: two blocks per vector;
-//! `kquants512`: 64 quants per vector); they compute the same integer lanes and associate the
-//! float sums the same way as the 256-bit bodies, so all paths agree bit for bit.
+//! With AVX-512 VNNI every quantized format uses a 512-bit body (`legacy512`: two blocks per
+//! vector; `kquants512`: 64 quants per vector); float formats keep the 256-bit bodies.
 //!
-//! Numerics: both [`IDot`] implementations compute the same exact integers (products are bounded
-//! so that AVX2's 16-bit intermediate sums cannot saturate), and the float code is shared, so the
-//! AVX2 and VNNI paths return identical bits. Per (weight row, activation row) pair the sequence
-//! of float operations does not depend on `N`, which gives the matmul its batch invariance.
+//! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
+//! 16-bit intermediate sums cannot saturate) and associates the float sums the same way, so the
+//! AVX2 and AVX-512 paths return identical bits. Per (weight row, activation row) pair the
+//! sequence of float operations does not depend on `N`, which gives the matmul its batch
+//! invariance.
 
 use std::arch::x86_64::*;
 use std::marker::PhantomData;
-
 use std::ops::Range;
 
 use super::{rows_loop, DotKernel, Isa, KernelVisitor, RowDot, RowsJob};
@@ -49,12 +48,13 @@ pub(crate) fn avx512vnni_available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// Unsigned-by-signed byte dot products, optionally with 16-bit per-lane scales, in 8 i32 lanes.
+/// Unsigned-by-signed byte dot products, optionally with 16-bit per-lane scales, in 8 i32 lanes,
+/// for the 256-bit bodies. (The 512-bit bodies use VNNI directly.)
 ///
-/// Scaled products go through `maddubs` (pairs of `q * x` as i16) and then either `madd` + add
-/// (AVX2) or one fused `dpwssd` (VNNI); unscaled ones use `maddubs` + `madd` with ones (AVX2) or
-/// one `dpbusd` (VNNI). Both give the same exact integers provided the i16 pair sums cannot
-/// saturate, i.e. `q <= 128` with `|x| <= 127` (and in practice `q <= 63` for scaled use).
+/// Products go through `maddubs` (pairs of `q * x` as i16) and then `madd` with the scales (or
+/// ones) to i32; this is exact provided the i16 pair sums cannot saturate, i.e. `q <= 128` with
+/// `|x| <= 127` (and in practice `q <= 63` for scaled use). The trait is the seam where another
+/// integer primitive can be slotted in without touching the bodies.
 pub(crate) trait IDot {
     /// Scale vector for 32 quants that all use scale `a` (|a| < 2^15).
     unsafe fn scales_32(a: i32) -> __m256i;
@@ -83,8 +83,6 @@ unsafe fn scales_16_i16(s: __m128i, g: usize) -> __m256i {
 
 /// AVX2: `maddubs` to i16 pairs, then `madd` with scales (or ones) to i32.
 pub(crate) struct Avx2Dot;
-/// AVX-512 VNNI (256-bit forms): `dpbusd` for plain dots, `maddubs` + `dpwssd` for scaled ones.
-pub(crate) struct VnniDot;
 
 impl IDot for Avx2Dot {
     #[inline(always)]
@@ -114,36 +112,13 @@ impl IDot for Avx2Dot {
     }
 }
 
-impl IDot for VnniDot {
-    #[inline(always)]
-    unsafe fn scales_32(a: i32) -> __m256i {
-        // SAFETY: AVX2 is enabled in every entry point that inlines this.
-        unsafe { _mm256_set1_epi16(a as i16) }
-    }
-    #[inline(always)]
-    unsafe fn scales_16_of(s: __m128i, g: usize) -> __m256i {
-        // SAFETY: as above.
-        unsafe { scales_16_i16(s, g) }
-    }
-    #[inline(always)]
-    unsafe fn scaled_dot_acc(acc: __m256i, q: __m256i, x: __m256i, scales: __m256i) -> __m256i {
-        // SAFETY: AVX-512 VL + VNNI are enabled in the VNNI entry point, the only one using this.
-        unsafe { _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(q, x), scales) }
-    }
-    #[inline(always)]
-    unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
-        // SAFETY: as above.
-        unsafe { _mm256_dpbusd_epi32(acc, q, x) }
-    }
-}
-
 /// A format's SIMD kernel body, generic over the integer primitive and the row count.
 pub(crate) trait Body {
     type W: PodBlock;
     type A: Activation;
     /// # Safety
     /// Must only be inlined into a function with AVX2, FMA and F16C enabled (and AVX-512 VL+VNNI
-    /// when `D` is [`VnniDot`]). All slices hold the same number of elements/blocks.
+    /// when `D` needs them). All slices hold the same number of elements/blocks.
     unsafe fn run<D: IDot, const N: usize>(w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
 }
 
@@ -179,12 +154,6 @@ unsafe fn rows_avx2<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
     // SAFETY: this function's features are the ones `Body::run` requires for `Avx2Dot`; the
     // job contract is forwarded.
     unsafe { rows_loop::<WithDot<B, Avx2Dot>>(job, range) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn rows_vnni<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
-    // SAFETY: this function's features are the ones `Body::run` requires for `VnniDot`.
-    unsafe { rows_loop::<WithDot<B, VnniDot>>(job, range) }
 }
 
 /// A 512-bit kernel body (AVX-512 F/BW/VL + VNNI), generic over the row count.
@@ -226,18 +195,6 @@ impl<B: Body> DotKernel for Simd<B, Avx2Dot> {
     }
 }
 
-impl<B: Body> DotKernel for Simd<B, VnniDot> {
-    type W = B::W;
-    type A = B::A;
-    fn act_len(&self, per_row: usize) -> usize {
-        per_row
-    }
-    unsafe fn rows(&self, job: &RowsJob<B::W, B::A>, range: Range<usize>) {
-        // SAFETY: a `Simd<_, VnniDot>` exists only if AVX-512 VNNI (and AVX2) were detected.
-        unsafe { rows_vnni::<B>(job, range) }
-    }
-}
-
 impl<B: Body512> DotKernel for Simd512<B> {
     type W = B::W;
     type A = B::A;
@@ -253,8 +210,7 @@ impl<B: Body512> DotKernel for Simd512<B> {
 /// Hands `v` the SIMD kernel for body `B` at instruction set `isa` (already capped by the CPU).
 fn visit_body<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
     match isa {
-        Isa::Avx512Vnni => v.visit(&Simd::<B, VnniDot>(PhantomData)),
-        Isa::Avx2 => v.visit(&Simd::<B, Avx2Dot>(PhantomData)),
+        Isa::Avx512Vnni | Isa::Avx2 => v.visit(&Simd::<B, Avx2Dot>(PhantomData)),
         Isa::Scalar => return Err(v),
     }
     Ok(())
