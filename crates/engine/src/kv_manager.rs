@@ -69,6 +69,11 @@ impl KvManager {
         self
     }
 
+    /// Whether full tiles are registered for reuse (prefix caching on).
+    pub fn caching(&self) -> bool {
+        self.alloc.caching()
+    }
+
     /// References held on tile `t` (for invariant checks).
     pub fn ref_count(&self, t: TileId) -> u32 {
         self.alloc.ref_count(t)

@@ -5,7 +5,9 @@
 //! 1. every running sequence that decodes gets its next token (highest priority first);
 //! 2. running sequences still prefilling get chunks, then waiting ones are admitted (adopting
 //!    their longest cached prefix first), until `max_batch_tokens` or `max_seqs` is used up;
-//!    with chunked prefill off a prompt runs whole in one step.
+//!    with chunked prefill off a prompt runs whole in one step. A waiting sequence whose next
+//!    full tile a running one is about to compute waits for it instead (concurrent requests
+//!    with one prompt compute it once).
 //!
 //! When the pool has no tile for a sequence, the running sequence that ranks last (highest
 //! priority value, then latest arrival; the needy sequence included, and also one already planned
@@ -338,6 +340,16 @@ impl Scheduler {
             } else if s.tiles.is_empty() {
                 s.tiles.tables = vec![Vec::new(); n_groups];
             }
+            if self.prefix_in_flight(id) {
+                // Wait for the tiles another sequence is computing rather than compute them twice.
+                let s = self
+                    .seqs
+                    .get_mut(&id)
+                    .expect("waiting sequence exists: this is a bug");
+                self.kv.free(&mut s.tiles);
+                s.num_computed = 0;
+                continue;
+            }
             let want = self.piece(id, budget, plan.chunks.is_empty());
             let s = self
                 .seqs
@@ -367,6 +379,25 @@ impl Scheduler {
                 s.waited_steps += 1;
             }
         }
+    }
+
+    /// Whether a running sequence still prefilling will compute the next full tile of waiting
+    /// sequence `id` (same tokens up to its end): then `id` does better to wait a step or two
+    /// and adopt it from the prefix cache. This is how concurrent requests with one prompt (or
+    /// the `n` choices of one request) share the prompt's tiles.
+    fn prefix_in_flight(&self, id: SeqId) -> bool {
+        let w = &self.seqs[&id];
+        let next = w.num_computed + self.kv.tile_size();
+        if !self.kv.caching() || w.wants_prompt_logits || next >= w.tokens.len() {
+            return false;
+        }
+        self.running.iter().any(|r| {
+            let r = &self.seqs[r];
+            r.num_computed < next
+                && r.tokens.len() >= next
+                && r.tokens[w.num_computed..next] == w.tokens[w.num_computed..next]
+                && r.tokens[..w.num_computed] == w.tokens[..w.num_computed]
+        })
     }
 
     /// Records that a chunk ran: its tokens are now cached; `sampled` is the token sampled from

@@ -75,6 +75,11 @@ impl TileAllocator {
         self.refs.len()
     }
 
+    /// Whether prefix caching is on.
+    pub fn caching(&self) -> bool {
+        self.caching
+    }
+
     /// Tiles `allocate` can hand out now (free or cached).
     pub fn available(&self) -> usize {
         self.n_zero

@@ -290,3 +290,31 @@ fn prompt_logprobs_are_the_same_chunked_or_whole_and_complete() {
     assert_eq!(o.prompt_logprobs.as_ref().map(Vec::len), Some(p.len()));
     assert_eq!(o.finish.map(|f| f.0), Some(FinishReason::Length));
 }
+
+#[test]
+fn requests_with_one_prompt_arriving_together_compute_it_once() {
+    // Like the `n` choices of one request: same prompt, different seeds.
+    let p = prompt(99, 41);
+    let child = |seed: u64| GenerateRequest {
+        sampling: SamplingParams {
+            temperature: 1.0,
+            seed: Some(seed),
+            ..SamplingParams::default()
+        },
+        ..greedy(p.clone(), 6)
+    };
+    let m = model();
+    let cfg = fake_config(&m, TS, 512);
+    let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
+    let ids: Vec<_> = (0..4).map(|s| h.submit(child(s))).collect();
+    h.run();
+    for (s, id) in ids.iter().enumerate() {
+        let o = h.outcome(*id);
+        let cached = o.finish.expect("finished").1.cached_tokens;
+        assert_eq!(cached, if s == 0 { 0 } else { 40 }, "child {s}");
+        assert_eq!(o.tokens, solo(model, TS, &child(s as u64)).tokens);
+    }
+    // The prompt ran once, plus the one uncached token of each other child and the decodes.
+    let (_, tokens_run, _) = h.stats.tokens_per_step.snapshot();
+    assert_eq!(tokens_run as usize, 41 + 3 + 4 * 5);
+}
