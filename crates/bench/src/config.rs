@@ -76,62 +76,62 @@ impl fmt::Display for Arrival {
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Base URL of the server (`http://host:port`, with or without a trailing `/v1`).
-    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:8000")]
     pub url: String,
     /// API key, sent as `Authorization: Bearer KEY`.
-    #[arg(long)]
+    #[arg(long, value_name = "KEY")]
     pub api_key: Option<String>,
     /// Model name to put in requests (default: the first one listed by `GET /v1/models`).
-    #[arg(long)]
+    #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
     /// Number of requests in flight at once (closed-loop clients).
-    #[arg(long, short = 'c', default_value_t = 1)]
+    #[arg(long, value_name = "N", short = 'c', default_value_t = 1)]
     pub concurrency: usize,
     /// Total number of requests (default: 100, or unbounded within `--duration`).
-    #[arg(long, short = 'n')]
+    #[arg(long, value_name = "N", short = 'n')]
     pub requests: Option<u64>,
     /// Approximate prompt length in tokens, shared prefix included.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, value_name = "P", default_value_t = 256)]
     pub prompt_tokens: usize,
     /// Output tokens per request (`max_tokens`, with `ignore_eos: true`).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, value_name = "O", default_value_t = 128)]
     pub output_tokens: u32,
     /// Leading tokens of the prompt that are the same in every request (for prefix caching).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "S", default_value_t = 0)]
     pub shared_prefix_tokens: usize,
     /// Endpoint to drive.
     #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
     pub endpoint: Endpoint,
     /// Seed of the prompt words and of Poisson arrivals.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "X", default_value_t = 0)]
     pub seed: u64,
     /// Write the report as JSON to this file.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Write an SVG chart of the latency distributions (CDFs) to this file.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub chart: Option<PathBuf>,
     /// Stop issuing new requests after this many seconds (in-flight ones finish).
-    #[arg(long)]
+    #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
     /// Arrival process: `closed` or `poisson:RATE` (requests per second).
-    #[arg(long, default_value = "closed")]
+    #[arg(long, value_name = "closed|poisson:RATE", default_value = "closed")]
     pub arrival: Arrival,
     /// Mixed load: send a long prompt every this many seconds beside the decoders.
-    #[arg(long)]
+    #[arg(long, value_name = "SECS")]
     pub long_prompt_every: Option<f64>,
     /// Mixed load: tokens of each long prompt.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, value_name = "T", default_value_t = 2000)]
     pub long_prompt_tokens: usize,
     /// Sampling temperature sent with every request.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, value_name = "T", default_value_t = 0.0)]
     pub temperature: f32,
     /// Per-request timeout in seconds (connection to last byte).
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, value_name = "SECS", default_value_t = 600.0)]
     pub timeout: f64,
     /// Requests sent one at a time before the measured run and left out of the results (they
     /// page in the model's weights and warm the server's caches).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub warmup: u32,
     /// Do not draw a progress bar.
     #[arg(long)]
