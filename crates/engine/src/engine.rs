@@ -128,6 +128,14 @@ impl<M: Model> Engine<M> {
         stats: Arc<EngineStats>,
     ) -> Result<Self, String> {
         let layout = model.kv_layout(cfg.tile_size).with_dtype(cfg.kv_dtype)?;
+        // A pool that cannot hold one tile per group would refuse every request: say so now.
+        let min_bytes = layout.groups.len() * layout.tile_bytes();
+        if cfg.kv_bytes < min_bytes {
+            return Err(format!(
+                "KV memory of {} bytes is too small: one tile per KV group needs {min_bytes}",
+                cfg.kv_bytes
+            ));
+        }
         let pool = KvPool::with_bytes(layout.clone(), cfg.kv_bytes);
         let sched_cfg = SchedulerConfig {
             max_batch_tokens: cfg.max_batch_tokens,

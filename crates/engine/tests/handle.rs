@@ -88,6 +88,16 @@ fn spawn_returns_the_load_error() {
         .err()
         .expect("q8_0 refused");
     assert!(err.contains("q8_0"), "{err}");
+    // So is a KV memory too small for anything.
+    let m = FakeModel::new(Some(10));
+    let cfg = EngineConfig {
+        kv_bytes: 10,
+        ..fake_config(&m, 4, 64)
+    };
+    let err = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer())))
+        .err()
+        .expect("a 10-byte pool is refused");
+    assert!(err.contains("too small"), "{err}");
 }
 
 #[test]
