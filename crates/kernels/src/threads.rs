@@ -12,7 +12,9 @@
 //! shared counter find nothing left to do in such a late index.)
 //!
 //! Invariants:
-//! - At most one job is in flight: `run` holds `dispatch` for its whole duration.
+//! - At most one job is in flight: `run` holds `dispatch` for its whole duration. A `run` that
+//!   finds it held (a nested call from inside a job, or a concurrent caller) runs all indices on
+//!   its own thread instead of waiting, so nesting cannot deadlock.
 //! - `claim[i]` holds `2e` while index `i` of job `e` is unclaimed and `2e + 1` once claimed; only
 //!   the single successful compare-exchange runs the index. Whoever claimed it publishes
 //!   `done[i] = e` (a worker when finished, the caller before running it synchronously), and
@@ -123,7 +125,16 @@ impl Threads {
             f(0);
             return;
         }
-        let _one_job = lock(&self.dispatch);
+        let _one_job = match self.dispatch.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            // Busy: a nested call from inside a job of this pool, or a second thread using the
+            // pool concurrently. Waiting could deadlock (nested), so run every index here.
+            Err(std::sync::TryLockError::WouldBlock) => {
+                (0..self.n).for_each(f);
+                return;
+            }
+        };
         let shared = &*self.shared;
         let e = shared.epoch.load(Ordering::Relaxed) + 1;
         // SAFETY: erases the borrow's lifetime only; `Finish` below keeps this frame alive until

@@ -89,3 +89,16 @@ fn every_index_runs_even_when_workers_are_slow_to_start() {
         assert_eq!(*seen.lock().expect("not poisoned"), vec![1; 4]);
     }
 }
+
+#[test]
+fn a_nested_run_from_inside_a_job_completes_on_the_calling_thread() {
+    let pool = Threads::new(2);
+    let inner_calls = AtomicUsize::new(0);
+    pool.run(&|_| {
+        pool.run(&|_| {
+            inner_calls.fetch_add(1, Ordering::Relaxed);
+        });
+    });
+    // Two outer indices, each running both inner indices.
+    assert_eq!(inner_calls.load(Ordering::Relaxed), 4);
+}
