@@ -38,11 +38,19 @@ enum Command {
 }
 
 fn main() -> Result<()> {
+    let cli = Cli::parse();
+    // RUST_LOG wins; without it the server logs at info (where it listens, when it is ready).
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "error",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Serve(args) => serve::run(args),
