@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs Tessera's whole test suite: fetches the default model on first use (the golden and
-# end-to-end tests need it), then the Rust tests of every crate in release mode.
+# end-to-end tests need it), runs the Rust tests of every crate in release mode, then the
+# end-to-end tests (the official `openai` client, curl and a Prometheus parser against
+# `tessera serve`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TESSERA_MODELS_DIR="${TESSERA_MODELS_DIR:-$PWD/models}"
 cargo build --release --bin tessera
 ./target/release/tessera fetch-model
 cargo test --workspace --release
+TESSERA_BIN="$PWD/target/release/tessera" tests/e2e/run.sh
