@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export TESSERA_MODELS_DIR="${TESSERA_MODELS_DIR:-$PWD/models}"
 cargo build --release --bin tessera
-./target/release/tessera fetch-model
+BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"
+"$BIN" fetch-model
 cargo test --workspace --release
-TESSERA_BIN="$PWD/target/release/tessera" tests/e2e/run.sh
+TESSERA_BIN="$BIN" tests/e2e/run.sh
