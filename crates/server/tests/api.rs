@@ -299,3 +299,25 @@ async fn wait_for_tiles_freed(app: &axum::Router) -> bool {
     }
     false
 }
+
+#[tokio::test]
+async fn gemma_models_without_a_template_chat_in_gemma_turns() {
+    let loaded = tiny_loaded_arch("gemma3", engine_config(), None);
+    let app = server::router(server::AppState::with_model(Default::default(), loaded));
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    let (s, t) = post(&app, "/tokenize", &json!({"messages": msgs})).await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    let (_, d) = post(&app, "/detokenize", &json!({"tokens": t["tokens"]})).await;
+    let text = d["prompt"].as_str().expect("prompt");
+    assert!(
+        text.ends_with("<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"),
+        "{text:?}"
+    );
+    let (s, b) = post(
+        &app,
+        "/v1/chat/completions",
+        &json!({"messages": msgs, "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+}

@@ -25,13 +25,18 @@ pub fn engine_config() -> EngineConfig {
 
 /// A loaded tiny model (written to a temp file, loaded, and the file removed).
 pub fn tiny_loaded(cfg: EngineConfig, template: Option<&str>) -> server::Loaded {
+    tiny_loaded_arch("llama", cfg, template)
+}
+
+/// Like `tiny_loaded`, for another tiny architecture (see `model::testing::TINY_ARCHS`).
+pub fn tiny_loaded_arch(arch: &str, cfg: EngineConfig, template: Option<&str>) -> server::Loaded {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let path = std::env::temp_dir().join(format!(
         "tessera-server-test-{}-{}.gguf",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
-    std::fs::write(&path, model::testing::tiny_model_gguf("llama", 7)).expect("write temp model");
+    std::fs::write(&path, model::testing::tiny_model_gguf(arch, 7)).expect("write temp model");
     let loaded = server::load_model(&path, 1, cfg, template.map(str::to_string));
     let _ = std::fs::remove_file(&path);
     loaded.expect("the tiny model loads")
