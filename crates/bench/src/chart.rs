@@ -113,10 +113,15 @@ fn panel(s: &mut String, x0: f64, y0: f64, series: &Series<'_>) {
                 top + h
             );
             let label_y = if p < 90.0 { top + h - 6.0 } else { top + 12.0 };
+            // Near the right edge the label goes left of its line so it stays inside the panel.
+            let (label_x, anchor) = if x > left + 0.7 * w {
+                (x - 3.0, "end")
+            } else {
+                (x + 3.0, "start")
+            };
             let _ = writeln!(
                 s,
-                r#"<text x="{:.1}" y="{label_y:.1}" fill="{colour}">p{p:.0} {}</text>"#,
-                x + 3.0,
+                r#"<text x="{label_x:.1}" y="{label_y:.1}" text-anchor="{anchor}" fill="{colour}">p{p:.0} {}</text>"#,
                 fmt_ms(v)
             );
         }

@@ -401,3 +401,22 @@ async fn stop_request_ends_the_run_early_and_reports_finished_requests() {
     assert_eq!(r.requests_failed, 0, "in-flight requests finish normally");
     assert_eq!(server.requests().len(), r.requests_ok);
 }
+
+#[tokio::test]
+async fn server_closing_connections_after_each_stream_fails_no_request() {
+    let server = FakeServer::start(FakeOptions {
+        close_after_stream: true,
+        first_token_delay: Duration::from_millis(2),
+        token_delay: Duration::from_millis(1),
+        ..FakeOptions::default()
+    })
+    .await;
+    let a = args(&server, &["-c", "2", "-n", "40", "--output-tokens", "2"]);
+    let r = bench::run_async(a).await.expect("run").results;
+    assert_eq!(
+        (r.requests_ok, r.requests_failed),
+        (40, 0),
+        "{:?}",
+        r.errors
+    );
+}

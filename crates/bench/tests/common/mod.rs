@@ -33,6 +33,10 @@ pub struct FakeOptions {
     pub api_key: Option<String>,
     /// Honour `stream_options.include_usage`.
     pub usage: bool,
+    /// Close the connection shortly after each streamed response, without `Connection: close`, so
+    /// a client that pools connections sends its next request on a dying one (seen with
+    /// llama-server).
+    pub close_after_stream: bool,
 }
 
 impl Default for FakeOptions {
@@ -43,6 +47,7 @@ impl Default for FakeOptions {
             fail_every: None,
             api_key: None,
             usage: true,
+            close_after_stream: false,
         }
     }
 }
@@ -163,7 +168,13 @@ async fn serve_connection(mut sock: TcpStream, opts: FakeOptions, rec: Arc<Recor
             )
             .await
         } else if req.method == "POST" && req.path.ends_with("completions") {
-            completion(&mut sock, &req, &opts, &rec).await
+            let ok = completion(&mut sock, &req, &opts, &rec).await;
+            if opts.close_after_stream {
+                // Close a moment later, when a pooling client may already be sending on it.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                return;
+            }
+            ok
         } else {
             respond_json(&mut sock, 404, &json!({"error": {"message": "not found"}})).await
         };
