@@ -53,6 +53,9 @@ SETTINGS = {
     "n_gpu_layers": 0,
     "seed": 0,
 }
+KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "f32": llama_cpp.GGML_TYPE_F32}
+# (flash attention, K/V cache type) of the reruns that measure sensitivity to kernel rounding
+VARIANTS = [(True, "f16"), (False, "f32")]
 
 SHORT_PROMPTS = [
     ("english_prose", "The old lighthouse keeper climbed the spiral stairs every evening, and"),
@@ -203,23 +206,17 @@ def check_create_completion(llm: Llama, case: dict) -> dict:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--text", default=str(DEFAULT_TEXT))
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
-    args = ap.parse_args()
-
-    llm = Llama(
-        model_path=args.model,
+def make_llama(model: str, flash_attn: bool, type_kv: str) -> Llama:
+    return Llama(
+        model_path=model,
         n_ctx=SETTINGS["n_ctx"],
         n_batch=SETTINGS["n_batch"],
         n_ubatch=SETTINGS["n_ubatch"],
         n_threads=SETTINGS["n_threads"],
         n_threads_batch=SETTINGS["n_threads_batch"],
-        flash_attn=SETTINGS["flash_attn"],
-        type_k=llama_cpp.GGML_TYPE_F16,
-        type_v=llama_cpp.GGML_TYPE_F16,
+        flash_attn=flash_attn,
+        type_k=KV_TYPES[type_kv],
+        type_v=KV_TYPES[type_kv],
         swa_full=SETTINGS["swa_full"],
         logits_all=SETTINGS["logits_all"],
         n_gpu_layers=SETTINGS["n_gpu_layers"],
@@ -227,6 +224,44 @@ def main() -> None:
         verbose=False,
     )
 
+
+def add_variants(model: str, cases: list) -> list:
+    """Rerun every prompt with each variant setting; record its ids and how long it agrees."""
+    summary = []
+    for flash_attn, type_kv in VARIANTS:
+        llm = make_llama(model, flash_attn, type_kv)
+        full = 0
+        for case in cases:
+            ids = run_prompt(llm, case["name"], case["prompt"])["generated_ids"]
+            same = next((k for k, (x, y) in enumerate(zip(ids, case["generated_ids"])) if x != y), len(ids))
+            full += same == len(ids)
+            # the headline's top-1/top-2 gap where the variant first chose differently
+            gap = case["steps"][same]["gap"] if same < len(ids) else None
+            case.setdefault("variants", []).append(
+                {
+                    "flash_attn": flash_attn,
+                    "type_kv": type_kv,
+                    "same_prefix": same,
+                    "headline_gap_at_divergence": gap,
+                    "generated_ids": ids,
+                }
+            )
+            print(f"variant fa={flash_attn} kv={type_kv} {case['name']}: same for {same} steps")
+        llm.close()
+        summary.append(
+            {"flash_attn": flash_attn, "type_kv": type_kv, "cases_identical_for_all_steps": full}
+        )
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--text", default=str(DEFAULT_TEXT))
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    args = ap.parse_args()
+
+    llm = make_llama(args.model, SETTINGS["flash_attn"], SETTINGS["type_k"])
     text = Path(args.text).read_text(encoding="utf-8")
     prompts = list(SHORT_PROMPTS)
     for name, start, target, tail in LONG_PROMPTS:
@@ -245,6 +280,8 @@ def main() -> None:
     checks = [check_create_completion(llm, cases[i]) for i in (0, 1, len(cases) - 1)]
     for c in checks:
         print("create_completion check:", c)
+    llm.close()
+    variants = add_variants(args.model, cases)
 
     golden = {
         "description": "Greedy continuations of Gemma 3 270M (base, Q4_K_M) computed by llama.cpp on CPU",
@@ -261,11 +298,15 @@ def main() -> None:
             "(lowest id on ties); record id, top5 [(id, logprob)] by descending logit and "
             "gap = logprob(top1) - logprob(top2); feed id alone at the next position. No penalties, no "
             "stop at end-of-generation tokens. last_prompt_position holds the raw float32 logits after "
-            "the prompt: the first 16 values (ids 0..15) and the top 20 (id, logit)."
+            "the prompt: the first 16 values (ids 0..15) and the top 20 (id, logit). Each case's "
+            "variants[] reruns the same procedure with flash attention on, or with an f32 K/V cache, "
+            "and gives the ids and the number of leading steps equal to the headline ids: how far "
+            "kernel-level rounding alone can move a greedy continuation."
         ),
         "n_generate": N_GENERATE,
         "create_completion_check": checks,
         "create_completion_matched": all(c["ids_match"] and c["text_match"] for c in checks),
+        "variants_summary": variants,
         "cases": cases,
     }
     write_json(args.out, golden)
