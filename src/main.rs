@@ -27,6 +27,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Serve the OpenAI-compatible HTTP API (completions, chat, models, tokenize, metrics).
     Serve(serve::ServeArgs),
+    /// Load generator for any OpenAI-compatible server: throughput and TTFT / ITL / E2E percentiles.
+    Bench(bench::BenchArgs),
     /// Perplexity of a model on a text file, computed as llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
     /// Download the default model (Gemma 3 270M Q4_K_M) into ./models and verify its sha256.
@@ -54,6 +56,7 @@ fn main() -> Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::FetchModel { dir } => {
             let dir = dir.unwrap_or_else(fetch::models_dir);
             let path = dir.join(fetch::DEFAULT_MODEL_FILE);
