@@ -1,10 +1,14 @@
 //! Paged attention: the queries of each sequence chunk against K/V read through its tile table.
 //!
 //! Work is cut into tasks of (chunk, query range, head range) that threads take from a shared
-//! counter. Inside a task, tiles are the outer loop: each tile's K and V rows are converted from
-//! f16 once and used by every query of the task that can see them, with an online (streaming)
-//! softmax per (query, head), one rescale per tile. Nothing is copied into a contiguous
-//! per-sequence buffer.
+//! counter. Inside a task, tiles are the outer loop: each tile's rows are converted once and used
+//! by every query of the task that can see them. Three passes: scores (K), softmax, weighted sum
+//! (V). Nothing is copied into a contiguous per-sequence buffer.
+//!
+//! Numerics follow llama.cpp's CPU path with an f16 cache (flash attention off), because greedy
+//! decoding of small models flips on differences of a few ulps: the scaled query is rounded to
+//! f16 before the K·Q dots, the softmax sums in f64, and the probabilities are rounded to f16
+//! before the weighted sum of V.
 //!
 //! Batch invariance: a (query, head) is always computed whole by one task, visiting tiles and
 //! slots in the same order, so its result does not depend on the task split or on what else is
@@ -50,10 +54,10 @@ pub struct Heads {
 pub struct AttnScratch {
     k: Vec<f32>,
     v: Vec<f32>,
+    /// Scores, then f16-rounded probabilities, per (query, head) and visible key.
     scores: Vec<f32>,
-    /// Running max and sum per (query, head) of a task.
+    /// The task's queries, scaled and rounded to f16.
     m: Vec<f32>,
-    l: Vec<f32>,
     acc: Vec<f32>,
 }
 
@@ -211,68 +215,94 @@ fn run_task_body(
     let lo = |p: usize| c.window.map_or(0, |w| (p + 1).saturating_sub(w));
     let first_pos = c.start_pos + task.t0;
     let last_pos = c.start_pos + task.t1 - 1;
+    // Scores are kept per (query, head) for key positions base..=last_pos.
+    let base = lo(first_pos);
+    let span = last_pos + 1 - base;
 
     grow(&mut s.k, ts * kv_dim);
     grow(&mut s.v, ts * kv_dim);
-    grow(&mut s.scores, ts);
-    grow(&mut s.m, nq * nh).fill(f32::NEG_INFINITY);
-    grow(&mut s.l, nq * nh).fill(0.0);
+    grow(&mut s.scores, nq * nh * span);
     grow(&mut s.acc, nq * nh * hd).fill(0.0);
-
-    for ti in lo(first_pos) / ts..=last_pos / ts {
-        let tile = c.tiles[ti];
-        let tile_start = ti * ts;
-        let n_slots = ts.min(last_pos + 1 - tile_start);
-        if tile == TileId::RELEASED {
-            debug_assert!(
-                tile_start + ts <= lo(first_pos),
-                "a visible tile was released"
-            );
-            continue;
+    // Scaled queries rounded to f16, as llama.cpp's f16 K·Q product sees them.
+    let qr = grow(&mut s.m, nq * nh * hd);
+    for t in 0..nq {
+        let row = c.first_row + task.t0 + t;
+        for hi in 0..nh {
+            let head = task.h0 + hi;
+            let src = &q[row * q_dim + head * hd..row * q_dim + (head + 1) * hd];
+            for (d, &x) in qr[(t * nh + hi) * hd..(t * nh + hi + 1) * hd].iter_mut().zip(src) {
+                *d = round_f16(x * h.scale);
+            }
         }
-        let kf = &mut s.k[..n_slots * kv_dim];
-        let vf = &mut s.v[..n_slots * kv_dim];
-        pool.read_rows(tile, c.in_group, n_slots, kf, vf);
+    }
+
+    // Pass 1: scores, tile by tile.
+    let tiles = base / ts..=last_pos / ts;
+    for ti in tiles.clone() {
+        let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
+            continue;
+        };
+        let (kf, vf) = (&mut s.k[..n_slots * kv_dim], &mut s.v[..n_slots * kv_dim]);
+        pool.read_rows(c.tiles[ti], c.in_group, n_slots, kf, vf);
         for t in 0..nq {
             let p = first_pos + t;
-            let s_lo = lo(p).max(tile_start);
-            let s_hi = (p + 1).min(tile_start + n_slots);
-            if s_hi <= s_lo {
-                continue;
-            }
-            let (s_lo, s_hi) = (s_lo - tile_start, s_hi - tile_start);
-            let row = c.first_row + task.t0 + t;
+            let (s_lo, s_hi) = (lo(p).max(tile_start), (p + 1).min(tile_start + n_slots));
             for hi in 0..nh {
-                let head = task.h0 + hi;
-                let g = head / group;
-                let qh = &q[row * q_dim + head * hd..row * q_dim + (head + 1) * hd];
-                let scores = &mut s.scores[..s_hi - s_lo];
-                let mut tile_max = f32::NEG_INFINITY;
-                for (sc, slot) in scores.iter_mut().zip(s_lo..s_hi) {
+                let g = (task.h0 + hi) / group;
+                let qh = &s.m[(t * nh + hi) * hd..(t * nh + hi + 1) * hd];
+                let sc = &mut s.scores[(t * nh + hi) * span..(t * nh + hi + 1) * span];
+                for pos in s_lo..s_hi {
+                    let slot = pos - tile_start;
                     let kr = &kf[slot * kv_dim + g * hd..slot * kv_dim + (g + 1) * hd];
-                    *sc = dot(qh, kr) * h.scale;
-                    tile_max = tile_max.max(*sc);
+                    sc[pos - base] = dot(qh, kr);
                 }
+            }
+        }
+    }
+
+    // Pass 2: softmax over each query's visible keys (sum in f64, as ggml), probabilities
+    // rounded to f16 as llama.cpp's f16 V product sees them.
+    for t in 0..nq {
+        let p = first_pos + t;
+        let (v_lo, v_hi) = (lo(p) - base, p + 1 - base);
+        for hi in 0..nh {
+            let sc = &mut s.scores[(t * nh + hi) * span..(t * nh + hi + 1) * span][v_lo..v_hi];
+            let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f64;
+            for x in sc.iter_mut() {
+                *x = (*x - max).exp();
+                sum += f64::from(*x);
+            }
+            let inv = (1.0 / sum) as f32;
+            for x in sc.iter_mut() {
+                *x = round_f16(*x * inv);
+            }
+        }
+    }
+
+    // Pass 3: weighted sum of V, tile by tile.
+    for ti in tiles {
+        let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
+            continue;
+        };
+        let (kf, vf) = (&mut s.k[..n_slots * kv_dim], &mut s.v[..n_slots * kv_dim]);
+        pool.read_rows(c.tiles[ti], c.in_group, n_slots, kf, vf);
+        for t in 0..nq {
+            let p = first_pos + t;
+            let (s_lo, s_hi) = (lo(p).max(tile_start), (p + 1).min(tile_start + n_slots));
+            for hi in 0..nh {
+                let g = (task.h0 + hi) / group;
                 let st = t * nh + hi;
+                let sc = &s.scores[st * span..(st + 1) * span];
                 let acc = &mut s.acc[st * hd..(st + 1) * hd];
-                let (m_old, mut l) = (s.m[st], s.l[st]);
-                let m_new = m_old.max(tile_max);
-                if m_new > m_old && l > 0.0 {
-                    // Rescale what was accumulated under the old max.
-                    let c = (m_old - m_new).exp();
-                    l *= c;
-                    acc.iter_mut().for_each(|a| *a *= c);
-                }
-                for (&sc, slot) in scores.iter().zip(s_lo..s_hi) {
-                    let w = (sc - m_new).exp();
-                    l += w;
+                for pos in s_lo..s_hi {
+                    let w = sc[pos - base];
+                    let slot = pos - tile_start;
                     let vr = &vf[slot * kv_dim + g * hd..slot * kv_dim + (g + 1) * hd];
                     for (a, x) in acc.iter_mut().zip(vr) {
                         *a += w * x;
                     }
                 }
-                s.m[st] = m_new;
-                s.l[st] = l;
             }
         }
     }
@@ -280,17 +310,31 @@ fn run_task_body(
         let row = c.first_row + task.t0 + t;
         // SAFETY: this task alone owns heads h0..h1 of rows t0..t1 of its chunk.
         let dst = unsafe { out.slice(row * q_dim + task.h0 * hd, nh * hd) };
-        for hi in 0..nh {
-            let st = t * nh + hi;
-            let inv = if s.l[st] > 0.0 { 1.0 / s.l[st] } else { 0.0 };
-            for (d, a) in dst[hi * hd..(hi + 1) * hd]
-                .iter_mut()
-                .zip(&s.acc[st * hd..(st + 1) * hd])
-            {
-                *d = a * inv;
-            }
-        }
+        dst.copy_from_slice(&s.acc[t * nh * hd..(t + 1) * nh * hd]);
     }
+}
+
+/// The start and the number of filled slots of tile `ti`, or `None` if no query of the task
+/// sees it (released tiles are only ever below every query's window).
+#[inline(always)]
+fn visible_tile(
+    c: &ChunkAttention,
+    ti: usize,
+    ts: usize,
+    last_pos: usize,
+    base: usize,
+) -> Option<(usize, usize)> {
+    let tile_start = ti * ts;
+    if c.tiles[ti] == TileId::RELEASED {
+        debug_assert!(tile_start + ts <= base, "a visible tile was released");
+        return None;
+    }
+    Some((tile_start, ts.min(last_pos + 1 - tile_start)))
+}
+
+#[inline(always)]
+fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
 }
 
 #[inline(always)]
