@@ -114,6 +114,7 @@ fn concat_and_hash(parts: &[PathBuf], out: &Path) -> Result<String> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut done = 0u64;
+    let mut shown = u64::MAX;
     for p in parts {
         let mut src = File::open(p).with_context(|| format!("opening {}", p.display()))?;
         loop {
@@ -124,8 +125,12 @@ fn concat_and_hash(parts: &[PathBuf], out: &Path) -> Result<String> {
             hasher.update(&buf[..n]);
             dst.write_all(&buf[..n])?;
             done += n as u64;
-            eprint!("\rassembling: {:>3}%", done * 100 / total.max(1));
-            io::stderr().flush().ok();
+            let pct = done * 100 / total.max(1);
+            if pct != shown {
+                shown = pct;
+                eprint!("\rassembling: {pct:>3}%");
+                io::stderr().flush().ok();
+            }
         }
     }
     eprintln!();
