@@ -230,7 +230,10 @@ fn run_task_body(
         for hi in 0..nh {
             let head = task.h0 + hi;
             let src = &q[row * q_dim + head * hd..row * q_dim + (head + 1) * hd];
-            for (d, &x) in qr[(t * nh + hi) * hd..(t * nh + hi + 1) * hd].iter_mut().zip(src) {
+            for (d, &x) in qr[(t * nh + hi) * hd..(t * nh + hi + 1) * hd]
+                .iter_mut()
+                .zip(src)
+            {
                 *d = round_f16(x * h.scale);
             }
         }
