@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::EngineConfig;
+use model::KvDtype;
 use server::{AppState, ServerConfig};
 use tokio::sync::watch;
 
@@ -29,9 +30,14 @@ pub struct ServeArgs {
     /// Worker threads for the matmuls (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Memory for the KV cache, e.g. 512MiB, 2GiB, 300MB or a byte count.
-    #[arg(long, default_value = "512MiB", value_parser = parse_size)]
-    kv_memory: usize,
+    /// Memory for the KV cache, e.g. 512MiB, 2GiB, 300MB or a byte count (default: a quarter of
+    /// the available memory, between 256 MiB and 4 GiB; printed at start).
+    #[arg(long, value_parser = parse_size)]
+    kv_memory: Option<usize>,
+    /// How K and V are stored: f16 (default), f32 or q8_0 (see docs/BENCHMARKS.md for the
+    /// perplexity cost of each).
+    #[arg(long, default_value = "f16", value_parser = parse_kv_dtype)]
+    kv_dtype: KvDtype,
     /// Tokens per KV tile (the unit of allocation and of prefix sharing).
     #[arg(long, default_value_t = 16)]
     tile_size: usize,
@@ -95,6 +101,25 @@ fn parse_size(s: &str) -> Result<usize, String> {
     Ok(bytes as usize)
 }
 
+fn parse_kv_dtype(s: &str) -> Result<KvDtype, String> {
+    KvDtype::parse(s).ok_or_else(|| format!("expected f32, f16 or q8_0, not {s:?}"))
+}
+
+/// The default KV memory: a quarter of MemAvailable, clamped to 256 MiB ..= 4 GiB.
+fn default_kv_memory() -> usize {
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<usize>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(2 << 30);
+    (available / 4).clamp(256 << 20, 4 << 30)
+}
+
 pub fn run(args: ServeArgs) -> Result<()> {
     let path = crate::resolve_model(args.model.clone())?;
     let threads = args
@@ -107,9 +132,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
+    let kv_bytes = args.kv_memory.unwrap_or_else(default_kv_memory);
+    tracing::info!(
+        "KV cache: {} MiB of {:?}{}",
+        kv_bytes >> 20,
+        args.kv_dtype,
+        if args.kv_memory.is_none() {
+            " (default: a quarter of the available memory)"
+        } else {
+            ""
+        }
+    );
     let engine_cfg = EngineConfig {
         tile_size: args.tile_size,
-        kv_bytes: args.kv_memory,
+        kv_bytes,
+        kv_dtype: args.kv_dtype,
         max_batch_tokens: args.max_batch_tokens,
         max_seqs: args.max_seqs,
         chunked_prefill: !args.no_chunked_prefill,
