@@ -166,7 +166,8 @@ async fn prompts_longer_than_the_context_are_refused() {
 async fn prompts_that_can_never_fit_the_pool_are_refused() {
     // A pool of 4 tiles of 16 tokens cannot hold 100 tokens: the engine's refusal is a 400 too.
     let ecfg = engine::EngineConfig {
-        kv_bytes: 1,
+        // One tile of the tiny model (3 layers, one KV group) is 6,144 bytes.
+        kv_bytes: 4 * 6144,
         ..engine_config()
     };
     let state = state_with(server::ServerConfig::default(), ecfg, None);
