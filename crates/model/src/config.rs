@@ -99,6 +99,9 @@ pub struct ModelConfig {
     pub attn_scale: f32,
     /// Gemma 2 style tanh soft-capping of the final logits (0 = off).
     pub final_logit_softcap: f32,
+    /// RoPE base of the global layers, and the number of rotated dimensions per head.
+    pub rope_base: f32,
+    pub rope_dims: usize,
     pub layers: Vec<LayerSpec>,
 }
 
@@ -184,6 +187,8 @@ impl ModelConfig {
             embed_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             final_logit_softcap: md.get_f32(&key("final_logit_softcapping"))?.unwrap_or(0.0),
+            rope_base,
+            rope_dims,
             layers: vec![
                 LayerSpec {
                     window: None,
@@ -217,6 +222,24 @@ impl ModelConfig {
             Arch::Qwen3 => cfg.qk_norm = true,
         }
         Ok(cfg)
+    }
+
+    /// Applies per-frequency factors (GGUF's `rope_freqs.weight`, how Llama 3.1+ files carry
+    /// their RoPE scaling): every global layer's frequency i becomes base^(-2i/d) / factor[i],
+    /// as llama.cpp's `ggml_rope_ext` does with freq_factors. Replaces any metadata scaling.
+    pub fn apply_rope_freq_factors(&mut self, factors: &[f32]) -> Result<(), ModelError> {
+        let plain = inv_freqs(self.rope_dims, self.rope_base);
+        if factors.len() != plain.len() || factors.iter().any(|f| !f.is_finite() || *f <= 0.0) {
+            return Err(ModelError::invalid(format!(
+                "rope_freqs.weight needs {} positive factors",
+                plain.len()
+            )));
+        }
+        let scaled: Vec<f32> = plain.iter().zip(factors).map(|(f, d)| f / d).collect();
+        for layer in self.layers.iter_mut().filter(|l| l.window.is_none()) {
+            layer.rope_inv_freq = scaled.clone();
+        }
+        Ok(())
     }
 
     /// K (or V) floats per token per layer.
@@ -300,6 +323,35 @@ impl RopeScaling {
                     .collect()
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> ModelConfig {
+        let bytes = crate::testing::tiny_model_gguf("llama", 7);
+        let parsed = gguf::parse(&bytes).expect("tiny model parses");
+        ModelConfig::from_metadata(&parsed.metadata).expect("tiny config")
+    }
+
+    #[test]
+    fn rope_freq_factors_divide_the_global_frequencies() {
+        let mut cfg = tiny();
+        let before = cfg.layers[0].rope_inv_freq.clone();
+        let factors: Vec<f32> = (0..before.len()).map(|i| 1.0 + i as f32).collect();
+        cfg.apply_rope_freq_factors(&factors)
+            .expect("valid factors");
+        for (i, (b, a)) in before.iter().zip(&cfg.layers[0].rope_inv_freq).enumerate() {
+            assert!((b / (1.0 + i as f32) - a).abs() <= 1e-7 * b.abs());
+        }
+    }
+
+    #[test]
+    fn rope_freq_factors_of_the_wrong_length_are_refused() {
+        let mut cfg = tiny();
+        assert!(cfg.apply_rope_freq_factors(&[1.0]).is_err());
     }
 }
 

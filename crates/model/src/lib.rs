@@ -81,7 +81,14 @@ pub fn load(path: &Path, threads: usize) -> Result<LoadedModel, ModelError> {
         path: path.display().to_string(),
         source: Box::new(e),
     };
-    let cfg = ModelConfig::from_metadata(file.metadata()).map_err(in_file)?;
+    let mut cfg = ModelConfig::from_metadata(file.metadata()).map_err(in_file)?;
+    if let Some(t) = file.tensor("rope_freqs.weight") {
+        let n = t.info.n_elements() as usize;
+        let mut factors = vec![0.0; n];
+        kernels::dequantize_row(t.info.ggml_type, t.data, &mut factors)
+            .map_err(|e| in_file(ModelError::kernel(e)))?;
+        cfg.apply_rope_freq_factors(&factors).map_err(in_file)?;
+    }
     let tokenizer = Tokenizer::from_metadata(file.metadata()).map_err(|e| in_file(e.into()))?;
     let weights = weights::ModelWeights::load(file, &cfg)?;
     let transformer = Transformer::new(cfg, weights, kernels::Threads::new(threads.max(1)));
