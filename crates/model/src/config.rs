@@ -326,6 +326,13 @@ impl RopeScaling {
     }
 }
 
+/// theta_i = base^(-2i/d) for i in 0..d/2.
+fn inv_freqs(rope_dims: usize, base: f32) -> Vec<f32> {
+    (0..rope_dims / 2)
+        .map(|i| base.powf(-((2 * i) as f32) / rope_dims as f32))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,11 +360,4 @@ mod tests {
         let mut cfg = tiny();
         assert!(cfg.apply_rope_freq_factors(&[1.0]).is_err());
     }
-}
-
-/// theta_i = base^(-2i/d) for i in 0..d/2.
-fn inv_freqs(rope_dims: usize, base: f32) -> Vec<f32> {
-    (0..rope_dims / 2)
-        .map(|i| base.powf(-((2 * i) as f32) / rope_dims as f32))
-        .collect()
 }
