@@ -201,10 +201,24 @@ async fn serve(
     let loader_state = state.clone();
     let loader_stop = stop_tx.clone();
     tokio::task::spawn_blocking(move || {
-        match server::load_model(&path, threads, engine_cfg, template) {
+        // A spinner with the elapsed time while the weights are mapped, the tokenizer built and
+        // the KV pool allocated (hidden when stderr is not a terminal).
+        let spinner = indicatif::ProgressBar::new_spinner().with_message(format!(
+            "loading {} (weights, tokenizer, {} MiB KV pool)",
+            path.display(),
+            engine_cfg.kv_bytes >> 20
+        ));
+        spinner.enable_steady_tick(Duration::from_millis(100));
+        let t0 = std::time::Instant::now();
+        let loaded = server::load_model(&path, threads, engine_cfg, template);
+        spinner.finish_and_clear();
+        match loaded {
             Ok(m) => {
                 loader_state.set_loaded(m);
-                tracing::info!("model loaded; ready on http://{addr}");
+                tracing::info!(
+                    "model loaded in {:.2}s; ready on http://{addr}",
+                    t0.elapsed().as_secs_f64()
+                );
             }
             Err(e) => {
                 let _ = loader_stop.send(Some(Err(format!("loading {}: {e}", path.display()))));
