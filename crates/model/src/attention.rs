@@ -245,8 +245,8 @@ fn run_task_body(
         let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
             continue;
         };
-        let (kf, vf) = (&mut s.k[..n_slots * kv_dim], &mut s.v[..n_slots * kv_dim]);
-        pool.read_rows(c.tiles[ti], c.in_group, n_slots, kf, vf);
+        let kf = &mut s.k[..n_slots * kv_dim];
+        pool.read_keys(c.tiles[ti], c.in_group, n_slots, kf);
         for t in 0..nq {
             let p = first_pos + t;
             let (s_lo, s_hi) = (lo(p).max(tile_start), (p + 1).min(tile_start + n_slots));
@@ -288,8 +288,8 @@ fn run_task_body(
         let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
             continue;
         };
-        let (kf, vf) = (&mut s.k[..n_slots * kv_dim], &mut s.v[..n_slots * kv_dim]);
-        pool.read_rows(c.tiles[ti], c.in_group, n_slots, kf, vf);
+        let vf = &mut s.v[..n_slots * kv_dim];
+        pool.read_values(c.tiles[ti], c.in_group, n_slots, vf);
         for t in 0..nq {
             let p = first_pos + t;
             let (s_lo, s_hi) = (lo(p).max(tile_start), (p + 1).min(tile_start + n_slots));

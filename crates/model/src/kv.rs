@@ -242,12 +242,17 @@ impl KvPool {
         self.v.write(o, v);
     }
 
-    /// K and V of the first `n` slots of one tile and layer, as f32 `[n][kv_dim]` each.
+    /// K of the first `n` slots of one tile and layer, as f32 `[n][kv_dim]`.
     #[inline]
-    pub fn read_rows(&self, tile: TileId, in_group: usize, n: usize, k: &mut [f32], v: &mut [f32]) {
+    pub fn read_keys(&self, tile: TileId, in_group: usize, n: usize, out: &mut [f32]) {
         let o = self.offset(tile, in_group, 0);
-        let len = n * self.layout.kv_dim;
-        self.k.read(o, &mut k[..len]);
-        self.v.read(o, &mut v[..len]);
+        self.k.read(o, &mut out[..n * self.layout.kv_dim]);
+    }
+
+    /// V of the first `n` slots of one tile and layer, as f32 `[n][kv_dim]`.
+    #[inline]
+    pub fn read_values(&self, tile: TileId, in_group: usize, n: usize, out: &mut [f32]) {
+        let o = self.offset(tile, in_group, 0);
+        self.v.read(o, &mut out[..n * self.layout.kv_dim]);
     }
 }
