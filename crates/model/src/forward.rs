@@ -18,7 +18,7 @@ use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::batch::{Batch, LogitsWanted};
 use crate::config::{Activation, ModelConfig, RopeStyle};
 use crate::kv::{KvLayout, KvPool, TileId};
-use crate::ops::{add_in_place, rms_norm_rows};
+use crate::ops::rms_norm_rows;
 use crate::weights::{Matrix, ModelWeights};
 use crate::ModelError;
 
@@ -37,6 +37,8 @@ struct Workspace {
     /// cos/sin per (token, pair) for each distinct RoPE table.
     rope: Vec<Vec<(f32, f32)>>,
     picked: Vec<f32>,
+    /// Scratch for in-place norms.
+    normed: Vec<f32>,
     attn: Vec<Mutex<AttnScratch>>,
     mm: MatmulScratch,
 }
@@ -131,12 +133,13 @@ impl Transformer {
             for (buf, bias) in [(&mut *q, &lw.bq), (&mut *k, &lw.bk), (&mut *v, &lw.bv)] {
                 if let Some(b) = bias {
                     buf.chunks_exact_mut(b.len())
-                        .for_each(|r| add_in_place(r, b));
+                        .for_each(|r| kernels::add(r, b));
                 }
             }
             if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                head_norm(q, qn, cfg.rms_eps);
-                head_norm(k, kn, cfg.rms_eps);
+                // Each head is a row of `head_dim` values.
+                norm_in_place(q, qn, cfg.rms_eps, &mut ws.normed);
+                norm_in_place(k, kn, cfg.rms_eps, &mut ws.normed);
             }
             let rope = &ws.rope[self.layer_rope[li]];
             apply_rope(q, rope, n, cfg.head_dim, cfg.rope_style);
@@ -179,11 +182,9 @@ impl Transformer {
             let o = sized(&mut ws.o, n * d);
             mm(&self.threads, &lw.wo, att, n, o, &mut ws.mm);
             if let Some(pn) = &lw.post_attn_norm {
-                let tmp = sized(&mut ws.h, n * d);
-                rms_norm_rows(o, pn, cfg.rms_eps, tmp);
-                o.copy_from_slice(tmp);
+                norm_in_place(o, pn, cfg.rms_eps, &mut ws.normed);
             }
-            add_in_place(&mut ws.x[..n * d], o);
+            kernels::add(&mut ws.x[..n * d], o);
 
             let h = sized(&mut ws.h, n * d);
             rms_norm_rows(&ws.x[..n * d], &lw.ffn_norm, cfg.rms_eps, h);
@@ -200,11 +201,9 @@ impl Transformer {
             let o = sized(&mut ws.o, n * d);
             mm(&self.threads, &lw.w_down, gate, n, o, &mut ws.mm);
             if let Some(pn) = &lw.post_ffn_norm {
-                let tmp = sized(&mut ws.h, n * d);
-                rms_norm_rows(o, pn, cfg.rms_eps, tmp);
-                o.copy_from_slice(tmp);
+                norm_in_place(o, pn, cfg.rms_eps, &mut ws.normed);
             }
-            add_in_place(&mut ws.x[..n * d], o);
+            kernels::add(&mut ws.x[..n * d], o);
         }
 
         // Gather the rows whose logits are wanted, then norm and project only those.
@@ -326,9 +325,9 @@ fn apply_rope(x: &mut [f32], cs: &[(f32, f32)], n: usize, head_dim: usize, style
     }
 }
 
-/// RMS-norm over each head of each token (QK-norm).
-fn head_norm(x: &mut [f32], w: &[f32], eps: f32) {
-    for head in x.chunks_exact_mut(w.len()) {
-        crate::ops::rms_norm_in_place(head, w, eps);
-    }
+/// RMS-norm of every `w.len()`-value row of `x`, in place, through the reusable `tmp`.
+fn norm_in_place(x: &mut [f32], w: &[f32], eps: f32, tmp: &mut Vec<f32>) {
+    let out = sized(tmp, x.len());
+    rms_norm_rows(x, w, eps, out);
+    x.copy_from_slice(out);
 }
