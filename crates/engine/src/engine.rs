@@ -116,6 +116,8 @@ pub struct Engine<M: Model> {
     reqs: HashMap<SeqId, RequestState>,
     stats: Arc<EngineStats>,
     logits: Vec<f32>,
+    /// One row of logits for the sampler to modify (bias, penalties), reused across tokens.
+    sample_row: Vec<f32>,
     context_length: usize,
     arrivals: u64,
 }
@@ -155,6 +157,7 @@ impl<M: Model> Engine<M> {
             reqs: HashMap::new(),
             stats,
             logits: Vec::new(),
+            sample_row: Vec::new(),
             context_length,
             arrivals: 0,
         })
@@ -416,8 +419,9 @@ impl<M: Model> Engine<M> {
             self.finish(id, FinishReason::Length);
             return;
         }
-        let mut row = logits.to_vec();
-        let token = r.sampler.sample(&mut row);
+        self.sample_row.clear();
+        self.sample_row.extend_from_slice(logits);
+        let token = r.sampler.sample(&mut self.sample_row);
         r.sampler.accept(token);
         let logprob = r.req.logprobs.map(|n| {
             let (lp, top) = model::sampler::logprobs(logits, token, n);
