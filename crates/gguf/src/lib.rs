@@ -128,6 +128,34 @@ impl GgufFile {
         &self.path
     }
 
+    /// Drops the pages under `data` (a view into this file, e.g. a tensor whose bytes were copied
+    /// elsewhere) from the process's resident memory; a later read maps them in again from the
+    /// file. Returns whether the advice was applied (false if `data` is not part of this map).
+    pub fn release_pages(&self, data: &[u8]) -> bool {
+        let base = self.map.as_ptr() as usize;
+        let start = data.as_ptr() as usize;
+        if data.is_empty() || start < base || start + data.len() > base + self.map.len() {
+            return false;
+        }
+        #[cfg(unix)]
+        {
+            // SAFETY: the map is read-only and backed by the file, so MADV_DONTNEED only discards
+            // clean pages that the next access re-reads from the same file: every live view keeps
+            // seeing the same bytes (under the immutable-file assumption `open` already makes).
+            unsafe {
+                self.map
+                    .unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        start - base,
+                        data.len(),
+                    )
+                    .is_ok()
+            }
+        }
+        #[cfg(not(unix))]
+        false
+    }
+
     pub fn version(&self) -> u32 {
         self.parsed.version
     }

@@ -46,8 +46,19 @@ fn bench_shape(
     ms: &[usize],
 ) {
     let data = weights(ty, rows, cols);
-    let w = Weights::new(ty, &data, rows, cols).expect("valid bench weights");
-    let mut group = c.benchmark_group(format!("matmul/{ty:?}/{rows}x{cols}"));
+    let packed = kernels::pack(ty, &data, rows, cols);
+    let w = match &packed {
+        Some(p) if packed_wanted() => {
+            Weights::packed(ty, p.as_bytes(), rows, cols).expect("valid packed weights")
+        }
+        _ => Weights::new(ty, &data, rows, cols).expect("valid bench weights"),
+    };
+    let layout = if w.layout == kernels::Layout::X16 {
+        "x16"
+    } else {
+        "rows"
+    };
+    let mut group = c.benchmark_group(format!("matmul/{ty:?}/{rows}x{cols}/{layout}"));
     let mut scratch = MatmulScratch::new();
     for &m in ms {
         let x: Vec<f32> = (0..m * cols)
@@ -60,6 +71,13 @@ fn bench_shape(
         });
     }
     group.finish();
+}
+
+/// Packed (x16) weights where the format allows and the CPU has AVX-512 VNNI, as the model loads
+/// them; `TESSERA_BENCH_PACK=0` benches the row-major kernels instead.
+fn packed_wanted() -> bool {
+    kernels::isa() >= kernels::Isa::Avx512Vnni
+        && std::env::var("TESSERA_BENCH_PACK").as_deref() != Ok("0")
 }
 
 fn matmuls(c: &mut Criterion) {
@@ -84,8 +102,8 @@ fn matmuls(c: &mut Criterion) {
         bench_shape(c, &threads, ty, 640, 1024, &ms);
     }
     bench_shape(c, &threads, GgmlType::F32, 640, 2048, &[1, 16]);
-    // Tied output projection (vocabulary 262144), decode only.
-    bench_shape(c, &threads, GgmlType::Q8_0, 262_144, 640, &[1]);
+    // Tied output projection (vocabulary 262144), the largest matmul of the default model.
+    bench_shape(c, &threads, GgmlType::Q8_0, 262_144, 640, &[1, 16, 64]);
 }
 
 criterion_group! {

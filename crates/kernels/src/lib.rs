@@ -14,6 +14,7 @@ pub mod error;
 mod kernel;
 pub mod matmul;
 pub mod ops;
+pub mod packed;
 pub mod quant;
 pub mod threads;
 
@@ -25,4 +26,5 @@ pub use ops::{
     add, axpy_f16, dot_f16_f32, f16_to_f32_row, f32_to_f16_row, gelu_tanh, gelu_tanh_exact, mul,
     rms_norm, scale, silu, softmax,
 };
+pub use packed::{pack, packable, Layout, PackedBytes};
 pub use threads::Threads;

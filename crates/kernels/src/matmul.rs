@@ -22,16 +22,19 @@ use crate::act::Activation;
 use crate::dtype::{Format, GgmlType};
 use crate::error::KernelError;
 use crate::kernel::{self, detect_isa, isa, DotKernel, Isa, KernelVisitor, RowsJob};
+use crate::packed::{self, Layout};
 use crate::quant::{self, ActQ8_0, ActQ8_0x2, BlockQ8K};
 use crate::threads::Threads;
 
-/// A row-major weight matrix: `rows` output features, each a contiguous row of `cols` inputs.
+/// A weight matrix of `rows` output features by `cols` inputs: row-major (ggml's layout, each row
+/// a contiguous run of blocks) or repacked ([`Layout::X16`], see [`crate::packed`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Weights<'a> {
     pub ty: GgmlType,
     pub data: &'a [u8],
     pub rows: usize,
     pub cols: usize,
+    pub layout: Layout,
 }
 
 impl<'a> Weights<'a> {
@@ -58,6 +61,33 @@ impl<'a> Weights<'a> {
             data,
             rows,
             cols,
+            layout: Layout::RowMajor,
+        })
+    }
+
+    /// Weights in the x16 layout produced by [`crate::packed::pack`] for the same type and shape.
+    pub fn packed(
+        ty: GgmlType,
+        data: &'a [u8],
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, KernelError> {
+        let format = Format::from_ggml(ty)?;
+        let expected = format.row_bytes(ty, cols)? * rows;
+        if !packed::packable(ty, rows, cols) || data.len() != expected {
+            return Err(KernelError::SizeMismatch {
+                what: "packed weights",
+                ty,
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(Self {
+            ty,
+            data,
+            rows,
+            cols,
+            layout: Layout::X16,
         })
     }
 
@@ -68,13 +98,18 @@ impl<'a> Weights<'a> {
         }
     }
 
-    /// Bytes of one row.
+    /// Bytes of one row (of the row-major layout; the packed layout has the same total).
     pub fn row_bytes(&self) -> usize {
         self.data.len() / self.rows.max(1)
     }
 
-    /// The bytes of row `r`.
+    /// The bytes of row `r` (row-major layout only).
     pub fn row(&self, r: usize) -> &'a [u8] {
+        assert_eq!(
+            self.layout,
+            Layout::RowMajor,
+            "Weights::row of packed weights"
+        );
         let n = self.row_bytes();
         &self.data[r * n..(r + 1) * n]
     }
@@ -145,6 +180,24 @@ pub fn matmul_with_isa(
         .is_ok_and(|b| b * w.rows == w.data.len());
     assert!(valid, "matmul: inconsistent Weights {{ ty: {:?}, rows: {}, cols: {}, {} bytes }}; build them with Weights::new", w.ty, w.rows, w.cols, w.data.len());
     if m == 0 || w.rows == 0 {
+        return;
+    }
+    if w.layout == Layout::X16 {
+        assert!(
+            packed::packable(w.ty, w.rows, w.cols),
+            "matmul: packed weights of an unpackable type or shape; build them with Weights::packed"
+        );
+        let (acts, blocks) = ActQ8_0::prepare(threads, x, w.cols, scratch);
+        let job = packed::PackedJob {
+            format,
+            data: w.data,
+            blocks,
+            rows: w.rows,
+            acts,
+            m,
+            out: out.as_mut_ptr(),
+        };
+        packed::run(threads, &job, isa >= Isa::Avx512Vnni);
         return;
     }
     kernel::visit(

@@ -348,6 +348,7 @@ fn hand_built_weights_with_a_wrong_size_are_rejected() {
         data: &data,
         rows: 1,
         cols: 32,
+        layout: kernels::Layout::RowMajor,
     };
     let mut out = vec![0f32; 1];
     matmul(

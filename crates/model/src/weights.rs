@@ -1,12 +1,14 @@
-//! Weights: zero-copy views of the GGUF mmap, checked once at load.
+//! Weights: views of the GGUF mmap, checked once at load.
 //!
-//! Quantized matrices stay quantized in the mmap (nothing is dequantized at load); only the small
-//! F32 vectors (norm weights, biases) are copied out. The `GgufFile` is leaked on purpose: a
+//! Quantized matrices stay quantized (nothing is dequantized at load); only the small F32 vectors
+//! (norm weights, biases) are copied out. On CPUs with AVX-512 VNNI the Q8_0 / Q5_0 / Q4_0
+//! matrices are repacked at load into the kernels' x16 layout (same size, sixteen rows
+//! interleaved per block) and their file pages released; everything else is used in place. The `GgufFile` is leaked on purpose: a
 //! model lives as long as the process that serves it, and `&'static` views keep the forward
 //! pass free of lifetimes and reference counting.
 
 use gguf::{GgmlType, GgufFile};
-use kernels::Weights;
+use kernels::{Layout, Weights};
 
 use crate::config::ModelConfig;
 use crate::ModelError;
@@ -18,6 +20,7 @@ pub struct Matrix {
     pub data: &'static [u8],
     pub rows: usize,
     pub cols: usize,
+    pub layout: Layout,
 }
 
 impl Matrix {
@@ -27,6 +30,20 @@ impl Matrix {
             data: self.data,
             rows: self.rows,
             cols: self.cols,
+            layout: self.layout,
+        }
+    }
+
+    /// This matrix repacked for the batched kernels (see `kernels::packed`), or itself if its type
+    /// or shape is not packable. The packed copy is leaked like the file it came from.
+    fn packed(self) -> Matrix {
+        match kernels::pack(self.ty, self.data, self.rows, self.cols) {
+            Some(p) => Matrix {
+                data: p.leak(),
+                layout: Layout::X16,
+                ..self
+            },
+            None => self,
         }
     }
 
@@ -136,13 +153,46 @@ impl ModelWeights {
             }
             layers.push(layer);
         }
-        Ok(ModelWeights {
+        let mut w = ModelWeights {
             file,
             embed,
             output_norm: l.vector("output_norm.weight", d)?,
             output,
             layers,
-        })
+        };
+        if kernels::isa() >= kernels::Isa::Avx512Vnni {
+            w.pack();
+        }
+        Ok(w)
+    }
+
+    /// Repacks every packable matrix for the AVX-512 VNNI batched kernels and drops the file
+    /// pages they came from out of resident memory, so the model's footprint stays about its
+    /// file size. The embeddings keep their row-major bytes for row lookups (pages fault back in
+    /// per looked-up token when the output projection is tied to them).
+    fn pack(&mut self) {
+        let file = self.file;
+        let one = |m: &mut Matrix| {
+            let packed = m.packed();
+            if packed.layout == Layout::X16 {
+                file.release_pages(m.data);
+            }
+            *m = packed;
+        };
+        one(&mut self.output);
+        for l in &mut self.layers {
+            for m in [
+                &mut l.wq,
+                &mut l.wk,
+                &mut l.wv,
+                &mut l.wo,
+                &mut l.w_gate,
+                &mut l.w_up,
+                &mut l.w_down,
+            ] {
+                one(m);
+            }
+        }
     }
 }
 
@@ -173,6 +223,7 @@ impl Loader {
             data: t.data,
             rows,
             cols,
+            layout: Layout::RowMajor,
         };
         Weights::new(m.ty, m.data, rows, cols).map_err(|e| ModelError::BadTensor {
             path: self.path(),

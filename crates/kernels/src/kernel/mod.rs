@@ -80,7 +80,7 @@ pub(crate) trait DotKernel: Sync {
 pub(crate) trait RowDot {
     type W;
     type A;
-    /// Activation rows per pass when the batch allows (4, or 8 where registers suffice).
+    /// Activation rows per pass when the batch allows (4, or 8 or 16 where registers suffice).
     const GROUP: usize = 4;
     /// # Safety
     /// As required by the implementing kernel (CPU features; slice lengths per `act_len`).
@@ -116,7 +116,7 @@ unsafe fn group<R: RowDot, const N: usize>(
 }
 
 /// The row loop shared by every kernel: each weight row meets the activation rows in groups of
-/// `R::GROUP`, then at most one group of 4, then the remainder as one group of 1–3. The grouping
+/// `R::GROUP` (16, then 8, as the kernel allows), then 4, then the remainder as one group of 1–3. The grouping
 /// never changes a result (see the module invariant).
 ///
 /// # Safety
@@ -130,7 +130,13 @@ pub(crate) unsafe fn rows_loop<R: RowDot>(job: &RowsJob<R::W, R::A>, range: Rang
         let mut i = 0;
         // SAFETY (all calls): each group stays within 0..m; the rest is this function's contract.
         unsafe {
-            if R::GROUP == 8 {
+            if R::GROUP >= 16 {
+                while i + 16 <= job.m {
+                    group::<R, 16>(job, wr, r, i);
+                    i += 16;
+                }
+            }
+            if R::GROUP >= 8 {
                 while i + 8 <= job.m {
                     group::<R, 8>(job, wr, r, i);
                     i += 8;

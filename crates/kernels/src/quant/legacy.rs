@@ -54,14 +54,17 @@ pub struct ActQ8_0 {
     pub qs: [i8; QK8_0],
 }
 
-/// Two consecutive activation blocks laid out for 512-bit kernels: 64 contiguous quants and each
-/// block's scale repeated over the eight i32 lanes its products land in. A row with an odd number
-/// of blocks ends in a pair whose second half is zero (quants and scale).
+/// Two consecutive activation blocks laid out for 512-bit kernels: 64 contiguous quants stored
+/// biased as unsigned bytes (`q + 128`, so VNNI's unsigned-by-signed `dpbusd` takes them as they
+/// are and the weights keep their sign) and each block's scale repeated over the eight i32 lanes
+/// its products land in. A row with an odd number of blocks ends in a pair whose second half is
+/// zero (quants `0`, i.e. bytes `128`, and scale).
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[repr(C, align(64))]
 pub struct ActQ8_0x2 {
-    pub qs: [i8; 2 * QK8_0],
+    /// `q + 128` for each of the 64 quants.
+    pub qs: [u8; 2 * QK8_0],
     /// `d` of the first block in lanes 0..8, of the second in lanes 8..16.
     pub d: [f32; 16],
 }
@@ -69,7 +72,7 @@ pub struct ActQ8_0x2 {
 impl Default for ActQ8_0x2 {
     fn default() -> Self {
         Self {
-            qs: [0; 2 * QK8_0],
+            qs: [128; 2 * QK8_0],
             d: [0.0; 16],
         }
     }
@@ -137,7 +140,7 @@ pub fn quantize_act_q8_0(x: &[f32], out: &mut [ActQ8_0]) {
 }
 
 /// Quantizes a row of f32 into block pairs (`out.len() == ceil(x.len() / 64)`), with exactly the
-/// quants and scales [`quantize_act_q8_0`] produces.
+/// quants (biased by 128) and scales [`quantize_act_q8_0`] produces.
 pub fn quantize_act_q8_0x2(x: &[f32], out: &mut [ActQ8_0x2]) {
     assert_eq!(x.len() % QK8_0, 0, "quantize_act_q8_0x2: ragged row");
     assert_eq!(
@@ -149,7 +152,9 @@ pub fn quantize_act_q8_0x2(x: &[f32], out: &mut [ActQ8_0x2]) {
         *pair = ActQ8_0x2::default();
         for (half, block) in chunk.chunks_exact(QK8_0).enumerate() {
             let (d, qs) = quantize_block_q8_0(block);
-            pair.qs[half * QK8_0..(half + 1) * QK8_0].copy_from_slice(&qs);
+            for (dst, q) in pair.qs[half * QK8_0..(half + 1) * QK8_0].iter_mut().zip(qs) {
+                *dst = (q as u8) ^ 0x80;
+            }
             pair.d[half * 8..half * 8 + 8].fill(f16_to_f32(d));
         }
     }

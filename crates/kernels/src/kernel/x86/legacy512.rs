@@ -1,9 +1,10 @@
 //! 512-bit bodies for Q4_0, Q5_0 and Q8_0 weights: two 32-element blocks per vector against
 //! [`ActQ8_0x2`] activation pairs.
 //!
-//! Per block pair the weights are unpacked once to signed bytes (`q - offset`); every activation
-//! row then costs one sign transfer, one `dpbusd`, one conversion and one multiply-add for 64
-//! products. Lanes 0..8 carry the even block and lanes 8..16 the odd one, each lane summing the
+//! Per block pair the weights are unpacked once to signed bytes (`q - offset`) and a per-lane
+//! correction for the activations' +128 bias is formed; every activation row then costs one
+//! `dpbusd` (starting from the correction), one conversion, one multiply and one multiply-add for
+//! 64 products. Lanes 0..8 carry the even block and lanes 8..16 the odd one, each lane summing the
 //! same four products as the 256-bit bodies, and the two halves are added before the final
 //! horizontal sum — exactly the association of the 256-bit bodies' two accumulators, so results
 //! are bit-identical across the paths.
@@ -91,8 +92,8 @@ pub(crate) struct PairBody<W>(PhantomData<fn() -> W>);
 impl<W: LegacyPair> Body512 for PairBody<W> {
     type W = W;
     type A = ActQ8_0x2;
-    // 32 zmm registers hold eight accumulators plus the unpacked weights.
-    const GROUP: usize = 8;
+    // 32 zmm registers hold sixteen accumulators plus the unpacked weights and their correction.
+    const GROUP: usize = 16;
 
     fn act_len(w_len: usize) -> usize {
         w_len.div_ceil(2)
@@ -104,21 +105,21 @@ impl<W: LegacyPair> Body512 for PairBody<W> {
         // holds ceil(w.len() / 2) pairs, so `at(a[j], p)` is in bounds for 2p < w.len().
         unsafe {
             let zero = _mm512_setzero_si512();
+            let bias = _mm512_set1_epi8(-128i8);
             let mut acc = [_mm512_setzero_ps(); N];
             for (p, pair) in w.chunks(2).enumerate() {
                 let (wa, wb) = (&pair[0], pair.get(1));
                 let wq = W::signed_pair(wa, wb);
-                let aw = _mm512_abs_epi8(wq);
-                let neg = _mm512_movepi8_mask(wq);
+                // The activations arrive biased by 128; starting each lane at -128 times the sum
+                // of its four weights makes `dpbusd(corr, x + 128, w)` the exact `w . x`.
+                let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, wq));
                 let da = i16::from_le_bytes(wa.scale());
                 let db = wb.map_or(0, |b| i16::from_le_bytes(b.scale()));
                 let dw = _mm512_cvtph_ps(_mm256_set_m128i(_mm_set1_epi16(db), _mm_set1_epi16(da)));
                 for j in 0..N {
                     let x = at(a[j], p);
                     let xv = _mm512_load_si512(x.qs.as_ptr().cast());
-                    // |w| . (x with the sign of w) = w . x, with |w| <= 128 as an unsigned byte.
-                    let sx = _mm512_mask_sub_epi8(xv, neg, zero, xv);
-                    let isum = _mm512_dpbusd_epi32(zero, aw, sx);
+                    let isum = _mm512_dpbusd_epi32(corr, xv, wq);
                     let s = _mm512_mul_ps(dw, _mm512_load_ps(x.d.as_ptr()));
                     acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc[j]);
                 }

@@ -1,0 +1,170 @@
+//! AVX-512 VNNI kernel for x16-packed Q8_0 / Q5_0 / Q4_0 weights (layout in `crate::packed`).
+//!
+//! Per record (sixteen rows by one block) the eight chunks of unsigned quants are loaded (and, for
+//! 4/5-bit formats, unpacked) into registers once and reused for up to `GROUP` activation rows.
+//! Per activation row: the integer sum starts at `-offset * sum(x)` in every lane, eight `dpbusd`
+//! add the chunks times the row's quants broadcast four bytes at a time (two chains of four), and
+//! one conversion, one multiply and one multiply-add fold the block into sixteen row accumulators
+//! — the same `fma(isum, d_w * d_x, acc)` per pair as the scalar `dot_packed_row`.
+
+// Index loops address parallel register arrays; iterator forms would hide the unrolled shape.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use crate::dtype::Format;
+use crate::packed::{offset, record_bytes, PackedJob, PACK_ROWS};
+use crate::quant::ActQ8_0;
+
+/// Activation rows per pass: 16 accumulators + 8 weight chunks + temporaries fit in 32 zmm.
+const GROUP: usize = 16;
+
+/// Unsigned quants of a record as eight vectors (chunk `k`: lane `i` = row `i`'s elements
+/// `4k..4k + 4`).
+#[inline(always)]
+unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
+    // SAFETY: the caller passes a record's quant bytes (512 bytes for Q8_0, 256 + 64 for Q5_0,
+    // 256 for Q4_0); AVX-512 F/BW enabled by the entry point.
+    unsafe {
+        let mut w = [_mm512_setzero_si512(); 8];
+        if F == Q8 {
+            for k in 0..8 {
+                w[k] = _mm512_loadu_si512(q.add(64 * k).cast());
+            }
+        } else {
+            let m4 = _mm512_set1_epi8(0x0F);
+            for v in 0..4 {
+                let raw = _mm512_loadu_si512(q.add(64 * v).cast());
+                w[2 * v] = _mm512_and_si512(raw, m4);
+                w[2 * v + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
+            }
+            if F == Q5 {
+                let five = _mm512_set1_epi8(0x10);
+                for k in 0..8 {
+                    let mask =
+                        u64::from_le_bytes(std::ptr::read_unaligned(q.add(256 + 8 * k).cast()));
+                    w[k] = _mm512_or_si512(w[k], _mm512_maskz_mov_epi8(mask, five));
+                }
+            }
+        }
+        w
+    }
+}
+
+const Q8: u8 = 0;
+const Q5: u8 = 1;
+const Q4: u8 = 2;
+
+/// Rows `16g..16g + 16` for activation rows `i..i + N`.
+#[inline(always)]
+unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
+    let rec = match F {
+        Q8 => record_bytes(Format::Q8_0),
+        Q5 => record_bytes(Format::Q5_0),
+        _ => record_bytes(Format::Q4_0),
+    };
+    let off = match F {
+        Q8 => offset(Format::Q8_0),
+        Q5 => offset(Format::Q5_0),
+        _ => offset(Format::Q4_0),
+    }
+    .unwrap_or(0);
+    let blocks = job.blocks;
+    // SAFETY: records of group g lie in `data` (checked by the caller); activation rows i..i+N
+    // hold `blocks` blocks each; AVX-512 F/BW/VNNI enabled by the entry point.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts: [*const ActQ8_0; N] =
+            std::array::from_fn(|j| job.acts.as_ptr().add((i + j) * blocks));
+        let mut acc = [_mm512_setzero_ps(); N];
+        for b in 0..blocks {
+            let r = base.add(b * rec);
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
+            let w = unpack::<F>(r.add(32));
+            for j in 0..N {
+                let x = &*acts[j].add(b);
+                let qs = x.qs.as_ptr().cast::<i32>();
+                let mut s0 = _mm512_set1_epi32(-off * x.sum);
+                let mut s1 = _mm512_setzero_si512();
+                for k in (0..8).step_by(2) {
+                    s0 = _mm512_dpbusd_epi32(
+                        s0,
+                        w[k],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k))),
+                    );
+                    s1 = _mm512_dpbusd_epi32(
+                        s1,
+                        w[k + 1],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k + 1))),
+                    );
+                }
+                let isum = _mm512_add_epi32(s0, s1);
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+            }
+        }
+        for j in 0..N {
+            _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn groups_impl<const F: u8>(job: &PackedJob, groups: std::ops::Range<usize>) {
+    for g in groups {
+        let mut i = 0;
+        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
+        unsafe {
+            while i + GROUP <= job.m {
+                pass::<F, GROUP>(job, g, i);
+                i += GROUP;
+            }
+            while i + 4 <= job.m {
+                pass::<F, 4>(job, g, i);
+                i += 4;
+            }
+            match job.m - i {
+                3 => pass::<F, 3>(job, g, i),
+                2 => pass::<F, 2>(job, g, i),
+                1 => pass::<F, 1>(job, g, i),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn groups_q8(job: &PackedJob, groups: std::ops::Range<usize>) {
+    // SAFETY: forwarded.
+    unsafe { groups_impl::<Q8>(job, groups) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn groups_q5(job: &PackedJob, groups: std::ops::Range<usize>) {
+    // SAFETY: forwarded.
+    unsafe { groups_impl::<Q5>(job, groups) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn groups_q4(job: &PackedJob, groups: std::ops::Range<usize>) {
+    // SAFETY: forwarded.
+    unsafe { groups_impl::<Q4>(job, groups) }
+}
+
+/// Writes all outputs of row groups `groups`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; `job` validated by the matmul
+/// (data holds `rows / 16 * blocks` records, acts `m * blocks` blocks, out `m * rows` floats);
+/// no other thread writes these groups.
+pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        match job.format {
+            Format::Q8_0 => groups_q8(job, groups),
+            Format::Q5_0 => groups_q5(job, groups),
+            Format::Q4_0 => groups_q4(job, groups),
+            _ => unreachable!("packed kernel for an unpackable format"),
+        }
+    }
+}

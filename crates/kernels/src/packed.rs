@@ -1,0 +1,287 @@
+//! Weights repacked at load for batched matmul: sixteen rows interleaved per block ("x16").
+//!
+//! The row-major kernels spend most of a batched step on per-lane float work: a 512-bit vector of
+//! one row's block pair yields sixteen partial integer sums, each scaled and accumulated in float
+//! for every activation row. Interleaving sixteen weight rows instead makes each i32 lane of a
+//! VNNI `dpbusd` one *row's* running integer sum of a block, with the activation's four bytes
+//! broadcast from memory: a block of 32 quants against one activation row is eight `dpbusd` for
+//! sixteen rows, then one conversion, one multiply and one multiply-add for all sixteen — about a
+//! third of the instructions per product of the row-major path.
+//!
+//! Layout (Q8_0, Q5_0, Q4_0 with `rows % 16 == 0`): records of sixteen rows by one 32-quant block,
+//! group-major (`record(g, b)` at `(g * blocks + b) * record_bytes`); each record is exactly as
+//! large as the sixteen blocks it replaces, so packing costs no memory beyond the copy:
+//! - 16 f16 scales (row order), 32 bytes;
+//! - quants in eight chunks `k = 0..8` of 64 bytes, byte `4i + t` of chunk `k` holding row `i`'s
+//!   element `4k + t`, stored *unsigned*: Q8_0 as `q + 128` (512 bytes); Q4_0 / Q5_0 as their raw
+//!   4-bit values (offset 8 / 16), two chunks per 64 bytes (chunk `2v` in the low nibbles and
+//!   `2v + 1` in the high nibbles of bytes `64v..64v + 64`, 256 bytes); Q5_0 then adds eight
+//!   little-endian u64 masks, bit `4i + t` of mask `k` being the fifth bit of that quant (64 bytes).
+//!
+//! With unsigned weights `u = q + offset`, `sum(q * x) = sum(u * x) - offset * sum(x)`; the
+//! activation block's `sum` is precomputed ([`ActQ8_0`]), so each row's block sum is exact in
+//! integers. Numerics per (weight row, activation row): `acc = fma(isum_b, d_w * d_x, acc)` over
+//! blocks in order — the same operations whatever `m`, the grouping of activation rows or the
+//! threads, so the packed matmul is batch-invariant, and the scalar kernel here
+//! ([`dot_packed_row`]) gives the SIMD kernel's exact bits.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::dtype::{Format, GgmlType};
+use crate::quant::{
+    self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, ActQ8_0, BlockQ4_0, BlockQ5_0,
+    BlockQ8_0, QK8_0,
+};
+use crate::threads::Threads;
+
+/// Rows interleaved per record.
+pub const PACK_ROWS: usize = 16;
+
+/// How a weight matrix's bytes are arranged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// ggml's layout: each row a run of blocks.
+    RowMajor,
+    /// Sixteen rows interleaved per block (see the module docs); from [`pack`].
+    X16,
+}
+
+/// 64-byte aligned storage for packed weights.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Align64(pub [u8; 64]);
+
+/// Packed weight bytes (64-byte aligned), from [`pack`].
+pub struct PackedBytes {
+    buf: Vec<Align64>,
+    len: usize,
+}
+
+impl PackedBytes {
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `Align64` is a repr(C) wrapper of a byte array (no padding, any bits valid) and
+        // `len <= buf.len() * 64`.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) }
+    }
+
+    /// Leaks the buffer for weights that live as long as the process.
+    pub fn leak(self) -> &'static [u8] {
+        let len = self.len;
+        let buf: &'static [Align64] = Vec::leak(self.buf);
+        // SAFETY: as in `as_bytes`.
+        unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), len) }
+    }
+}
+
+/// Quant offset of a packable format (`q = u - offset`).
+pub(crate) fn offset(format: Format) -> Option<i32> {
+    match format {
+        Format::Q8_0 => Some(128),
+        Format::Q5_0 => Some(16),
+        Format::Q4_0 => Some(8),
+        _ => None,
+    }
+}
+
+/// Whether [`pack`] accepts a matrix of this type and shape.
+pub fn packable(ty: GgmlType, rows: usize, cols: usize) -> bool {
+    Format::from_ggml(ty).is_ok_and(|f| offset(f).is_some())
+        && rows > 0
+        && rows.is_multiple_of(PACK_ROWS)
+        && cols > 0
+        && cols.is_multiple_of(QK8_0)
+}
+
+/// Bytes of one record (sixteen rows by one block).
+pub(crate) fn record_bytes(format: Format) -> usize {
+    match format {
+        Format::Q8_0 => 32 + 512,
+        Format::Q5_0 => 32 + 256 + 64,
+        Format::Q4_0 => 32 + 256,
+        _ => unreachable!("record_bytes of an unpackable format"),
+    }
+}
+
+/// Unsigned quants (`q + offset`) of one block, in element order.
+fn unsigned_quants(format: Format, block: &[u8]) -> ([u8; 2], [u8; QK8_0]) {
+    match format {
+        Format::Q8_0 => {
+            let b: &BlockQ8_0 = &quant::cast_blocks(block)[0];
+            (b.d, b.qs.map(|q| (q as u8) ^ 0x80))
+        }
+        Format::Q5_0 => {
+            let b: &BlockQ5_0 = &quant::cast_blocks(block)[0];
+            (b.d, q5_0_quants(b))
+        }
+        Format::Q4_0 => {
+            let b: &BlockQ4_0 = &quant::cast_blocks(block)[0];
+            (b.d, q4_0_quants(b))
+        }
+        _ => unreachable!("unsigned_quants of an unpackable format"),
+    }
+}
+
+/// Repacks a row-major matrix into the x16 layout, or `None` if the type or shape is not
+/// packable (see [`packable`]). `data` must hold exactly `rows` rows of `cols` elements.
+pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<PackedBytes> {
+    if !packable(ty, rows, cols) {
+        return None;
+    }
+    let format = Format::from_ggml(ty).ok()?;
+    let bb = format.row_bytes(ty, QK8_0).ok()?;
+    let blocks = cols / QK8_0;
+    if data.len() != rows * blocks * bb {
+        return None;
+    }
+    let rec = record_bytes(format);
+    debug_assert_eq!(rec, PACK_ROWS * bb);
+    let len = rows * blocks * bb;
+    let mut buf = vec![Align64([0; 64]); len.div_ceil(64)];
+    {
+        // SAFETY: as in `as_flattened_bytes`, mutable and exclusive.
+        let out: &mut [u8] =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len() * 64) };
+        for g in 0..rows / PACK_ROWS {
+            for b in 0..blocks {
+                let r = &mut out[(g * blocks + b) * rec..(g * blocks + b + 1) * rec];
+                let (scales, quants) = r.split_at_mut(32);
+                for i in 0..PACK_ROWS {
+                    let row = g * PACK_ROWS + i;
+                    let off = (row * blocks + b) * bb;
+                    let (d, u) = unsigned_quants(format, &data[off..off + bb]);
+                    scales[2 * i..2 * i + 2].copy_from_slice(&d);
+                    for (e, &q) in u.iter().enumerate() {
+                        let (k, t) = (e / 4, e % 4);
+                        let byte = 4 * i + t;
+                        match format {
+                            Format::Q8_0 => quants[64 * k + byte] = q,
+                            _ => {
+                                let shift = if k % 2 == 0 { 0 } else { 4 };
+                                quants[64 * (k / 2) + byte] |= (q & 0x0F) << shift;
+                                if format == Format::Q5_0 && q & 0x10 != 0 {
+                                    quants[256 + 8 * k + byte / 8] |= 1 << (byte % 8);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Some(PackedBytes { buf, len })
+}
+
+/// The unsigned quant of row `i`, element `e` of a record's quant bytes.
+fn record_quant(format: Format, q: &[u8], i: usize, e: usize) -> i32 {
+    let (k, t) = (e / 4, e % 4);
+    let byte = 4 * i + t;
+    match format {
+        Format::Q8_0 => i32::from(q[64 * k + byte]),
+        _ => {
+            let packed = q[64 * (k / 2) + byte];
+            let mut v = if k % 2 == 0 {
+                packed & 0x0F
+            } else {
+                packed >> 4
+            };
+            if format == Format::Q5_0 && q[256 + 8 * k + byte / 8] >> (byte % 8) & 1 == 1 {
+                v |= 0x10;
+            }
+            i32::from(v)
+        }
+    }
+}
+
+/// Scalar kernel (and reference) for row `r` of packed weights against one activation row:
+/// `fma(isum_b, d_w * d_x, acc)` over the blocks in order.
+pub(crate) fn dot_packed_row(
+    format: Format,
+    data: &[u8],
+    blocks: usize,
+    r: usize,
+    x: &[ActQ8_0],
+) -> f32 {
+    let rec = record_bytes(format);
+    let off = offset(format).unwrap_or(0);
+    let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
+    let mut acc = 0.0f32;
+    for (b, xa) in x.iter().enumerate().take(blocks) {
+        let record = &data[(g * blocks + b) * rec..(g * blocks + b + 1) * rec];
+        let dw = f16_to_f32([record[2 * i], record[2 * i + 1]]);
+        let q = &record[32..];
+        let mut isum = -off * xa.sum;
+        for (e, &xq) in xa.qs.iter().enumerate() {
+            isum += record_quant(format, q, i, e) * i32::from(xq);
+        }
+        acc = (isum as f32).mul_add(dw * xa.d, acc);
+    }
+    acc
+}
+
+/// One packed matmul call, shared by the pool's threads.
+pub(crate) struct PackedJob<'a> {
+    pub format: Format,
+    pub data: &'a [u8],
+    pub blocks: usize,
+    pub rows: usize,
+    pub acts: &'a [ActQ8_0],
+    pub m: usize,
+    pub out: *mut f32,
+}
+
+// SAFETY: shared slices of `Sync` data plus an output pointer whose row groups are claimed by
+// exactly one thread each; `Threads::run` joins before the `&mut` it came from is released.
+unsafe impl Sync for PackedJob<'_> {}
+
+impl PackedJob<'_> {
+    /// Writes every activation row's outputs for row groups `groups`.
+    ///
+    /// # Safety
+    /// `out` valid for `m * rows` writes; no other thread writes these groups' columns;
+    /// `use_simd` only if AVX-512 VNNI was detected.
+    unsafe fn groups(&self, groups: std::ops::Range<usize>, use_simd: bool) {
+        #[cfg(target_arch = "x86_64")]
+        if use_simd {
+            // SAFETY: forwarded; the caller detected the features.
+            unsafe { crate::kernel::x86::packed512::groups(self, groups) };
+            return;
+        }
+        let _ = use_simd;
+        for g in groups {
+            for i in 0..self.m {
+                let x = &self.acts[i * self.blocks..(i + 1) * self.blocks];
+                for r in g * PACK_ROWS..(g + 1) * PACK_ROWS {
+                    let v = dot_packed_row(self.format, self.data, self.blocks, r, x);
+                    // SAFETY: i < m, r < rows: in bounds; this thread owns group g.
+                    unsafe { *self.out.add(i * self.rows + r) = v };
+                }
+            }
+        }
+    }
+}
+
+/// Runs a packed matmul over the pool: row groups are claimed in chunks from a shared counter.
+pub(crate) fn run(threads: &Threads, job: &PackedJob, use_simd: bool) {
+    let n_groups = job.rows / PACK_ROWS;
+    let per_chunk = if threads.n() == 1 {
+        n_groups
+    } else {
+        n_groups.div_ceil(threads.n() * 8).max(1)
+    };
+    let n_chunks = n_groups.div_ceil(per_chunk);
+    if n_chunks <= 1 {
+        // SAFETY: single thread, all groups; `use_simd` as checked by the caller.
+        unsafe { job.groups(0..n_groups, use_simd) };
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    threads.run(&|_| loop {
+        let c = next.fetch_add(1, Ordering::Relaxed);
+        if c >= n_chunks {
+            break;
+        }
+        let range = c * per_chunk..((c + 1) * per_chunk).min(n_groups);
+        // SAFETY: chunk c is claimed by this thread only; `use_simd` as checked by the caller.
+        unsafe { job.groups(range, use_simd) };
+    });
+}

@@ -1,0 +1,128 @@
+//! x16-packed weights: the packed matmul agrees with the row-major one, its SIMD kernel gives the
+//! scalar kernel's exact bits, every output is independent of the batch and the pool, and packing
+//! refuses what it cannot pack.
+
+mod common;
+
+use common::{random_weights, Rng};
+use kernels::quant::QK8_0;
+use kernels::{
+    detect_isa, matmul_with_isa, pack, packable, GgmlType, Isa, MatmulScratch, Threads, Weights,
+};
+
+const PACKABLE: [GgmlType; 3] = [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0];
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn packed_matmul_agrees_with_row_major_and_simd_equals_scalar_bitwise() {
+    let mut rng = Rng::new(31);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    for ty in PACKABLE {
+        for (rows, cols) in [(16, 32), (48, 64), (64, 640)] {
+            let data = random_weights(&mut rng, ty, rows, cols);
+            let row_major = Weights::new(ty, &data, rows, cols).expect("valid weights");
+            let packed = pack(ty, &data, rows, cols).expect("packable");
+            assert_eq!(
+                packed.as_bytes().len(),
+                data.len(),
+                "packing keeps the size"
+            );
+            let pw = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
+            for m in [1, 2, 3, 5, 16, 21, 37] {
+                let x = rng.activations(m * cols);
+                let mut want = vec![0f32; m * rows];
+                matmul_with_isa(
+                    Isa::Scalar,
+                    &threads,
+                    &row_major,
+                    &x,
+                    m,
+                    &mut want,
+                    &mut scratch,
+                );
+                let mut scalar = vec![f32::NAN; m * rows];
+                matmul_with_isa(Isa::Scalar, &threads, &pw, &x, m, &mut scalar, &mut scratch);
+                // Same exact block sums; only the float association differs (fma vs mul + add).
+                for (k, (&a, &b)) in scalar.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                        "{ty:?} {rows}x{cols} m {m} element {k}: packed {a} vs row-major {b}"
+                    );
+                }
+                if detect_isa() >= Isa::Avx512Vnni {
+                    let mut simd = vec![f32::NAN; m * rows];
+                    matmul_with_isa(
+                        Isa::Avx512Vnni,
+                        &threads,
+                        &pw,
+                        &x,
+                        m,
+                        &mut simd,
+                        &mut scratch,
+                    );
+                    assert_eq!(
+                        bits(&simd),
+                        bits(&scalar),
+                        "{ty:?} {rows}x{cols} m {m}: SIMD vs scalar"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn packed_outputs_do_not_depend_on_the_batch_or_the_pool() {
+    let mut rng = Rng::new(32);
+    let pools = [Threads::new(1), Threads::new(2), Threads::new(3)];
+    let mut scratch = MatmulScratch::new();
+    for ty in PACKABLE {
+        let (rows, cols, m) = (96, 4 * QK8_0, 23);
+        let data = random_weights(&mut rng, ty, rows, cols);
+        let packed = pack(ty, &data, rows, cols).expect("packable");
+        let w = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
+        let x = rng.activations(m * cols);
+        let mut full = vec![0f32; m * rows];
+        matmul_with_isa(detect_isa(), &pools[1], &w, &x, m, &mut full, &mut scratch);
+        for pool in &pools {
+            for i in 0..m {
+                let mut one = vec![0f32; rows];
+                let xi = &x[i * cols..(i + 1) * cols];
+                matmul_with_isa(detect_isa(), pool, &w, xi, 1, &mut one, &mut scratch);
+                assert_eq!(
+                    bits(&one),
+                    bits(&full[i * rows..(i + 1) * rows]),
+                    "{ty:?} row {i} alone on {} threads",
+                    pool.n()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn packing_refuses_unpackable_types_shapes_and_sizes() {
+    let mut rng = Rng::new(33);
+    let data = random_weights(&mut rng, GgmlType::Q8_0, 24, 64);
+    assert!(
+        !packable(GgmlType::Q8_0, 24, 64),
+        "rows not a multiple of 16"
+    );
+    assert!(pack(GgmlType::Q8_0, &data, 24, 64).is_none());
+    assert!(
+        !packable(GgmlType::Q4_K, 16, 256),
+        "k-quants are not packed"
+    );
+    assert!(!packable(GgmlType::F32, 16, 32));
+    let data = random_weights(&mut rng, GgmlType::Q8_0, 16, 64);
+    assert!(
+        pack(GgmlType::Q8_0, &data[1..], 16, 64).is_none(),
+        "short data"
+    );
+    assert!(Weights::packed(GgmlType::Q8_0, &data[1..], 16, 64).is_err());
+    assert!(Weights::packed(GgmlType::Q4_K, &data, 16, 64).is_err());
+}
