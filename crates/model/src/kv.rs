@@ -178,7 +178,9 @@ impl Store {
     fn write(&mut self, at: usize, src: &[f32]) {
         match self {
             Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
-            Store::F16(v) => v[at..at + src.len()].convert_from_f32_slice(src),
+            Store::F16(v) => {
+                kernels::f32_to_f16_row(src, v[at..at + src.len()].reinterpret_cast_mut())
+            }
             Store::Q8(v) => {
                 quantize_row_q8_0(src, &mut v[at / QK8_0..(at + src.len()) / QK8_0]);
             }
@@ -189,7 +191,8 @@ impl Store {
     fn read(&self, at: usize, dst: &mut [f32]) {
         match self {
             Store::F32(v) => dst.copy_from_slice(&v[at..at + dst.len()]),
-            Store::F16(v) => v[at..at + dst.len()].convert_to_f32_slice(dst),
+            // The kernels' F16C loop (half's slice conversion calls out per 8 values).
+            Store::F16(v) => kernels::f16_to_f32_row(v[at..at + dst.len()].reinterpret_cast(), dst),
             Store::Q8(v) => dequantize_q8_0(&v[at / QK8_0..(at + dst.len()) / QK8_0], dst),
         }
     }
