@@ -19,6 +19,7 @@ use crate::request::{
 use crate::scheduler::{AddError, Scheduler, SchedulerConfig, StepPlan};
 use crate::sequence::{SeqId, Sequence};
 use crate::stats::EngineStats;
+use crate::step_cost::StepCost;
 
 /// What the engine needs of a model: one ragged batch against the KV tiles.
 pub trait Model: Send + 'static {
@@ -53,6 +54,9 @@ impl Model for model::Transformer {
     }
 }
 
+/// Fewest prefill tokens a decoding step may carry, whatever the measured costs.
+const PREFILL_CAP_FLOOR: usize = 16;
+
 /// Engine settings (validated by `EngineConfig::validate`).
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -71,6 +75,10 @@ pub struct EngineConfig {
     pub release_window_tiles: bool,
     /// How K and V are stored in the pool.
     pub kv_dtype: KvDtype,
+    /// A step that carries prefill alongside decode tokens may take about this many times a
+    /// decode-only step (the prefill cap follows from measured step times, see `step_cost`);
+    /// 0 turns the cap off, leaving `max_batch_tokens` as the only limit.
+    pub itl_slowdown: f64,
 }
 
 impl Default for EngineConfig {
@@ -86,6 +94,7 @@ impl Default for EngineConfig {
             aging_steps: 200,
             release_window_tiles: true,
             kv_dtype: KvDtype::F16,
+            itl_slowdown: 2.0,
         }
     }
 }
@@ -97,6 +106,10 @@ impl EngineConfig {
         }
         if self.max_seqs == 0 {
             return Err("max-seqs must be at least 1".into());
+        }
+        if !(self.itl_slowdown == 0.0 || self.itl_slowdown >= 1.0) || !self.itl_slowdown.is_finite()
+        {
+            return Err("max-itl-slowdown must be 0 (off) or at least 1".into());
         }
         if self.max_batch_tokens < self.max_seqs {
             return Err(
@@ -120,6 +133,8 @@ pub struct Engine<M: Model> {
     sample_row: Vec<f32>,
     context_length: usize,
     arrivals: u64,
+    cost: StepCost,
+    max_batch_tokens: usize,
 }
 
 impl<M: Model> Engine<M> {
@@ -160,6 +175,8 @@ impl<M: Model> Engine<M> {
             sample_row: Vec::new(),
             context_length,
             arrivals: 0,
+            cost: StepCost::new(cfg.itl_slowdown),
+            max_batch_tokens: cfg.max_batch_tokens,
         })
     }
 
@@ -283,6 +300,14 @@ impl<M: Model> Engine<M> {
 
     /// Runs one step. Returns the number of tokens processed (0 when idle).
     pub fn step(&mut self) -> Result<usize, ModelError> {
+        // One tile of prefill per decoding step at least (but for the occasional decode-only
+        // step that measures the baseline), so a prompt always progresses.
+        let cap = self.cost.cap(
+            self.sched.decoders(),
+            PREFILL_CAP_FLOOR,
+            self.max_batch_tokens,
+        );
+        self.sched.set_prefill_cap(cap);
         let plan = self.sched.plan();
         self.stats
             .preemptions
@@ -292,8 +317,19 @@ impl<M: Model> Engine<M> {
             return Ok(0);
         }
         self.note_scheduled(&plan);
+        let t0 = Instant::now();
         self.run_forward(&plan)?;
         self.postprocess(&plan);
+        let secs = t0.elapsed().as_secs_f64();
+        self.cost
+            .observe(plan.decode_tokens(), plan.prefill_tokens(), secs);
+        tracing::trace!(
+            decode = plan.decode_tokens(),
+            prefill = plan.prefill_tokens(),
+            ms = secs * 1e3,
+            cap = ?cap,
+            "step"
+        );
         self.stats.steps.fetch_add(1, Relaxed);
         self.stats.tokens_per_step.observe(plan.n_tokens() as f64);
         self.publish_counts();

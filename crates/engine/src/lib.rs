@@ -4,6 +4,7 @@
 //!   per-sequence tile tables (prefix adoption, growth, sliding-window release).
 //! - `scheduler`: which sequences run each step, chunked prefill, preemption, priorities.
 //! - `engine`: one step = plan → forward → sample → emit; stop conditions; metrics.
+//! - `step_cost`: measured step costs, from which the prefill cap of decoding steps follows.
 //! - `handle`: the engine thread and the cloneable `EngineHandle` the server talks to.
 
 pub mod engine;
@@ -13,6 +14,7 @@ pub mod request;
 pub mod scheduler;
 pub mod sequence;
 pub mod stats;
+pub mod step_cost;
 pub mod tiles;
 
 pub use engine::{Engine, EngineConfig, Model};

@@ -4,8 +4,10 @@
 //! it. One step's plan:
 //! 1. every running sequence that decodes gets its next token (highest priority first);
 //! 2. running sequences still prefilling get chunks, then waiting ones are admitted (adopting
-//!    their longest cached prefix first), until `max_batch_tokens` or `max_seqs` is used up;
-//!    with chunked prefill off a prompt runs whole in one step. A waiting sequence whose next
+//!    their longest cached prefix first), until `max_batch_tokens` or `max_seqs` is used up —
+//!    and, in a step that decodes, until the prefill cap the engine sets from measured step
+//!    times (so a prompt does not stall the decoders' next token); with chunked prefill off a
+//!    prompt runs whole in one step. A waiting sequence whose next
 //!    full tile a running one is about to compute waits for it instead (concurrent requests
 //!    with one prompt compute it once).
 //!
@@ -25,6 +27,10 @@ use model::{KvLayout, LogitsWanted, TileId};
 use crate::kv_manager::KvManager;
 use crate::sequence::{SeqId, SeqStatus, Sequence};
 use crate::tiles::TileCounts;
+
+/// Prompts with more uncomputed tokens than this count as long: under the prefill cap, shorter
+/// ones are served first.
+pub const LONG_PREFILL: usize = 256;
 
 /// Scheduling limits, validated by the engine's config.
 #[derive(Clone, Debug)]
@@ -48,6 +54,8 @@ pub struct ScheduledChunk {
     pub start: usize,
     pub len: usize,
     pub logits: LogitsWanted,
+    /// A decoder's next token (as opposed to a prefill chunk).
+    pub decode: bool,
 }
 
 /// What to run this step.
@@ -61,6 +69,20 @@ pub struct StepPlan {
 impl StepPlan {
     pub fn n_tokens(&self) -> usize {
         self.chunks.iter().map(|c| c.len).sum()
+    }
+
+    /// Decode tokens (one per decoding sequence).
+    pub fn decode_tokens(&self) -> usize {
+        self.chunks.iter().filter(|c| c.decode).count()
+    }
+
+    /// Prompt (or recompute) tokens.
+    pub fn prefill_tokens(&self) -> usize {
+        self.chunks
+            .iter()
+            .filter(|c| !c.decode)
+            .map(|c| c.len)
+            .sum()
     }
 }
 
@@ -84,6 +106,9 @@ pub struct Scheduler {
     waiting: Vec<SeqId>,
     running: Vec<SeqId>,
     preemptions_total: u64,
+    /// Prefill tokens allowed in a step that also decodes (set by the engine from measured step
+    /// times, see `engine::StepCost`); `None` leaves only `max_batch_tokens`.
+    prefill_cap: Option<usize>,
 }
 
 impl Scheduler {
@@ -95,7 +120,43 @@ impl Scheduler {
             waiting: Vec::new(),
             running: Vec::new(),
             preemptions_total: 0,
+            prefill_cap: None,
             cfg,
+        }
+    }
+
+    /// Caps the prefill tokens of steps that carry decode tokens (`None`: no cap; `Some(0)`: a
+    /// decode-only step whenever anyone decodes). Ignored with chunked prefill off, where a
+    /// prompt runs whole.
+    pub fn set_prefill_cap(&mut self, cap: Option<usize>) {
+        self.prefill_cap = cap;
+    }
+
+    /// Running sequences whose next step is a decode token.
+    pub fn decoders(&self) -> usize {
+        self.running
+            .iter()
+            .filter(|id| self.seqs.get(id).is_some_and(|s| s.is_decoding()))
+            .count()
+    }
+
+    pub fn prefill_cap(&self) -> Option<usize> {
+        self.prefill_cap
+    }
+
+    /// Tokens a piece may still take: the step's budget, and for prefill pieces in a step that
+    /// decodes, what is left of the prefill cap.
+    fn budget_left(&self, plan: &StepPlan, decoding: bool) -> usize {
+        let total = self
+            .cfg
+            .max_batch_tokens
+            .max(1)
+            .saturating_sub(plan.n_tokens());
+        match self.prefill_cap {
+            Some(cap) if !decoding && self.cfg.chunked_prefill && plan.decode_tokens() > 0 => {
+                total.min(cap.saturating_sub(plan.prefill_tokens()))
+            }
+            _ => total,
         }
     }
 
@@ -163,48 +224,71 @@ impl Scheduler {
     /// Plans the next step.
     pub fn plan(&mut self) -> StepPlan {
         let mut plan = StepPlan::default();
-        let max_tokens = self.cfg.max_batch_tokens.max(1);
         let max_seqs = self.cfg.max_seqs.max(1);
 
         let seqs = &self.seqs;
         self.running
             .sort_by_key(|id| seqs.get(id).map(|s| (s.priority, s.arrival)));
         // Decoders first, then running sequences still prefilling, each in priority order.
-        let order: Vec<SeqId> = {
-            let (dec, pre): (Vec<SeqId>, Vec<SeqId>) = self
-                .running
-                .iter()
-                .partition(|id| self.seqs[id].is_decoding());
-            dec.into_iter().chain(pre).collect()
+        let (dec, pre): (Vec<SeqId>, Vec<SeqId>) = self
+            .running
+            .iter()
+            .partition(|id| self.seqs[id].is_decoding());
+        self.schedule_running(dec, &mut plan, max_seqs);
+        // With the prefill cap in force, short prompts (running or waiting) go before long
+        // ones, so a request of a few dozen tokens does not queue behind a 2,000-token prompt
+        // that the cap spreads over many steps (vLLM's long-prefill threshold, in spirit).
+        let short_first =
+            self.prefill_cap.is_some() && self.cfg.chunked_prefill && plan.decode_tokens() > 0;
+        let (short, long): (Vec<SeqId>, Vec<SeqId>) = if short_first {
+            pre.into_iter()
+                .partition(|id| self.seqs[id].uncomputed() <= LONG_PREFILL)
+        } else {
+            (pre, Vec::new())
         };
-        for id in order {
+        self.schedule_running(short, &mut plan, max_seqs);
+        // A sequence preempted now would be admitted right back, recomputing what it just
+        // gave up (vLLM also admits nothing in a step that preempts).
+        let admit = |this: &mut Self, plan: &mut StepPlan, only_short: bool| {
+            if plan.preempted.is_empty() {
+                let budget = this.budget_left(plan, false);
+                let seats = max_seqs.saturating_sub(plan.chunks.len());
+                this.admit_waiting(plan, budget, seats, only_short);
+            }
+        };
+        if short_first {
+            admit(self, &mut plan, true);
+            self.schedule_running(long, &mut plan, max_seqs);
+        }
+        admit(self, &mut plan, false);
+        self.age_waiting();
+        plan
+    }
+
+    /// Gives each of `ids` (running, in order) its piece of this step while budget and seats last.
+    fn schedule_running(&mut self, ids: Vec<SeqId>, plan: &mut StepPlan, max_seqs: usize) {
+        for id in ids {
             if !self.running.contains(&id) {
-                continue; // preempted earlier in this loop
+                continue; // preempted earlier in this step
             }
             // Recomputed each time: preempting a scheduled sequence gives its share back.
-            let budget = max_tokens.saturating_sub(plan.n_tokens());
-            if plan.chunks.len() >= max_seqs || budget == 0 {
+            let decoding = self.seqs[&id].is_decoding();
+            let budget = self.budget_left(plan, decoding);
+            if plan.chunks.len() >= max_seqs {
                 break;
+            }
+            if budget == 0 {
+                continue; // a prefill piece over the cap; decoders may still fit
             }
             let want = self.piece(id, budget, plan.chunks.is_empty());
             if want == 0 {
                 continue;
             }
-            if !self.make_room(id, want, &mut plan) {
+            if !self.make_room(id, want, plan) {
                 continue;
             }
             plan.chunks.push(self.chunk(id, want));
         }
-        let budget = max_tokens.saturating_sub(plan.n_tokens());
-        let seats = max_seqs.saturating_sub(plan.chunks.len());
-        // A sequence preempted now would be admitted right back, recomputing what it just
-        // gave up (vLLM also admits nothing in a step that preempts).
-        if plan.preempted.is_empty() {
-            self.admit_waiting(&mut plan, budget, seats);
-        } else {
-            self.age_waiting();
-        }
-        plan
     }
 
     /// Tokens sequence `id` runs this step given the budget left.
@@ -235,6 +319,7 @@ impl Scheduler {
             start: s.num_computed,
             len,
             logits,
+            decode: s.is_decoding(),
         }
     }
 
@@ -313,7 +398,16 @@ impl Scheduler {
         s.priority as i64 - aged as i64
     }
 
-    fn admit_waiting(&mut self, plan: &mut StepPlan, mut budget: usize, mut seats: usize) {
+    /// Admits waiting sequences in order while budget, seats and tiles last; with `only_short`,
+    /// only those whose uncomputed prompt is at most `LONG_PREFILL` (the others are skipped, not
+    /// blocking).
+    fn admit_waiting(
+        &mut self,
+        plan: &mut StepPlan,
+        mut budget: usize,
+        mut seats: usize,
+        only_short: bool,
+    ) {
         let mut order = self.waiting.clone();
         // Preempted sequences first (they were running), then by aged priority and arrival.
         order.sort_by_key(|id| {
@@ -324,6 +418,9 @@ impl Scheduler {
         for id in order {
             if blocked || seats == 0 || budget == 0 {
                 break;
+            }
+            if only_short && self.seqs[&id].uncomputed() > LONG_PREFILL {
+                continue;
             }
             let n_groups = self.kv.n_groups();
             let s = self
@@ -370,7 +467,6 @@ impl Scheduler {
             budget -= want.min(budget);
             seats -= 1;
         }
-        self.age_waiting();
     }
 
     fn age_waiting(&mut self) {

@@ -210,6 +210,8 @@ pub fn fake_config(model: &FakeModel, tile_size: usize, n_tiles: usize) -> Engin
         kv_bytes: n_tiles * layout.tile_bytes(),
         max_batch_tokens: 64,
         max_seqs: 4,
+        // Step composition must not depend on timing here (tests/prefill_cap.rs covers the cap).
+        itl_slowdown: 0.0,
         ..EngineConfig::default()
     }
 }

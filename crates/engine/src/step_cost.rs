@@ -1,0 +1,209 @@
+//! Online estimate of what a step costs, from which the engine caps the prefill tokens of steps
+//! that also decode.
+//!
+//! A prefill chunk riding along with decode tokens delays every decoder's next token by its own
+//! cost; the inter-token latency of running streams then swings between a decode-only step and a
+//! step with a full chunk. The engine keeps two moving averages over measured steps — the time of
+//! a decode-only step, and the extra time per prefill token — and allows a decoding step at most
+//! `(slowdown - 1) * decode_step / per_token` prefill tokens, so such a step takes about
+//! `slowdown` times a decode-only one. The estimate follows the machine, the model and the
+//! context (attention makes late chunks of long prompts dearer) without a per-machine constant.
+
+/// Moving-average step costs (seconds) and the cap they imply.
+#[derive(Debug, Clone)]
+pub struct StepCost {
+    slowdown: f64,
+    /// Time of a decode-only step, and the number of decoders it was measured with.
+    decode_step: Option<(f64, usize)>,
+    per_prefill_token: Option<f64>,
+    /// Decoding steps that carried prefill since the last decode-only one.
+    since_decode_only: u32,
+}
+
+/// Weight of the newest observation.
+const ALPHA: f64 = 0.2;
+
+/// Under sustained load nearly every step carries prefill; one decode-only step in this many
+/// keeps the baseline fresh (about 3% of the prefill rate).
+const REFRESH_STEPS: u32 = 32;
+
+fn ema(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |o| o + ALPHA * (new - o))
+}
+
+impl StepCost {
+    /// `slowdown` <= 0 turns the cap off.
+    pub fn new(slowdown: f64) -> StepCost {
+        StepCost {
+            slowdown,
+            decode_step: None,
+            per_prefill_token: None,
+            since_decode_only: 0,
+        }
+    }
+
+    /// Records a step of `decode` decode tokens and `prefill` prefill tokens that took `secs`.
+    pub fn observe(&mut self, decode: usize, prefill: usize, secs: f64) {
+        if !secs.is_finite() || secs < 0.0 {
+            return;
+        }
+        if prefill == 0 {
+            if decode > 0 {
+                // A different batch is a different baseline: restart the average.
+                let old = self
+                    .decode_step
+                    .filter(|&(_, d)| !self.stale_for(d, decode))
+                    .map(|(t, _)| t);
+                self.decode_step = Some((ema(old, secs), decode));
+                self.since_decode_only = 0;
+            }
+            return;
+        }
+        let base = if decode > 0 {
+            self.since_decode_only = self.since_decode_only.saturating_add(1);
+            match self.decode_step {
+                Some((t, d)) if !self.stale_for(d, decode) => t,
+                _ => return, // no baseline for this batch to take off
+            }
+        } else {
+            0.0
+        };
+        let per_token = (secs - base).max(0.0) / prefill as f64;
+        self.per_prefill_token = Some(ema(self.per_prefill_token, per_token));
+    }
+
+    /// Whether a baseline measured with `measured` decoders does not describe `now` decoders.
+    fn stale_for(&self, measured: usize, now: usize) -> bool {
+        now * 4 > measured * 5 + 4 || now * 5 + 4 < measured * 4
+    }
+
+    /// Prefill tokens allowed in the next step if it decodes for `decoders` sequences, within
+    /// `min..=max`. `Some(0)` asks for a decode-only step to measure the baseline (none yet, an
+    /// old one, or one measured with a rather different number of decoders); `None` when off.
+    pub fn cap(&self, decoders: usize, min: usize, max: usize) -> Option<usize> {
+        if self.slowdown <= 0.0 {
+            return None;
+        }
+        let fresh = self.decode_step.filter(|&(_, d)| {
+            !self.stale_for(d, decoders) && self.since_decode_only < REFRESH_STEPS
+        });
+        let Some((d, _)) = fresh else {
+            return Some(0);
+        };
+        let Some(p) = self.per_prefill_token else {
+            return Some(min.min(max));
+        };
+        let tokens = (self.slowdown - 1.0).max(0.0) * d / p.max(1e-9);
+        let tokens = if tokens.is_finite() && tokens < max as f64 {
+            tokens.round() as usize
+        } else {
+            max
+        };
+        Some(tokens.clamp(min.min(max), max))
+    }
+
+    pub fn decode_step_secs(&self) -> Option<f64> {
+        self.decode_step.map(|(t, _)| t)
+    }
+
+    pub fn prefill_token_secs(&self) -> Option<f64> {
+        self.per_prefill_token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asks_for_a_decode_only_step_first_and_is_none_when_off() {
+        let mut c = StepCost::new(2.0);
+        assert_eq!(c.cap(8, 16, 512), Some(0), "no baseline yet");
+        c.observe(8, 0, 0.030);
+        assert_eq!(
+            c.cap(8, 16, 512),
+            Some(16),
+            "baseline but no prefill cost: the floor"
+        );
+        c.observe(8, 30, 0.090);
+        assert!(c.cap(8, 16, 512).is_some_and(|t| t > 0));
+        let mut off = StepCost::new(0.0);
+        assert_eq!(off.cap(8, 16, 512), None);
+        off.observe(8, 0, 0.030);
+        off.observe(8, 30, 0.090);
+        assert_eq!(off.cap(8, 16, 512), None);
+    }
+
+    #[test]
+    fn cap_makes_a_mixed_step_cost_about_slowdown_times_a_decode_step() {
+        // Decode-only step 30 ms, 2 ms per prefill token: at slowdown 2 the cap is 15 tokens
+        // (30 ms of prefill), at 3 it is 30.
+        for (slowdown, want) in [(2.0, 15), (3.0, 30)] {
+            let mut c = StepCost::new(slowdown);
+            for _ in 0..50 {
+                c.observe(8, 0, 0.030);
+                c.observe(8, 20, 0.030 + 20.0 * 0.002);
+            }
+            assert_eq!(c.cap(8, 1, 512), Some(want), "slowdown {slowdown}");
+        }
+    }
+
+    #[test]
+    fn baseline_is_refreshed_under_sustained_prefill_and_when_the_batch_changes() {
+        let mut c = StepCost::new(2.0);
+        c.observe(8, 0, 0.030);
+        for _ in 0..REFRESH_STEPS - 1 {
+            c.observe(8, 20, 0.070);
+            assert!(c.cap(8, 1, 512).is_some_and(|t| t > 0));
+        }
+        c.observe(8, 20, 0.070);
+        assert_eq!(
+            c.cap(8, 1, 512),
+            Some(0),
+            "stale after {REFRESH_STEPS} mixed steps"
+        );
+        c.observe(8, 0, 0.030);
+        assert!(c.cap(8, 1, 512).is_some_and(|t| t > 0), "fresh again");
+        assert_eq!(
+            c.cap(16, 1, 512),
+            Some(0),
+            "twice the decoders: measure again"
+        );
+        assert!(
+            c.cap(9, 1, 512).is_some_and(|t| t > 0),
+            "a few more: same baseline"
+        );
+    }
+
+    #[test]
+    fn cap_stays_within_bounds_and_garbage_is_ignored() {
+        let mut c = StepCost::new(2.0);
+        c.observe(0, 100, 10.0); // 100 ms per token: the formula gives 0
+        c.observe(4, 0, 0.010);
+        assert_eq!(c.cap(4, 16, 512), Some(16), "floor");
+        let mut fast = StepCost::new(10.0);
+        fast.observe(0, 100, 0.0001);
+        fast.observe(4, 0, 0.5);
+        assert_eq!(fast.cap(4, 16, 512), Some(512), "ceiling");
+        fast.observe(4, 0, f64::NAN);
+        fast.observe(4, 10, -1.0);
+        assert_eq!(fast.decode_step_secs(), Some(0.5));
+    }
+
+    #[test]
+    fn estimates_follow_a_change_in_cost() {
+        let mut c = StepCost::new(2.0);
+        for _ in 0..30 {
+            c.observe(8, 0, 0.030);
+            c.observe(8, 10, 0.030 + 10.0 * 0.001);
+        }
+        let before = c.cap(8, 1, 512).unwrap_or(0);
+        // Prefill tokens get dearer (a long context): the cap falls.
+        for _ in 0..30 {
+            c.observe(8, 0, 0.030);
+            c.observe(8, 10, 0.030 + 10.0 * 0.003);
+        }
+        let after = c.cap(8, 1, 512).unwrap_or(0);
+        assert!(after < before / 2, "cap {before} -> {after}");
+    }
+}

@@ -1,0 +1,123 @@
+//! The prefill cap of decoding steps (set by the engine from measured step times): with decoders
+//! in the step, prefill pieces stop at the cap; without decoders the whole budget is used;
+//! `Some(0)` makes a decode-only step; chunked prefill off ignores the cap.
+
+mod common;
+
+use common::FakeModel;
+use engine::scheduler::{Scheduler, SchedulerConfig, StepPlan};
+use engine::sequence::Sequence;
+use engine::{Model, SeqId};
+
+fn scheduler(chunked: bool) -> Scheduler {
+    let m = FakeModel::new(None);
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 256,
+        max_seqs: 16,
+        chunked_prefill: chunked,
+        aging_steps: 100,
+        release_window_tiles: true,
+    };
+    Scheduler::new(cfg, &m.kv_layout(4), 4096, false)
+}
+
+/// Commits a plan as the engine would: every chunk computed, a token sampled where a prompt is
+/// finished.
+fn commit(s: &mut Scheduler, plan: &StepPlan) {
+    for c in &plan.chunks {
+        let done = s
+            .get(c.seq)
+            .is_some_and(|q| c.start + c.len >= q.tokens.len());
+        s.commit(c.seq, c.len, done.then_some(7));
+    }
+}
+
+fn add(s: &mut Scheduler, id: u64, prompt_len: usize) {
+    let prompt: Vec<u32> = (0..prompt_len as u32).map(|t| 10 + t % 50).collect();
+    s.add(Sequence::new(SeqId(id), prompt, 64, 0, id))
+        .expect("fits");
+}
+
+/// Two decoders running, then a prompt of `len` tokens arrives.
+fn decoders_and_a_prompt(s: &mut Scheduler, len: usize) {
+    add(s, 1, 8);
+    add(s, 2, 8);
+    let p = s.plan();
+    commit(s, &p);
+    assert_eq!(s.decoders(), 2);
+    add(s, 3, len);
+}
+
+#[test]
+fn decoding_steps_carry_at_most_the_cap_of_prefill() {
+    let mut s = scheduler(true);
+    decoders_and_a_prompt(&mut s, 1000);
+    s.set_prefill_cap(Some(24));
+    for _ in 0..5 {
+        let p = s.plan();
+        assert_eq!(p.decode_tokens(), 2);
+        assert_eq!(p.prefill_tokens(), 24, "capped");
+        commit(&mut s, &p);
+    }
+    s.set_prefill_cap(None);
+    let p = s.plan();
+    assert_eq!(p.prefill_tokens(), 254, "uncapped: the rest of the budget");
+}
+
+#[test]
+fn a_zero_cap_makes_a_decode_only_step_and_prefill_alone_is_never_capped() {
+    let mut s = scheduler(true);
+    decoders_and_a_prompt(&mut s, 1000);
+    s.set_prefill_cap(Some(0));
+    let p = s.plan();
+    assert_eq!((p.decode_tokens(), p.prefill_tokens()), (2, 0));
+    // Nobody decoding: the cap does not apply.
+    let mut s = scheduler(true);
+    add(&mut s, 1, 1000);
+    s.set_prefill_cap(Some(0));
+    let p = s.plan();
+    assert_eq!((p.decode_tokens(), p.prefill_tokens()), (0, 256));
+}
+
+#[test]
+fn without_chunked_prefill_the_cap_is_ignored() {
+    let mut s = scheduler(false);
+    decoders_and_a_prompt(&mut s, 200);
+    s.set_prefill_cap(Some(16));
+    let p = s.plan();
+    assert_eq!(p.prefill_tokens(), 200, "a prompt runs whole");
+}
+
+#[test]
+fn under_the_cap_a_short_prompt_goes_before_a_long_one_already_prefilling() {
+    let mut s = scheduler(true);
+    decoders_and_a_prompt(&mut s, 1000);
+    s.set_prefill_cap(Some(24));
+    let p = s.plan();
+    commit(&mut s, &p);
+    add(&mut s, 4, 20);
+    let p = s.plan();
+    let piece = |id: u64| {
+        p.chunks
+            .iter()
+            .find(|c| c.seq == SeqId(id))
+            .map_or(0, |c| c.len)
+    };
+    assert_eq!(
+        (piece(4), piece(3)),
+        (20, 4),
+        "short prompt whole, long one the rest"
+    );
+    // Without the cap, first come first served: the long prompt takes the budget.
+    let mut s = scheduler(true);
+    decoders_and_a_prompt(&mut s, 1000);
+    let p = s.plan();
+    commit(&mut s, &p);
+    add(&mut s, 4, 20);
+    let p = s.plan();
+    assert!(
+        p.chunks.iter().all(|c| c.seq != SeqId(4)),
+        "FCFS: {:?}",
+        p.chunks
+    );
+}
