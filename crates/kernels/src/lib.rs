@@ -4,6 +4,8 @@
 //!   and reference dot products.
 //! - [`matmul()`]: threaded, batch-invariant weight x activation multiplication over a fixed
 //!   [`Threads`] pool, with SIMD kernels chosen at run time ([`isa`]).
+//! - [`packed`]: Q8_0/Q5_0/Q4_0 weights repacked sixteen rows per block for the AVX-512 VNNI
+//!   batched kernel.
 //! - [`ops`]: norms, activations, softmax and f16 helpers for attention.
 //!
 //! Dependency direction: this crate knows nothing about models; it takes byte slices and shapes.

@@ -11,6 +11,10 @@
 //!   hot in L1, in groups of up to four activation rows per pass so one unpacked weight block
 //!   feeds four dot products.
 //!
+//! - Weights repacked by [`crate::packed::pack`] ([`Layout::X16`]) take the packed path instead:
+//!   Q8_0 activations, sixteen weight rows per pass, with the AVX-512 VNNI kernel where the CPU
+//!   has it and a scalar kernel of identical bits elsewhere.
+//!
 //! Invariant (batch invariance): every output element is produced by the same per-pair kernel
 //! with the same accumulation order, whatever `m`, the other rows, the group an activation row
 //! lands in, or the thread count; the kernels guarantee that `dot::<N>` gives each pair exactly the
