@@ -10,7 +10,6 @@
 //!   weight row is read from memory once and multiplied with all `m` activation rows while it is
 //!   hot in L1, in groups of up to four activation rows per pass so one unpacked weight block
 //!   feeds four dot products.
-//!
 //! - Weights repacked by [`crate::packed::pack`] ([`Layout::X16`]) take the packed path instead:
 //!   Q8_0 activations, sixteen weight rows per pass, with the AVX-512 VNNI kernel where the CPU
 //!   has it and a scalar kernel of identical bits elsewhere.

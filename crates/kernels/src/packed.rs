@@ -23,7 +23,7 @@
 //! integers. Numerics per (weight row, activation row): `acc = fma(isum_b, d_w * d_x, acc)` over
 //! blocks in order — the same operations whatever `m`, the grouping of activation rows or the
 //! threads, so the packed matmul is batch-invariant, and the scalar kernel here
-//! ([`dot_packed_row`]) gives the SIMD kernel's exact bits.
+//! (`dot_packed_row`) gives the SIMD kernel's exact bits.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
