@@ -137,38 +137,56 @@ pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Packe
     debug_assert_eq!(rec, PACK_ROWS * bb);
     let len = rows * blocks * bb;
     let mut buf = vec![Align64([0; 64]); len.div_ceil(64)];
-    {
-        // SAFETY: as in `as_flattened_bytes`, mutable and exclusive.
-        let out: &mut [u8] =
-            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len() * 64) };
-        for g in 0..rows / PACK_ROWS {
-            for b in 0..blocks {
-                let r = &mut out[(g * blocks + b) * rec..(g * blocks + b + 1) * rec];
-                let (scales, quants) = r.split_at_mut(32);
-                for i in 0..PACK_ROWS {
-                    let row = g * PACK_ROWS + i;
-                    let off = (row * blocks + b) * bb;
-                    let (d, u) = unsigned_quants(format, &data[off..off + bb]);
-                    scales[2 * i..2 * i + 2].copy_from_slice(&d);
-                    for (e, &q) in u.iter().enumerate() {
-                        let (k, t) = (e / 4, e % 4);
-                        let byte = 4 * i + t;
-                        match format {
-                            Format::Q8_0 => quants[64 * k + byte] = q,
-                            _ => {
-                                let shift = if k % 2 == 0 { 0 } else { 4 };
-                                quants[64 * (k / 2) + byte] |= (q & 0x0F) << shift;
-                                if format == Format::Q5_0 && q & 0x10 != 0 {
-                                    quants[256 + 8 * k + byte / 8] |= 1 << (byte % 8);
-                                }
-                            }
+    // SAFETY: `Align64` is a repr(C) byte array (no padding, any bits valid); the slice covers
+    // the whole buffer and is the only view of it while it lives.
+    let out: &mut [u8] =
+        unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len() * 64) };
+    let group_bytes = blocks * rec;
+    let groups = rows / PACK_ROWS;
+    // Groups are independent: split them over the cores (packing runs once, at load).
+    let n_threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(groups);
+    let per_thread = groups.div_ceil(n_threads.max(1));
+    std::thread::scope(|scope| {
+        for (t, part) in out[..len].chunks_mut(per_thread * group_bytes).enumerate() {
+            scope.spawn(move || {
+                for (k, dst) in part.chunks_exact_mut(group_bytes).enumerate() {
+                    pack_group(format, data, bb, blocks, t * per_thread + k, dst);
+                }
+            });
+        }
+    });
+    Some(PackedBytes { buf, len })
+}
+
+/// Packs row group `g` (rows `16g..16g + 16`) into `dst` (`blocks` records, zeroed).
+fn pack_group(format: Format, data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8]) {
+    let rec = record_bytes(format);
+    for b in 0..blocks {
+        let r = &mut dst[b * rec..(b + 1) * rec];
+        let (scales, quants) = r.split_at_mut(32);
+        for i in 0..PACK_ROWS {
+            let row = g * PACK_ROWS + i;
+            let off = (row * blocks + b) * bb;
+            let (d, u) = unsigned_quants(format, &data[off..off + bb]);
+            scales[2 * i..2 * i + 2].copy_from_slice(&d);
+            for (e, &q) in u.iter().enumerate() {
+                let (k, t) = (e / 4, e % 4);
+                let byte = 4 * i + t;
+                match format {
+                    Format::Q8_0 => quants[64 * k + byte] = q,
+                    _ => {
+                        let shift = if k % 2 == 0 { 0 } else { 4 };
+                        quants[64 * (k / 2) + byte] |= (q & 0x0F) << shift;
+                        if format == Format::Q5_0 && q & 0x10 != 0 {
+                            quants[256 + 8 * k + byte / 8] |= 1 << (byte % 8);
                         }
                     }
                 }
             }
         }
     }
-    Some(PackedBytes { buf, len })
 }
 
 /// The unsigned quant of row `i`, element `e` of a record's quant bytes.

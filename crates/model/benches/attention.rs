@@ -1,0 +1,111 @@
+//! Paged attention at the default model's shapes (4 query heads, 1 KV head, head dim 256, f16
+//! cache, tiles of 16): 16 decoding sequences at 512 tokens of context, and one 128-query prefill
+//! chunk at 1,024 tokens of context. `cargo bench -p tessera-model --bench attention`.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use kernels::Threads;
+use model::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
+use model::kv::{KvDtype, KvGroup, KvLayout, KvPool, TileId};
+
+const TS: usize = 16;
+const HD: usize = 256;
+
+fn layout() -> KvLayout {
+    KvLayout {
+        tile_size: TS,
+        kv_dim: HD,
+        groups: vec![KvGroup {
+            layers: vec![0],
+            window: None,
+        }],
+        layer_slot: vec![(0, 0)],
+        dtype: KvDtype::F16,
+    }
+}
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0)
+        .collect()
+}
+
+/// A pool holding `seqs` sequences of `len` tokens each, and their tile tables.
+fn filled(seqs: usize, len: usize) -> (KvPool, Vec<Vec<TileId>>) {
+    let per_seq = len.div_ceil(TS);
+    let mut pool = KvPool::new(layout(), seqs * per_seq);
+    let mut tables = Vec::new();
+    for s in 0..seqs {
+        let table: Vec<TileId> = (0..per_seq)
+            .map(|t| TileId((s * per_seq + t) as u32))
+            .collect();
+        for pos in 0..len {
+            let k = values(HD, s * 10_000 + pos);
+            let v = values(HD, s * 10_000 + pos + 5);
+            pool.store(table[pos / TS], 0, pos % TS, &k, &v);
+        }
+        tables.push(table);
+    }
+    (pool, tables)
+}
+
+fn bench(c: &mut Criterion) {
+    let threads = Threads::new(2);
+    let heads = Heads {
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim: HD,
+        scale: 1.0 / 16.0,
+    };
+    let mut scratch: Vec<Mutex<AttnScratch>> = Vec::new();
+    let mut g = c.benchmark_group("attention");
+
+    let (pool, tables) = filled(16, 512);
+    let chunks: Vec<ChunkAttention> = tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ChunkAttention {
+            tiles: t,
+            in_group: 0,
+            start_pos: 511,
+            first_row: i,
+            len: 1,
+            window: None,
+        })
+        .collect();
+    let q = values(16 * 4 * HD, 1);
+    let mut out = vec![0f32; q.len()];
+    g.throughput(Throughput::Elements(16 * 512));
+    g.bench_function("decode_16x512", |b| {
+        b.iter(|| attend_all(&threads, &pool, &chunks, heads, &q, &mut out, &mut scratch))
+    });
+
+    let (pool, tables) = filled(1, 1024);
+    let chunk = [ChunkAttention {
+        tiles: &tables[0],
+        in_group: 0,
+        start_pos: 1024 - 128,
+        first_row: 0,
+        len: 128,
+        window: None,
+    }];
+    let q = values(128 * 4 * HD, 2);
+    let mut out = vec![0f32; q.len()];
+    g.throughput(Throughput::Elements(128 * 1024));
+    g.bench_function("prefill_128_at_1024", |b| {
+        b.iter(|| attend_all(&threads, &pool, &chunk, heads, &q, &mut out, &mut scratch))
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    targets = bench
+}
+criterion_main!(benches);
