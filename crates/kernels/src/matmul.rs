@@ -75,9 +75,8 @@ impl<'a> Weights<'a> {
         rows: usize,
         cols: usize,
     ) -> Result<Self, KernelError> {
-        let format = Format::from_ggml(ty)?;
-        let expected = format.row_bytes(ty, cols)? * rows;
-        if !packed::packable(ty, rows, cols) || data.len() != expected {
+        let expected = packed::packed_len(ty, rows, cols).unwrap_or(0);
+        if expected == 0 || data.len() != expected {
             return Err(KernelError::SizeMismatch {
                 what: "packed weights",
                 ty,
@@ -178,9 +177,12 @@ pub fn matmul_with_isa(
         w.rows
     );
     let format = w.format();
-    let valid = format
-        .row_bytes(w.ty, w.cols)
-        .is_ok_and(|b| b * w.rows == w.data.len());
+    let valid = match w.layout {
+        Layout::RowMajor => format
+            .row_bytes(w.ty, w.cols)
+            .is_ok_and(|b| b * w.rows == w.data.len()),
+        Layout::X16 => packed::packed_len(w.ty, w.rows, w.cols) == Some(w.data.len()),
+    };
     assert!(valid, "matmul: inconsistent Weights {{ ty: {:?}, rows: {}, cols: {}, {} bytes }}; build them with Weights::new", w.ty, w.rows, w.cols, w.data.len());
     if m == 0 || w.rows == 0 {
         return;
@@ -190,7 +192,13 @@ pub fn matmul_with_isa(
             packed::packable(w.ty, w.rows, w.cols),
             "matmul: packed weights of an unpackable type or shape; build them with Weights::packed"
         );
-        let (acts, blocks) = ActQ8_0::prepare(threads, x, w.cols, scratch);
+        let (acts, blocks) = if format == Format::Q4_K {
+            let (a, n) = BlockQ8K::prepare(threads, x, w.cols, scratch);
+            (packed::PackedActs::Q8K(a), n)
+        } else {
+            let (a, n) = ActQ8_0::prepare(threads, x, w.cols, scratch);
+            (packed::PackedActs::Q8_0(a), n)
+        };
         let job = packed::PackedJob {
             format,
             data: w.data,

@@ -8,6 +8,11 @@
 //! sixteen rows, then one conversion, one multiply and one multiply-add for all sixteen — about a
 //! third of the instructions per product of the row-major path.
 //!
+//! Q4_K (super-blocks of 256 with 6-bit scales and mins) is packed the same way per sub-block of
+//! 32, with its scales and mins unpacked into the record (see `Q4K_*`; records are 8% larger than
+//! the blocks they replace); its kernel multiplies each sub-block's exact sum by the row's scale
+//! in integers and takes the mins off with `vpdpwssd` against the activation's block sums.
+//!
 //! Layout (Q8_0, Q5_0, Q4_0 with `rows % 16 == 0`): records of sixteen rows by one 32-quant block,
 //! group-major (`record(g, b)` at `(g * blocks + b) * record_bytes`); each record is exactly as
 //! large as the sixteen blocks it replaces, so packing costs no memory beyond the copy:
@@ -28,9 +33,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::dtype::{Format, GgmlType};
+use crate::quant::kquants::{k4_scales_mins, q4_k_quants};
 use crate::quant::{
-    self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, ActQ8_0, BlockQ4_0, BlockQ5_0,
-    BlockQ8_0, QK8_0,
+    self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, ActQ8_0, BlockQ4K, BlockQ4_0,
+    BlockQ5_0, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
 };
 use crate::threads::Threads;
 
@@ -83,14 +89,40 @@ pub(crate) fn offset(format: Format) -> Option<i32> {
     }
 }
 
+/// Elements per block of a packable format.
+fn block_elems(format: Format) -> Option<usize> {
+    match format {
+        Format::Q8_0 | Format::Q5_0 | Format::Q4_0 => Some(QK8_0),
+        Format::Q4_K => Some(QK_K),
+        _ => None,
+    }
+}
+
 /// Whether [`pack`] accepts a matrix of this type and shape.
 pub fn packable(ty: GgmlType, rows: usize, cols: usize) -> bool {
-    Format::from_ggml(ty).is_ok_and(|f| offset(f).is_some())
-        && rows > 0
-        && rows.is_multiple_of(PACK_ROWS)
-        && cols > 0
-        && cols.is_multiple_of(QK8_0)
+    Format::from_ggml(ty)
+        .ok()
+        .and_then(block_elems)
+        .is_some_and(|unit| {
+            rows > 0 && rows.is_multiple_of(PACK_ROWS) && cols > 0 && cols.is_multiple_of(unit)
+        })
 }
+
+/// Bytes of a packed matrix of this type and shape (`None` if not packable).
+pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
+    if !packable(ty, rows, cols) {
+        return None;
+    }
+    let format = Format::from_ggml(ty).ok()?;
+    Some(rows / PACK_ROWS * (cols / block_elems(format)?) * record_bytes(format))
+}
+
+/// Q4_K record: d and dmin (16 f16 each), 6-bit scales as bytes `[sub-block][row]`, mins as i16
+/// pairs `(m[2k], m[2k + 1])` per row lane for `vpdpwssd` (4 x 64 bytes), then eight sub-blocks
+/// of quants laid out like a Q4_0 record's.
+pub(crate) const Q4K_SCALES: usize = 64;
+pub(crate) const Q4K_MINS: usize = Q4K_SCALES + 128;
+pub(crate) const Q4K_QUANTS: usize = Q4K_MINS + 256;
 
 /// Bytes of one record (sixteen rows by one block).
 pub(crate) fn record_bytes(format: Format) -> usize {
@@ -98,6 +130,7 @@ pub(crate) fn record_bytes(format: Format) -> usize {
         Format::Q8_0 => 32 + 512,
         Format::Q5_0 => 32 + 256 + 64,
         Format::Q4_0 => 32 + 256,
+        Format::Q4_K => Q4K_QUANTS + 8 * 256,
         _ => unreachable!("record_bytes of an unpackable format"),
     }
 }
@@ -128,14 +161,14 @@ pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Packe
         return None;
     }
     let format = Format::from_ggml(ty).ok()?;
-    let bb = format.row_bytes(ty, QK8_0).ok()?;
-    let blocks = cols / QK8_0;
+    let unit = block_elems(format)?;
+    let bb = format.row_bytes(ty, unit).ok()?;
+    let blocks = cols / unit;
     if data.len() != rows * blocks * bb {
         return None;
     }
     let rec = record_bytes(format);
-    debug_assert_eq!(rec, PACK_ROWS * bb);
-    let len = rows * blocks * bb;
+    let len = packed_len(ty, rows, cols)?;
     let mut buf = vec![Align64([0; 64]); len.div_ceil(64)];
     // SAFETY: `Align64` is a repr(C) byte array (no padding, any bits valid); the slice covers
     // the whole buffer and is the only view of it while it lives.
@@ -160,8 +193,46 @@ pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Packe
     Some(PackedBytes { buf, len })
 }
 
+/// Writes 32 unsigned 4-bit quants of row `i` (elements `4k + t`) into a Q4_0-style quant area.
+fn put_nibbles(quants: &mut [u8], i: usize, u: &[u8]) {
+    for (e, &q) in u.iter().enumerate() {
+        let (k, t) = (e / 4, e % 4);
+        let shift = if k % 2 == 0 { 0 } else { 4 };
+        quants[64 * (k / 2) + 4 * i + t] |= (q & 0x0F) << shift;
+    }
+}
+
+/// Packs row group `g` of a Q4_K matrix into `dst` (`blocks` records, zeroed).
+fn pack_group_q4k(data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8]) {
+    let rec = record_bytes(Format::Q4_K);
+    for b in 0..blocks {
+        let r = &mut dst[b * rec..(b + 1) * rec];
+        for i in 0..PACK_ROWS {
+            let off = ((g * PACK_ROWS + i) * blocks + b) * bb;
+            let blk: &BlockQ4K = &quant::cast_blocks(&data[off..off + bb])[0];
+            r[2 * i..2 * i + 2].copy_from_slice(&blk.d);
+            r[32 + 2 * i..32 + 2 * i + 2].copy_from_slice(&blk.dmin);
+            let (sc, mn) = k4_scales_mins(&blk.scales);
+            for j in 0..8 {
+                r[Q4K_SCALES + 16 * j + i] = sc[j];
+                let (k, half) = (j / 2, j % 2);
+                let at = Q4K_MINS + 64 * k + 4 * i + 2 * half;
+                r[at..at + 2].copy_from_slice(&i16::from(mn[j]).to_le_bytes());
+            }
+            let q = q4_k_quants(blk);
+            for j in 0..8 {
+                let area = Q4K_QUANTS + 256 * j;
+                put_nibbles(&mut r[area..area + 256], i, &q[32 * j..32 * j + 32]);
+            }
+        }
+    }
+}
+
 /// Packs row group `g` (rows `16g..16g + 16`) into `dst` (`blocks` records, zeroed).
 fn pack_group(format: Format, data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8]) {
+    if format == Format::Q4_K {
+        return pack_group_q4k(data, bb, blocks, g, dst);
+    }
     let rec = record_bytes(format);
     for b in 0..blocks {
         let r = &mut dst[b * rec..(b + 1) * rec];
@@ -210,6 +281,34 @@ fn record_quant(format: Format, q: &[u8], i: usize, e: usize) -> i32 {
     }
 }
 
+/// Scalar kernel (and reference) for row `r` of packed Q4_K weights against one activation row:
+/// per block, `acc = fma(isum, d * d_x, acc)` then `acc = fma(-msum, dmin * d_x, acc)`, with
+/// `isum = sum_j sc_j * (q_j . x_j)` and `msum = sum_j m_j * sum(x_j)` exact in integers.
+pub(crate) fn dot_packed_row_q4k(data: &[u8], blocks: usize, r: usize, x: &[BlockQ8K]) -> f32 {
+    let rec = record_bytes(Format::Q4_K);
+    let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
+    let mut acc = 0.0f32;
+    for (b, xa) in x.iter().enumerate().take(blocks) {
+        let record = &data[(g * blocks + b) * rec..(g * blocks + b + 1) * rec];
+        let d = f16_to_f32([record[2 * i], record[2 * i + 1]]);
+        let dmin = f16_to_f32([record[32 + 2 * i], record[33 + 2 * i]]);
+        let (mut isum, mut msum) = (0i32, 0i32);
+        for j in 0..8 {
+            let q = &record[Q4K_QUANTS + 256 * j..Q4K_QUANTS + 256 * (j + 1)];
+            let dot: i32 = (0..32)
+                .map(|e| record_quant(Format::Q4_0, q, i, e) * i32::from(xa.qs[32 * j + e]))
+                .sum();
+            isum += i32::from(record[Q4K_SCALES + 16 * j + i]) * dot;
+            let at = Q4K_MINS + 64 * (j / 2) + 4 * i + 2 * (j % 2);
+            let m = i16::from_le_bytes([record[at], record[at + 1]]);
+            msum += i32::from(m) * (i32::from(xa.bsums[2 * j]) + i32::from(xa.bsums[2 * j + 1]));
+        }
+        acc = (isum as f32).mul_add(d * xa.d, acc);
+        acc = (-(msum as f32)).mul_add(dmin * xa.d, acc);
+    }
+    acc
+}
+
 /// Scalar kernel (and reference) for row `r` of packed weights against one activation row:
 /// `fma(isum_b, d_w * d_x, acc)` over the blocks in order.
 pub(crate) fn dot_packed_row(
@@ -236,13 +335,20 @@ pub(crate) fn dot_packed_row(
     acc
 }
 
+/// The activations of a packed matmul: Q8_0 blocks for the legacy formats, Q8_K for Q4_K.
+#[derive(Clone, Copy)]
+pub(crate) enum PackedActs<'a> {
+    Q8_0(&'a [ActQ8_0]),
+    Q8K(&'a [BlockQ8K]),
+}
+
 /// One packed matmul call, shared by the pool's threads.
 pub(crate) struct PackedJob<'a> {
     pub format: Format,
     pub data: &'a [u8],
     pub blocks: usize,
     pub rows: usize,
-    pub acts: &'a [ActQ8_0],
+    pub acts: PackedActs<'a>,
     pub m: usize,
     pub out: *mut f32,
 }
@@ -265,11 +371,18 @@ impl PackedJob<'_> {
             return;
         }
         let _ = use_simd;
+        let bl = self.blocks;
         for g in groups {
             for i in 0..self.m {
-                let x = &self.acts[i * self.blocks..(i + 1) * self.blocks];
                 for r in g * PACK_ROWS..(g + 1) * PACK_ROWS {
-                    let v = dot_packed_row(self.format, self.data, self.blocks, r, x);
+                    let v = match self.acts {
+                        PackedActs::Q8_0(a) => {
+                            dot_packed_row(self.format, self.data, bl, r, &a[i * bl..(i + 1) * bl])
+                        }
+                        PackedActs::Q8K(a) => {
+                            dot_packed_row_q4k(self.data, bl, r, &a[i * bl..(i + 1) * bl])
+                        }
+                    };
                     // SAFETY: i < m, r < rows: in bounds; this thread owns group g.
                     unsafe { *self.out.add(i * self.rows + r) = v };
                 }

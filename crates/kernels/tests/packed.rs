@@ -5,12 +5,25 @@
 mod common;
 
 use common::{random_weights, Rng};
-use kernels::quant::QK8_0;
 use kernels::{
     detect_isa, matmul_with_isa, pack, packable, GgmlType, Isa, MatmulScratch, Threads, Weights,
 };
 
-const PACKABLE: [GgmlType; 3] = [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0];
+const PACKABLE: [GgmlType; 4] = [
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+];
+
+/// Shapes to test a type at (columns a multiple of its block).
+fn shapes(ty: GgmlType) -> [(usize, usize); 3] {
+    if ty == GgmlType::Q4_K {
+        [(16, 256), (48, 512), (64, 1024)]
+    } else {
+        [(16, 32), (48, 64), (64, 640)]
+    }
+}
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -22,15 +35,15 @@ fn packed_matmul_agrees_with_row_major_and_simd_equals_scalar_bitwise() {
     let threads = Threads::new(2);
     let mut scratch = MatmulScratch::new();
     for ty in PACKABLE {
-        for (rows, cols) in [(16, 32), (48, 64), (64, 640)] {
+        for (rows, cols) in shapes(ty) {
             let data = random_weights(&mut rng, ty, rows, cols);
             let row_major = Weights::new(ty, &data, rows, cols).expect("valid weights");
             let packed = pack(ty, &data, rows, cols).expect("packable");
-            assert_eq!(
-                packed.as_bytes().len(),
-                data.len(),
-                "packing keeps the size"
-            );
+            let want = kernels::packed::packed_len(ty, rows, cols);
+            assert_eq!(Some(packed.as_bytes().len()), want);
+            if ty != GgmlType::Q4_K {
+                assert_eq!(want, Some(data.len()), "legacy packing keeps the size");
+            }
             let pw = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
             for m in [1, 2, 3, 5, 16, 21, 37] {
                 let x = rng.activations(m * cols);
@@ -81,7 +94,7 @@ fn packed_outputs_do_not_depend_on_the_batch_or_the_pool() {
     let pools = [Threads::new(1), Threads::new(2), Threads::new(3)];
     let mut scratch = MatmulScratch::new();
     for ty in PACKABLE {
-        let (rows, cols, m) = (96, 4 * QK8_0, 23);
+        let (rows, cols, m) = (96, 512, 23);
         let data = random_weights(&mut rng, ty, rows, cols);
         let packed = pack(ty, &data, rows, cols).expect("packable");
         let w = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
@@ -113,9 +126,10 @@ fn packing_refuses_unpackable_types_shapes_and_sizes() {
         "rows not a multiple of 16"
     );
     assert!(pack(GgmlType::Q8_0, &data, 24, 64).is_none());
+    assert!(!packable(GgmlType::Q6_K, 16, 256), "Q6_K is not packed");
     assert!(
-        !packable(GgmlType::Q4_K, 16, 256),
-        "k-quants are not packed"
+        !packable(GgmlType::Q4_K, 16, 128),
+        "Q4_K needs whole super-blocks"
     );
     assert!(!packable(GgmlType::F32, 16, 32));
     let data = random_weights(&mut rng, GgmlType::Q8_0, 16, 64);
@@ -125,4 +139,6 @@ fn packing_refuses_unpackable_types_shapes_and_sizes() {
     );
     assert!(Weights::packed(GgmlType::Q8_0, &data[1..], 16, 64).is_err());
     assert!(Weights::packed(GgmlType::Q4_K, &data, 16, 64).is_err());
+    assert!(Weights::packed(GgmlType::Q6_K, &data, 16, 256).is_err());
+    assert!(Weights::packed(GgmlType::Q6_K, &data, 16, 256).is_err());
 }

@@ -1,11 +1,11 @@
 //! Weights: views of the GGUF mmap, checked once at load.
 //!
 //! Quantized matrices stay quantized (nothing is dequantized at load); only the small F32 vectors
-//! (norm weights, biases) are copied out. On CPUs with AVX-512 VNNI the Q8_0 / Q5_0 / Q4_0
-//! matrices are repacked at load into the kernels' x16 layout (same size, sixteen rows
-//! interleaved per block) and their file pages released; everything else is used in place. The `GgufFile` is leaked on purpose: a
-//! model lives as long as the process that serves it, and `&'static` views keep the forward
-//! pass free of lifetimes and reference counting.
+//! (norm weights, biases) are copied out. On CPUs with AVX-512 VNNI the Q8_0 / Q5_0 / Q4_0 / Q4_K
+//! matrices are repacked at load into the kernels' x16 layout (sixteen rows interleaved per
+//! block; the same size, Q4_K 8% more) and their file pages released; everything else is used in
+//! place. The `GgufFile` is leaked on purpose: a model lives as long as the process that serves
+//! it, and `&'static` views keep the forward pass free of lifetimes and reference counting.
 
 use gguf::{GgmlType, GgufFile};
 use kernels::{Layout, Weights};

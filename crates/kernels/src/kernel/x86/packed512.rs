@@ -13,8 +13,10 @@
 use std::arch::x86_64::*;
 
 use crate::dtype::Format;
-use crate::packed::{offset, record_bytes, PackedJob, PACK_ROWS};
-use crate::quant::ActQ8_0;
+use crate::packed::{
+    offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
+};
+use crate::quant::{ActQ8_0, BlockQ8K};
 
 /// Activation rows per pass: 16 accumulators + 8 weight chunks + temporaries fit in 32 zmm.
 const GROUP: usize = 16;
@@ -74,8 +76,10 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
     // hold `blocks` blocks each; AVX-512 F/BW/VNNI enabled by the entry point.
     unsafe {
         let base = job.data.as_ptr().add(g * blocks * rec);
-        let acts: [*const ActQ8_0; N] =
-            std::array::from_fn(|j| job.acts.as_ptr().add((i + j) * blocks));
+        let PackedActs::Q8_0(all) = job.acts else {
+            unreachable!("legacy packed kernel with Q8_K activations")
+        };
+        let acts: [*const ActQ8_0; N] = std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
@@ -105,6 +109,98 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
         }
         for j in 0..N {
             _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
+        }
+    }
+}
+
+/// Q4_K rows `16g..16g + 16` for activation rows `i..i + N`.
+#[inline(always)]
+unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+    let rec = record_bytes(Format::Q4_K);
+    let blocks = job.blocks;
+    let PackedActs::Q8K(all) = job.acts else {
+        unreachable!("Q4_K packed kernel with Q8_0 activations")
+    };
+    // SAFETY: records of group g lie in `data` and activation rows i..i+N hold `blocks` blocks
+    // (checked by the matmul); AVX-512 F/BW/VNNI enabled by the entry point.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts: [*const BlockQ8K; N] =
+            std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
+        let mut acc = [_mm512_setzero_ps(); N];
+        for b in 0..blocks {
+            let r = base.add(b * rec);
+            let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
+            let mut isum = [_mm512_setzero_si512(); N];
+            for sj in 0..8 {
+                let sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(r.add(Q4K_SCALES + 16 * sj).cast()));
+                let w = unpack::<Q4>(r.add(Q4K_QUANTS + 256 * sj));
+                for j in 0..N {
+                    let qs = xs[j].qs.as_ptr().add(32 * sj).cast::<i32>();
+                    let mut s0 = _mm512_setzero_si512();
+                    let mut s1 = _mm512_setzero_si512();
+                    for k in (0..8).step_by(2) {
+                        s0 = _mm512_dpbusd_epi32(
+                            s0,
+                            w[k],
+                            _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k))),
+                        );
+                        s1 = _mm512_dpbusd_epi32(
+                            s1,
+                            w[k + 1],
+                            _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k + 1))),
+                        );
+                    }
+                    isum[j] =
+                        _mm512_add_epi32(isum[j], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
+                }
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()));
+            for j in 0..N {
+                let bs = &xs[j].bsums;
+                let mut msum = _mm512_setzero_si512();
+                for k in 0..4 {
+                    let lo = bs[4 * k].wrapping_add(bs[4 * k + 1]) as u16 as u32;
+                    let hi = bs[4 * k + 2].wrapping_add(bs[4 * k + 3]) as u16 as u32;
+                    msum = _mm512_dpwssd_epi32(
+                        msum,
+                        _mm512_loadu_si512(r.add(Q4K_MINS + 64 * k).cast()),
+                        _mm512_set1_epi32((lo | (hi << 16)) as i32),
+                    );
+                }
+                let dx = _mm512_set1_ps(xs[j].d);
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(d, dx), acc[j]);
+                acc[j] =
+                    _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), acc[j]);
+            }
+        }
+        for j in 0..N {
+            _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn groups_q4k(job: &PackedJob, groups: std::ops::Range<usize>) {
+    for g in groups {
+        let mut i = 0;
+        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
+        unsafe {
+            while i + 8 <= job.m {
+                pass_q4k::<8>(job, g, i);
+                i += 8;
+            }
+            while i + 4 <= job.m {
+                pass_q4k::<4>(job, g, i);
+                i += 4;
+            }
+            match job.m - i {
+                3 => pass_q4k::<3>(job, g, i),
+                2 => pass_q4k::<2>(job, g, i),
+                1 => pass_q4k::<1>(job, g, i),
+                _ => {}
+            }
         }
     }
 }
@@ -164,6 +260,7 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             Format::Q8_0 => groups_q8(job, groups),
             Format::Q5_0 => groups_q5(job, groups),
             Format::Q4_0 => groups_q4(job, groups),
+            Format::Q4_K => groups_q4k(job, groups),
             _ => unreachable!("packed kernel for an unpackable format"),
         }
     }
