@@ -8,7 +8,8 @@
 //! Numerics follow llama.cpp's CPU path with an f16 cache (flash attention off), because greedy
 //! decoding of small models flips on differences of a few ulps: the scaled query is rounded to
 //! f16 before the K·Q dots, the softmax sums in f64, and the probabilities are rounded to f16
-//! before the weighted sum of V.
+//! before the weighted sum of V. Dots and V sums use fused multiply-adds over eight lanes (as
+//! ggml's AVX2 f16 dot does); `exp` is a polynomial good to a few ulp (`exp_neg`).
 //!
 //! Batch invariance: a (query, head) is always computed whole by one task, visiting tiles and
 //! slots in the same order, so its result does not depend on the task split or on what else is
@@ -77,9 +78,9 @@ struct Task {
     h1: usize,
 }
 
-/// Keys per block of score dot products (with two query heads: eight accumulators of 8 lanes;
-/// 2, 3 and 4 measured the same on a 2,048-token prefill).
-const KEYS_PER_BLOCK: usize = 4;
+/// Keys per block of score dot products: with two query heads, six accumulators of 8 lanes plus
+/// the five loaded vectors stay within AVX2's 16 registers.
+const KEYS_PER_BLOCK: usize = 3;
 
 /// Queries per task when a chunk is split for prefill.
 const TASK_QUERIES: usize = 16;
@@ -164,8 +165,9 @@ impl SharedOut {
     }
 }
 
-/// Runs one task, with the AVX2/FMA/F16C code generation where the CPU has it. Both paths do
-/// the same arithmetic in the same order (no FMA contraction), so results are identical.
+/// Runs one task, with AVX2/FMA/F16C code where the CPU has it. Both paths do the same
+/// arithmetic in the same order (fused multiply-adds; `f32::mul_add` in the portable path), so
+/// results are identical.
 fn run_task(
     pool: &KvPool,
     c: &ChunkAttention,
@@ -176,16 +178,19 @@ fn run_task(
     s: &mut AttnScratch,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
         // SAFETY: the features were just detected.
         unsafe { run_task_avx2(pool, c, h, task, q, out, s) };
         return;
     }
-    run_task_body(pool, c, h, task, q, out, s);
+    run_task_body::<false>(pool, c, h, task, q, out, s);
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_task_avx2(
     pool: &KvPool,
     c: &ChunkAttention,
@@ -195,11 +200,13 @@ unsafe fn run_task_avx2(
     out: &SharedOut,
     s: &mut AttnScratch,
 ) {
-    run_task_body(pool, c, h, task, q, out, s);
+    run_task_body::<true>(pool, c, h, task, q, out, s);
 }
 
+/// The task; `SIMD` only in the AVX2 + FMA entry point, where `dots` and `axpy_block` use
+/// 256-bit intrinsics (same operations per lane as their portable forms, so the same bits).
 #[inline(always)]
-fn run_task_body(
+fn run_task_body<const SIMD: bool>(
     pool: &KvPool,
     c: &ChunkAttention,
     h: Heads,
@@ -282,7 +289,7 @@ fn run_task_body(
                     let nk = (s_hi - pos).min(KEYS_PER_BLOCK);
                     let ks: [&[f32]; KEYS_PER_BLOCK] =
                         std::array::from_fn(|j| key(pos + j.min(nk - 1)));
-                    let d = dots(qs, ks);
+                    let d = dots::<SIMD>(qs, ks);
                     for (j, dj) in d.iter().enumerate().take(n_pairs) {
                         let row = (t * nh + hi + j) * span + pos - base;
                         s.scores[row..row + nk].copy_from_slice(&dj[..nk]);
@@ -302,11 +309,7 @@ fn run_task_body(
         for hi in 0..nh {
             let sc = &mut s.scores[(t * nh + hi) * span..(t * nh + hi + 1) * span][v_lo..v_hi];
             let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0f64;
-            for x in sc.iter_mut() {
-                *x = (*x - max).exp();
-                sum += f64::from(*x);
-            }
+            let sum = exp_sum(sc, max);
             let inv = (1.0 / sum) as f32;
             for x in sc.iter_mut() {
                 *x = round_f16(*x * inv);
@@ -351,10 +354,10 @@ fn run_task_body(
                     positions: s_lo..s_hi,
                 };
                 match n {
-                    4 => axpy_block::<4>(acc, weights, &blk, values),
-                    3 => axpy_block::<3>(acc, weights, &blk, values),
-                    2 => axpy_block::<2>(acc, weights, &blk, values),
-                    _ => axpy_block::<1>(acc, weights, &blk, values),
+                    4 => axpy_block::<4, SIMD>(acc, weights, &blk, values),
+                    3 => axpy_block::<3, SIMD>(acc, weights, &blk, values),
+                    2 => axpy_block::<2, SIMD>(acc, weights, &blk, values),
+                    _ => axpy_block::<1, SIMD>(acc, weights, &blk, values),
                 }
                 hi += n;
             }
@@ -395,39 +398,102 @@ fn round_f16(x: f32) -> f32 {
 /// would be (eight lanes of mul-then-add in element order, the lanes then summed in order): the
 /// blocking only shares the loads.
 #[inline(always)]
-fn dots<const P: usize, const K: usize>(q: [&[f32]; P], k: [&[f32]; K]) -> [[f32; K]; P] {
+fn dots<const SIMD: bool>(
+    q: [&[f32]; 2],
+    k: [&[f32]; KEYS_PER_BLOCK],
+) -> [[f32; KEYS_PER_BLOCK]; 2] {
+    #[cfg(target_arch = "x86_64")]
+    if SIMD {
+        // SAFETY: `SIMD` is only set in the AVX2 + FMA entry point.
+        return unsafe { simd::dots(q, k) };
+    }
     let n = q[0].len();
     debug_assert!(q.iter().chain(&k).all(|r| r.len() == n));
-    let qc: [&[[f32; 8]]; P] = q.map(|r| r.as_chunks::<8>().0);
-    let kc: [&[[f32; 8]]; K] = k.map(|r| r.as_chunks::<8>().0);
-    let nb = qc[0].len();
+    let (q0, q1) = (q[0].as_chunks::<8>().0, q[1].as_chunks::<8>().0);
+    let (k0, k1, k2) = (
+        k[0].as_chunks::<8>().0,
+        k[1].as_chunks::<8>().0,
+        k[2].as_chunks::<8>().0,
+    );
+    let nb = q0.len();
     assert!(
-        qc.iter().chain(&kc).all(|c| c.len() == nb),
+        [q1.len(), k0.len(), k1.len(), k2.len()] == [nb; 4],
         "dots: ragged rows"
     );
-    let mut acc = [[[0.0f32; 8]; K]; P];
+    let mut acc = [[[0.0f32; 8]; KEYS_PER_BLOCK]; 2];
     for i in 0..nb {
-        let qv: [[f32; 8]; P] = std::array::from_fn(|a| qc[a][i]);
-        let kv: [[f32; 8]; K] = std::array::from_fn(|b| kc[b][i]);
-        for a in 0..P {
-            for b in 0..K {
+        let qv = [q0[i], q1[i]];
+        let kv = [k0[i], k1[i], k2[i]];
+        for a in 0..2 {
+            for b in 0..KEYS_PER_BLOCK {
                 for j in 0..8 {
-                    acc[a][b][j] += qv[a][j] * kv[b][j];
+                    acc[a][b][j] = qv[a][j].mul_add(kv[b][j], acc[a][b][j]);
                 }
             }
         }
     }
     let body = nb * 8;
-    std::array::from_fn(|a| {
-        std::array::from_fn(|b| {
+    let mut out = [[0.0f32; KEYS_PER_BLOCK]; 2];
+    for a in 0..2 {
+        for b in 0..KEYS_PER_BLOCK {
             let tail: f32 = q[a][body..]
                 .iter()
                 .zip(&k[b][body..])
                 .map(|(x, y)| x * y)
                 .sum();
-            acc[a][b].iter().sum::<f32>() + tail
-        })
-    })
+            out[a][b] = acc[a][b].iter().sum::<f32>() + tail;
+        }
+    }
+    out
+}
+
+/// `e^x` for `x <= 0` (softmax arguments after the max is taken off) to within a few ulp:
+/// `x = n ln 2 + r` with `|r| <= ln 2 / 2`, `e^r` by its Taylor polynomial to degree 7, `2^n`
+/// through the exponent bits. Inputs below -87 (results under f32's normal range) give 0.
+/// Written as plain arithmetic so loops over it vectorize inside the AVX2 entry point.
+#[inline(always)]
+fn exp_neg(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let small = x < -87.0;
+    let x = x.max(-87.0);
+    let n = (x * LOG2E).round_ties_even();
+    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
+    let mut p: f32 = 1.0 / 5040.0;
+    p = p.mul_add(r, 1.0 / 720.0);
+    p = p.mul_add(r, 1.0 / 120.0);
+    p = p.mul_add(r, 1.0 / 24.0);
+    p = p.mul_add(r, 1.0 / 6.0);
+    p = p.mul_add(r, 0.5);
+    p = p.mul_add(r, 1.0);
+    p = p.mul_add(r, 1.0);
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if small {
+        0.0
+    } else {
+        p * scale
+    }
+}
+
+/// Replaces `x` by `e^(x - max)` and returns the sum of the results, accumulated in f64 over
+/// eight lanes (then the lanes in order, then the tail).
+#[inline(always)]
+fn exp_sum(x: &mut [f32], max: f32) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let (chunks, tail) = x.as_chunks_mut::<8>();
+    for c in chunks {
+        for j in 0..8 {
+            c[j] = exp_neg(c[j] - max);
+            lanes[j] += f64::from(c[j]);
+        }
+    }
+    let mut sum = lanes.iter().sum::<f64>();
+    for v in tail {
+        *v = exp_neg(*v - max);
+        sum += f64::from(*v);
+    }
+    sum
 }
 
 /// Shapes of one `axpy_block` call.
@@ -444,12 +510,18 @@ struct Block {
 /// order, with `acc` holding the heads' `hd`-float accumulators back to back and `w` their score
 /// rows. 16-float slices of all `N` accumulators stay in registers across the positions.
 #[inline(always)]
-fn axpy_block<'v, const N: usize>(
+fn axpy_block<'v, const N: usize, const SIMD: bool>(
     acc: &mut [f32],
     w: &[f32],
     b: &Block,
     v: impl Fn(usize) -> &'v [f32],
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if SIMD && b.hd.is_multiple_of(16) {
+        // SAFETY: `SIMD` is only set in the AVX2 + FMA entry point.
+        unsafe { simd::axpy_block::<N>(acc, w, b, v) };
+        return;
+    }
     const W: usize = 16;
     let (hd, span, base) = (b.hd, b.span, b.base);
     let body = hd - hd % W;
@@ -464,7 +536,7 @@ fn axpy_block<'v, const N: usize>(
             for (h, ah) in a.iter_mut().enumerate() {
                 let wt = w[h * span + pos - base];
                 for j in 0..W {
-                    ah[j] += wt * vr[j];
+                    ah[j] = wt.mul_add(vr[j], ah[j]);
                 }
             }
         }
@@ -479,9 +551,183 @@ fn axpy_block<'v, const N: usize>(
             for h in 0..N {
                 let wt = w[h * span + pos - base];
                 for (x, y) in acc[h * hd + body..(h + 1) * hd].iter_mut().zip(vr) {
-                    *x += wt * y;
+                    *x = wt.mul_add(*y, *x);
                 }
             }
+        }
+    }
+}
+
+/// 256-bit forms of `dots` and `axpy_block`: the same fused multiply-add per lane in the same
+/// order as the portable code, with the accumulators held in registers.
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::*;
+
+    use super::{Block, KEYS_PER_BLOCK};
+
+    /// # Safety
+    /// AVX2 and FMA must be enabled in the inlining function; rows have equal lengths.
+    #[inline(always)]
+    pub(super) unsafe fn dots(
+        q: [&[f32]; 2],
+        k: [&[f32]; KEYS_PER_BLOCK],
+    ) -> [[f32; KEYS_PER_BLOCK]; 2] {
+        let n = q[0].len();
+        assert!(
+            q.iter().chain(&k).all(|r| r.len() == n),
+            "dots: ragged rows"
+        );
+        let body = n - n % 8;
+        // SAFETY: every load reads 8 floats at i < body <= len; features per the contract.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); KEYS_PER_BLOCK]; 2];
+            let mut i = 0;
+            while i < body {
+                let q0 = _mm256_loadu_ps(q[0].as_ptr().add(i));
+                let q1 = _mm256_loadu_ps(q[1].as_ptr().add(i));
+                for b in 0..KEYS_PER_BLOCK {
+                    let kv = _mm256_loadu_ps(k[b].as_ptr().add(i));
+                    acc[0][b] = _mm256_fmadd_ps(q0, kv, acc[0][b]);
+                    acc[1][b] = _mm256_fmadd_ps(q1, kv, acc[1][b]);
+                }
+                i += 8;
+            }
+            let mut out = [[0.0f32; KEYS_PER_BLOCK]; 2];
+            for a in 0..2 {
+                for b in 0..KEYS_PER_BLOCK {
+                    let mut lanes = [0.0f32; 8];
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), acc[a][b]);
+                    let tail: f32 = q[a][body..]
+                        .iter()
+                        .zip(&k[b][body..])
+                        .map(|(x, y)| x * y)
+                        .sum();
+                    out[a][b] = lanes.iter().sum::<f32>() + tail;
+                }
+            }
+            out
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA must be enabled in the inlining function; `b.hd % 16 == 0`; slices as the
+    /// portable `axpy_block` requires.
+    #[inline(always)]
+    pub(super) unsafe fn axpy_block<'v, const N: usize>(
+        acc: &mut [f32],
+        w: &[f32],
+        b: &Block,
+        v: impl Fn(usize) -> &'v [f32],
+    ) {
+        let (hd, span, base) = (b.hd, b.span, b.base);
+        assert!(acc.len() >= N * hd && hd % 16 == 0, "axpy_block: shapes");
+        let mut d = 0;
+        while d < hd {
+            // SAFETY: d + 16 <= hd and acc holds N * hd floats; each value row holds hd floats
+            // (the slice indexing below checks it); features per the contract.
+            unsafe {
+                let mut a = [[_mm256_setzero_ps(); 2]; N];
+                for (h, ah) in a.iter_mut().enumerate() {
+                    ah[0] = _mm256_loadu_ps(acc.as_ptr().add(h * hd + d));
+                    ah[1] = _mm256_loadu_ps(acc.as_ptr().add(h * hd + d + 8));
+                }
+                for pos in b.positions.clone() {
+                    let vr = &v(pos)[d..d + 16];
+                    let v0 = _mm256_loadu_ps(vr.as_ptr());
+                    let v1 = _mm256_loadu_ps(vr.as_ptr().add(8));
+                    for (h, ah) in a.iter_mut().enumerate() {
+                        let wt = _mm256_set1_ps(w[h * span + pos - base]);
+                        ah[0] = _mm256_fmadd_ps(wt, v0, ah[0]);
+                        ah[1] = _mm256_fmadd_ps(wt, v1, ah[1]);
+                    }
+                }
+                for (h, ah) in a.iter().enumerate() {
+                    _mm256_storeu_ps(acc.as_mut_ptr().add(h * hd + d), ah[0]);
+                    _mm256_storeu_ps(acc.as_mut_ptr().add(h * hd + d + 8), ah[1]);
+                }
+            }
+            d += 16;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_neg_is_within_a_few_ulp_of_exp() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_neg(x));
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.000_731;
+        }
+        assert!(worst < 4e-7, "worst relative error {worst}");
+        assert_eq!(exp_neg(0.0), 1.0);
+        assert_eq!(exp_neg(-100.0), 0.0);
+        assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn simd_pair(
+        q: [&[f32]; 2],
+        k: [&[f32]; KEYS_PER_BLOCK],
+        acc: &mut [f32],
+        w: &[f32],
+        b: &Block,
+        v: &[f32],
+    ) -> [[f32; KEYS_PER_BLOCK]; 2] {
+        axpy_block::<3, true>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]);
+        dots::<true>(q, k)
+    }
+
+    #[test]
+    fn simd_dots_and_value_sums_give_the_portable_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            let row = |seed: usize, n: usize| -> Vec<f32> {
+                (0..n)
+                    .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
+                    .collect()
+            };
+            let hd = 256;
+            let (q0, q1) = (row(1, hd), row(2, hd));
+            let ks: Vec<Vec<f32>> = (0..KEYS_PER_BLOCK).map(|j| row(10 + j, hd)).collect();
+            let k: [&[f32]; KEYS_PER_BLOCK] = std::array::from_fn(|j| &ks[j][..]);
+            let (span, n_pos) = (40, 37);
+            let w = row(5, 3 * span);
+            let v = row(6, n_pos * hd);
+            let b = Block {
+                span,
+                hd,
+                base: 0,
+                positions: 0..n_pos,
+            };
+            let mut acc_simd = row(7, 3 * hd);
+            let mut acc_plain = acc_simd.clone();
+            // SAFETY: features detected above.
+            let d_simd = unsafe { simd_pair([&q0, &q1], k, &mut acc_simd, &w, &b, &v) };
+            axpy_block::<3, false>(&mut acc_plain, &w, &b, |p| &v[p * hd..(p + 1) * hd]);
+            let d_plain = dots::<false>([&q0, &q1], k);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(d_simd.as_flattened()), bits(d_plain.as_flattened()));
+            assert_eq!(bits(&acc_simd), bits(&acc_plain));
+        }
+    }
+
+    #[test]
+    fn exp_sum_matches_a_plain_loop() {
+        for n in [1usize, 7, 8, 9, 100, 1027] {
+            let mut x: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32 * -0.3).collect();
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let want: f64 = x.iter().map(|&v| f64::from(v - max).exp()).sum();
+            let got = exp_sum(&mut x, max);
+            assert!(((got - want) / want).abs() < 1e-6, "n {n}: {got} vs {want}");
         }
     }
 }
