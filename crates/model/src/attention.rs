@@ -82,6 +82,10 @@ struct Task {
 /// the five loaded vectors stay within AVX2's 16 registers.
 const KEYS_PER_BLOCK: usize = 3;
 
+/// Tasks with at most this many queries read f16 K/V tiles directly (converting as they load);
+/// larger ones convert each tile to f32 once and reuse it.
+const DIRECT_F16_QUERIES: usize = 2;
+
 /// Queries per task when a chunk is split for prefill.
 const TASK_QUERIES: usize = 16;
 
@@ -258,45 +262,30 @@ fn run_task_body<const SIMD: bool>(
         let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
             continue;
         };
-        let kf = &mut s.k[..n_slots * kv_dim];
-        pool.read_keys(c.tiles[ti], c.in_group, n_slots, kf);
-        let kf = &s.k[..n_slots * kv_dim];
-        for t in 0..nq {
-            let p = first_pos + t;
-            let (s_lo, s_hi) = (lo(p).max(tile_start), (p + 1).min(tile_start + n_slots));
-            if s_lo >= s_hi {
-                continue;
-            }
-            let mut hi = 0;
-            while hi < nh {
-                // Heads hi and hi + 1 together when they share a KV head, else hi alone.
-                let g = (task.h0 + hi) / group;
-                let n_pairs = if hi + 1 < nh && (task.h0 + hi + 1) / group == g {
-                    2
-                } else {
-                    1
-                };
-                let qs: [&[f32]; 2] = std::array::from_fn(|j| {
-                    let hj = hi + j.min(n_pairs - 1);
-                    &s.m[(t * nh + hj) * hd..(t * nh + hj + 1) * hd]
-                });
-                let key = |pos: usize| {
-                    let slot = pos - tile_start;
-                    &kf[slot * kv_dim + g * hd..slot * kv_dim + (g + 1) * hd]
-                };
-                let mut pos = s_lo;
-                while pos < s_hi {
-                    let nk = (s_hi - pos).min(KEYS_PER_BLOCK);
-                    let ks: [&[f32]; KEYS_PER_BLOCK] =
-                        std::array::from_fn(|j| key(pos + j.min(nk - 1)));
-                    let d = dots::<SIMD>(qs, ks);
-                    for (j, dj) in d.iter().enumerate().take(n_pairs) {
-                        let row = (t * nh + hi + j) * span + pos - base;
-                        s.scores[row..row + nk].copy_from_slice(&dj[..nk]);
-                    }
-                    pos += nk;
-                }
-                hi += n_pairs;
+        let tile = TileSpan {
+            start: tile_start,
+            first_pos,
+            nq,
+            nh,
+            hd,
+            kv_dim,
+            group,
+            h0: task.h0,
+            span,
+            base,
+        };
+        // Few queries (decode): read f16 keys as they are; many (prefill): convert the tile once.
+        let direct = if SIMD && nq <= DIRECT_F16_QUERIES {
+            pool.keys_f16(c.tiles[ti], c.in_group, n_slots)
+        } else {
+            None
+        };
+        match direct {
+            Some(kh) => scores_tile::<SIMD, u16>(&tile, kh, &s.m, &mut s.scores, &lo),
+            None => {
+                let kf = &mut s.k[..n_slots * kv_dim];
+                pool.read_keys(c.tiles[ti], c.in_group, n_slots, kf);
+                scores_tile::<SIMD, f32>(&tile, &s.k[..n_slots * kv_dim], &s.m, &mut s.scores, &lo);
             }
         }
     }
@@ -324,42 +313,35 @@ fn run_task_body<const SIMD: bool>(
         let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
             continue;
         };
-        let vf = &mut s.v[..n_slots * kv_dim];
-        pool.read_values(c.tiles[ti], c.in_group, n_slots, vf);
-        let vf = &s.v[..n_slots * kv_dim];
-        for t in 0..nq {
-            let p = first_pos + t;
-            let (s_lo, s_hi) = (lo(p).max(tile_start), (p + 1).min(tile_start + n_slots));
-            if s_lo >= s_hi {
-                continue;
-            }
-            let mut hi = 0;
-            while hi < nh {
-                let g = (task.h0 + hi) / group;
-                let mut n = 1;
-                while n < 4 && hi + n < nh && (task.h0 + hi + n) / group == g {
-                    n += 1;
-                }
-                let st = t * nh + hi;
-                let weights = &s.scores[st * span..(st + n) * span];
-                let acc = &mut s.acc[st * hd..(st + n) * hd];
-                let values = |pos: usize| {
-                    let slot = pos - tile_start;
-                    &vf[slot * kv_dim + g * hd..slot * kv_dim + (g + 1) * hd]
-                };
-                let blk = Block {
-                    span,
-                    hd,
-                    base,
-                    positions: s_lo..s_hi,
-                };
-                match n {
-                    4 => axpy_block::<4, SIMD>(acc, weights, &blk, values),
-                    3 => axpy_block::<3, SIMD>(acc, weights, &blk, values),
-                    2 => axpy_block::<2, SIMD>(acc, weights, &blk, values),
-                    _ => axpy_block::<1, SIMD>(acc, weights, &blk, values),
-                }
-                hi += n;
+        let tile = TileSpan {
+            start: tile_start,
+            first_pos,
+            nq,
+            nh,
+            hd,
+            kv_dim,
+            group,
+            h0: task.h0,
+            span,
+            base,
+        };
+        let direct = if SIMD && nq <= DIRECT_F16_QUERIES {
+            pool.values_f16(c.tiles[ti], c.in_group, n_slots)
+        } else {
+            None
+        };
+        match direct {
+            Some(vh) => values_tile::<SIMD, u16>(&tile, vh, &s.scores, &mut s.acc, &lo),
+            None => {
+                let vf = &mut s.v[..n_slots * kv_dim];
+                pool.read_values(c.tiles[ti], c.in_group, n_slots, vf);
+                values_tile::<SIMD, f32>(
+                    &tile,
+                    &s.v[..n_slots * kv_dim],
+                    &s.scores,
+                    &mut s.acc,
+                    &lo,
+                );
             }
         }
     }
@@ -368,6 +350,142 @@ fn run_task_body<const SIMD: bool>(
         // SAFETY: this task alone owns heads h0..h1 of rows t0..t1 of its chunk.
         let dst = unsafe { out.slice(row * q_dim + task.h0 * hd, nh * hd) };
         dst.copy_from_slice(&s.acc[t * nh * hd..(t + 1) * nh * hd]);
+    }
+}
+
+/// One tile's place in a task: what the per-tile loops need.
+struct TileSpan {
+    start: usize,
+    first_pos: usize,
+    nq: usize,
+    nh: usize,
+    hd: usize,
+    kv_dim: usize,
+    group: usize,
+    h0: usize,
+    span: usize,
+    base: usize,
+}
+
+/// A cached K/V element as the loops read it: f32 (a converted tile) or raw f16 bits, which the
+/// SIMD path converts as it loads (the conversion is exact, so the bits are the same).
+trait KvElem: Copy {
+    fn to_f32(self) -> f32;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+impl KvElem for u16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::f16::from_bits(self).to_f32()
+    }
+}
+
+/// Pass 1 for one tile: scores of every (query, head) of the task against the tile's visible
+/// keys, in blocks of two heads by `KEYS_PER_BLOCK` keys (`dots`); keys a query cannot see are
+/// computed with the block and never stored.
+#[inline(always)]
+fn scores_tile<const SIMD: bool, E: KvElem>(
+    t: &TileSpan,
+    keys: &[E],
+    qr: &[f32],
+    scores: &mut [f32],
+    lo: &impl Fn(usize) -> usize,
+) {
+    let n_slots = keys.len() / t.kv_dim;
+    let (hd, nh) = (t.hd, t.nh);
+    for qi in 0..t.nq {
+        let p = t.first_pos + qi;
+        let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
+        if s_lo >= s_hi {
+            continue;
+        }
+        let mut hi = 0;
+        while hi < nh {
+            // Heads hi and hi + 1 together when they share a KV head, else hi alone.
+            let g = (t.h0 + hi) / t.group;
+            let n_pairs = if hi + 1 < nh && (t.h0 + hi + 1) / t.group == g {
+                2
+            } else {
+                1
+            };
+            let qs: [&[f32]; 2] = std::array::from_fn(|j| {
+                let hj = hi + j.min(n_pairs - 1);
+                &qr[(qi * nh + hj) * hd..(qi * nh + hj + 1) * hd]
+            });
+            let key = |pos: usize| {
+                let slot = pos - t.start;
+                &keys[slot * t.kv_dim + g * hd..slot * t.kv_dim + (g + 1) * hd]
+            };
+            let mut pos = s_lo;
+            while pos < s_hi {
+                let nk = (s_hi - pos).min(KEYS_PER_BLOCK);
+                let ks: [&[E]; KEYS_PER_BLOCK] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
+                let d = dots::<SIMD, E>(qs, ks);
+                for (j, dj) in d.iter().enumerate().take(n_pairs) {
+                    let row = (qi * nh + hi + j) * t.span + pos - t.base;
+                    scores[row..row + nk].copy_from_slice(&dj[..nk]);
+                }
+                pos += nk;
+            }
+            hi += n_pairs;
+        }
+    }
+}
+
+/// Pass 3 for one tile: the heads of a query that share a KV head run together over 16-float
+/// slices of their accumulators, so each V slice feeds all of them (`axpy_block`); per element
+/// the sum runs over positions in order.
+#[inline(always)]
+fn values_tile<const SIMD: bool, E: KvElem>(
+    t: &TileSpan,
+    vals: &[E],
+    scores: &[f32],
+    acc_all: &mut [f32],
+    lo: &impl Fn(usize) -> usize,
+) {
+    let n_slots = vals.len() / t.kv_dim;
+    let (hd, nh, span) = (t.hd, t.nh, t.span);
+    for qi in 0..t.nq {
+        let p = t.first_pos + qi;
+        let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
+        if s_lo >= s_hi {
+            continue;
+        }
+        let mut hi = 0;
+        while hi < nh {
+            let g = (t.h0 + hi) / t.group;
+            let mut n = 1;
+            while n < 4 && hi + n < nh && (t.h0 + hi + n) / t.group == g {
+                n += 1;
+            }
+            let st = qi * nh + hi;
+            let weights = &scores[st * span..(st + n) * span];
+            let acc = &mut acc_all[st * hd..(st + n) * hd];
+            let values = |pos: usize| {
+                let slot = pos - t.start;
+                &vals[slot * t.kv_dim + g * hd..slot * t.kv_dim + (g + 1) * hd]
+            };
+            let blk = Block {
+                span,
+                hd,
+                base: t.base,
+                positions: s_lo..s_hi,
+            };
+            match n {
+                4 => axpy_block::<4, SIMD, E>(acc, weights, &blk, values),
+                3 => axpy_block::<3, SIMD, E>(acc, weights, &blk, values),
+                2 => axpy_block::<2, SIMD, E>(acc, weights, &blk, values),
+                _ => axpy_block::<1, SIMD, E>(acc, weights, &blk, values),
+            }
+            hi += n;
+        }
     }
 }
 
@@ -394,52 +512,40 @@ fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
-/// `dot(q[i], k[j])` for two query rows by four key rows, each computed as a lone dot product
-/// would be (eight lanes of mul-then-add in element order, the lanes then summed in order): the
-/// blocking only shares the loads.
+/// `dot(q[i], k[j])` for two query rows by `KEYS_PER_BLOCK` key rows, each computed as a lone
+/// dot product would be (eight lanes of fused multiply-adds in element order, the lanes then
+/// summed in order): the blocking only shares the loads.
 #[inline(always)]
-fn dots<const SIMD: bool>(
+fn dots<const SIMD: bool, E: KvElem>(
     q: [&[f32]; 2],
-    k: [&[f32]; KEYS_PER_BLOCK],
+    k: [&[E]; KEYS_PER_BLOCK],
 ) -> [[f32; KEYS_PER_BLOCK]; 2] {
     #[cfg(target_arch = "x86_64")]
     if SIMD {
-        // SAFETY: `SIMD` is only set in the AVX2 + FMA entry point.
+        // SAFETY: `SIMD` is only set in the AVX2 + FMA + F16C entry point.
         return unsafe { simd::dots(q, k) };
     }
     let n = q[0].len();
-    debug_assert!(q.iter().chain(&k).all(|r| r.len() == n));
-    let (q0, q1) = (q[0].as_chunks::<8>().0, q[1].as_chunks::<8>().0);
-    let (k0, k1, k2) = (
-        k[0].as_chunks::<8>().0,
-        k[1].as_chunks::<8>().0,
-        k[2].as_chunks::<8>().0,
-    );
-    let nb = q0.len();
     assert!(
-        [q1.len(), k0.len(), k1.len(), k2.len()] == [nb; 4],
+        q.iter().all(|r| r.len() == n) && k.iter().all(|r| r.len() == n),
         "dots: ragged rows"
     );
+    let body = n - n % 8;
     let mut acc = [[[0.0f32; 8]; KEYS_PER_BLOCK]; 2];
-    for i in 0..nb {
-        let qv = [q0[i], q1[i]];
-        let kv = [k0[i], k1[i], k2[i]];
+    for i in 0..body {
         for a in 0..2 {
             for b in 0..KEYS_PER_BLOCK {
-                for j in 0..8 {
-                    acc[a][b][j] = qv[a][j].mul_add(kv[b][j], acc[a][b][j]);
-                }
+                acc[a][b][i % 8] = q[a][i].mul_add(k[b][i].to_f32(), acc[a][b][i % 8]);
             }
         }
     }
-    let body = nb * 8;
     let mut out = [[0.0f32; KEYS_PER_BLOCK]; 2];
     for a in 0..2 {
         for b in 0..KEYS_PER_BLOCK {
             let tail: f32 = q[a][body..]
                 .iter()
                 .zip(&k[b][body..])
-                .map(|(x, y)| x * y)
+                .map(|(x, y)| x * y.to_f32())
                 .sum();
             out[a][b] = acc[a][b].iter().sum::<f32>() + tail;
         }
@@ -510,16 +616,16 @@ struct Block {
 /// order, with `acc` holding the heads' `hd`-float accumulators back to back and `w` their score
 /// rows. 16-float slices of all `N` accumulators stay in registers across the positions.
 #[inline(always)]
-fn axpy_block<'v, const N: usize, const SIMD: bool>(
+fn axpy_block<'v, const N: usize, const SIMD: bool, E: KvElem + 'v>(
     acc: &mut [f32],
     w: &[f32],
     b: &Block,
-    v: impl Fn(usize) -> &'v [f32],
+    v: impl Fn(usize) -> &'v [E],
 ) {
     #[cfg(target_arch = "x86_64")]
     if SIMD && b.hd.is_multiple_of(16) {
-        // SAFETY: `SIMD` is only set in the AVX2 + FMA entry point.
-        unsafe { simd::axpy_block::<N>(acc, w, b, v) };
+        // SAFETY: `SIMD` is only set in the AVX2 + FMA + F16C entry point.
+        unsafe { simd::axpy_block::<N, E>(acc, w, b, v) };
         return;
     }
     const W: usize = 16;
@@ -536,7 +642,7 @@ fn axpy_block<'v, const N: usize, const SIMD: bool>(
             for (h, ah) in a.iter_mut().enumerate() {
                 let wt = w[h * span + pos - base];
                 for j in 0..W {
-                    ah[j] = wt.mul_add(vr[j], ah[j]);
+                    ah[j] = wt.mul_add(vr[j].to_f32(), ah[j]);
                 }
             }
         }
@@ -551,7 +657,7 @@ fn axpy_block<'v, const N: usize, const SIMD: bool>(
             for h in 0..N {
                 let wt = w[h * span + pos - base];
                 for (x, y) in acc[h * hd + body..(h + 1) * hd].iter_mut().zip(vr) {
-                    *x = wt.mul_add(*y, *x);
+                    *x = wt.mul_add(y.to_f32(), *x);
                 }
             }
         }
@@ -564,18 +670,34 @@ fn axpy_block<'v, const N: usize, const SIMD: bool>(
 mod simd {
     use std::arch::x86_64::*;
 
-    use super::{Block, KEYS_PER_BLOCK};
+    use super::{Block, KvElem, KEYS_PER_BLOCK};
+
+    /// Eight elements as f32 (f16 bits converted with F16C, exactly).
+    ///
+    /// # Safety
+    /// Eight elements readable at `p`; AVX and F16C enabled in the inlining function.
+    #[inline(always)]
+    unsafe fn load8<E: KvElem>(p: *const E) -> __m256 {
+        // SAFETY: per the contract; the element type decides the load.
+        unsafe {
+            if std::mem::size_of::<E>() == 2 {
+                _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+            } else {
+                _mm256_loadu_ps(p.cast())
+            }
+        }
+    }
 
     /// # Safety
-    /// AVX2 and FMA must be enabled in the inlining function; rows have equal lengths.
+    /// AVX2, FMA and F16C must be enabled in the inlining function.
     #[inline(always)]
-    pub(super) unsafe fn dots(
+    pub(super) unsafe fn dots<E: KvElem>(
         q: [&[f32]; 2],
-        k: [&[f32]; KEYS_PER_BLOCK],
+        k: [&[E]; KEYS_PER_BLOCK],
     ) -> [[f32; KEYS_PER_BLOCK]; 2] {
         let n = q[0].len();
         assert!(
-            q.iter().chain(&k).all(|r| r.len() == n),
+            q.iter().all(|r| r.len() == n) && k.iter().all(|r| r.len() == n),
             "dots: ragged rows"
         );
         let body = n - n % 8;
@@ -587,7 +709,7 @@ mod simd {
                 let q0 = _mm256_loadu_ps(q[0].as_ptr().add(i));
                 let q1 = _mm256_loadu_ps(q[1].as_ptr().add(i));
                 for b in 0..KEYS_PER_BLOCK {
-                    let kv = _mm256_loadu_ps(k[b].as_ptr().add(i));
+                    let kv = load8(k[b].as_ptr().add(i));
                     acc[0][b] = _mm256_fmadd_ps(q0, kv, acc[0][b]);
                     acc[1][b] = _mm256_fmadd_ps(q1, kv, acc[1][b]);
                 }
@@ -601,7 +723,7 @@ mod simd {
                     let tail: f32 = q[a][body..]
                         .iter()
                         .zip(&k[b][body..])
-                        .map(|(x, y)| x * y)
+                        .map(|(x, y)| x * y.to_f32())
                         .sum();
                     out[a][b] = lanes.iter().sum::<f32>() + tail;
                 }
@@ -614,11 +736,11 @@ mod simd {
     /// AVX2 and FMA must be enabled in the inlining function; `b.hd % 16 == 0`; slices as the
     /// portable `axpy_block` requires.
     #[inline(always)]
-    pub(super) unsafe fn axpy_block<'v, const N: usize>(
+    pub(super) unsafe fn axpy_block<'v, const N: usize, E: KvElem + 'v>(
         acc: &mut [f32],
         w: &[f32],
         b: &Block,
-        v: impl Fn(usize) -> &'v [f32],
+        v: impl Fn(usize) -> &'v [E],
     ) {
         let (hd, span, base) = (b.hd, b.span, b.base);
         assert!(acc.len() >= N * hd && hd % 16 == 0, "axpy_block: shapes");
@@ -634,8 +756,8 @@ mod simd {
                 }
                 for pos in b.positions.clone() {
                     let vr = &v(pos)[d..d + 16];
-                    let v0 = _mm256_loadu_ps(vr.as_ptr());
-                    let v1 = _mm256_loadu_ps(vr.as_ptr().add(8));
+                    let v0 = load8(vr.as_ptr());
+                    let v1 = load8(vr.as_ptr().add(8));
                     for (h, ah) in a.iter_mut().enumerate() {
                         let wt = _mm256_set1_ps(w[h * span + pos - base]);
                         ah[0] = _mm256_fmadd_ps(wt, v0, ah[0]);
@@ -673,7 +795,7 @@ mod tests {
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn simd_pair(
         q: [&[f32]; 2],
         k: [&[f32]; KEYS_PER_BLOCK],
@@ -682,8 +804,22 @@ mod tests {
         b: &Block,
         v: &[f32],
     ) -> [[f32; KEYS_PER_BLOCK]; 2] {
-        axpy_block::<3, true>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]);
-        dots::<true>(q, k)
+        axpy_block::<3, true, f32>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]);
+        dots::<true, f32>(q, k)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn simd_pair_f16(
+        q: [&[f32]; 2],
+        k: [&[u16]; KEYS_PER_BLOCK],
+        acc: &mut [f32],
+        w: &[f32],
+        b: &Block,
+        v: &[u16],
+    ) -> [[f32; KEYS_PER_BLOCK]; 2] {
+        axpy_block::<3, true, u16>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]);
+        dots::<true, u16>(q, k)
     }
 
     #[test]
@@ -712,11 +848,48 @@ mod tests {
             let mut acc_plain = acc_simd.clone();
             // SAFETY: features detected above.
             let d_simd = unsafe { simd_pair([&q0, &q1], k, &mut acc_simd, &w, &b, &v) };
-            axpy_block::<3, false>(&mut acc_plain, &w, &b, |p| &v[p * hd..(p + 1) * hd]);
-            let d_plain = dots::<false>([&q0, &q1], k);
+            axpy_block::<3, false, f32>(&mut acc_plain, &w, &b, |p| &v[p * hd..(p + 1) * hd]);
+            let d_plain = dots::<false, f32>([&q0, &q1], k);
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(d_simd.as_flattened()), bits(d_plain.as_flattened()));
             assert_eq!(bits(&acc_simd), bits(&acc_plain));
+            // f16 rows read directly give the bits of the same rows converted first.
+            let k16: Vec<Vec<u16>> = ks
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .map(|&x| half::f16::from_f32(x).to_bits())
+                        .collect()
+                })
+                .collect();
+            let kc: Vec<Vec<f32>> = k16
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .map(|&x| half::f16::from_bits(x).to_f32())
+                        .collect()
+                })
+                .collect();
+            let k16r: [&[u16]; KEYS_PER_BLOCK] = std::array::from_fn(|j| &k16[j][..]);
+            let kcr: [&[f32]; KEYS_PER_BLOCK] = std::array::from_fn(|j| &kc[j][..]);
+            let v16: Vec<u16> = v
+                .iter()
+                .map(|&x| half::f16::from_f32(x).to_bits())
+                .collect();
+            let vc: Vec<f32> = v16
+                .iter()
+                .map(|&x| half::f16::from_bits(x).to_f32())
+                .collect();
+            let mut acc16 = row(7, 3 * hd);
+            let mut accc = acc16.clone();
+            // SAFETY: features detected above.
+            let d16 = unsafe { simd_pair_f16([&q0, &q1], k16r, &mut acc16, &w, &b, &v16) };
+            // SAFETY: as above.
+            let dc = unsafe { simd_pair([&q0, &q1], kcr, &mut accc, &w, &b, &vc) };
+            assert_eq!(bits(d16.as_flattened()), bits(dc.as_flattened()));
+            assert_eq!(bits(&acc16), bits(&accc));
+            let dp16 = dots::<false, u16>([&q0, &q1], k16r);
+            assert_eq!(bits(dp16.as_flattened()), bits(dc.as_flattened()));
         }
     }
 

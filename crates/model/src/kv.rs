@@ -187,6 +187,14 @@ impl Store {
         }
     }
 
+    /// `len` values from offset `at` as f16 bits, if stored as f16.
+    fn f16_bits(&self, at: usize, len: usize) -> Option<&[u16]> {
+        match self {
+            Store::F16(v) => Some(v[at..at + len].reinterpret_cast()),
+            _ => None,
+        }
+    }
+
     /// Reads `dst.len()` values from value offset `at` as f32.
     fn read(&self, at: usize, dst: &mut [f32]) {
         match self {
@@ -257,5 +265,20 @@ impl KvPool {
     pub fn read_values(&self, tile: TileId, in_group: usize, n: usize, out: &mut [f32]) {
         let o = self.offset(tile, in_group, 0);
         self.v.read(o, &mut out[..n * self.layout.kv_dim]);
+    }
+
+    /// K of the first `n` slots of one tile and layer as raw f16 bits `[n][kv_dim]`, when the
+    /// pool stores f16 (for kernels that convert as they load).
+    #[inline]
+    pub fn keys_f16(&self, tile: TileId, in_group: usize, n: usize) -> Option<&[u16]> {
+        let o = self.offset(tile, in_group, 0);
+        self.k.f16_bits(o, n * self.layout.kv_dim)
+    }
+
+    /// V counterpart of [`KvPool::keys_f16`].
+    #[inline]
+    pub fn values_f16(&self, tile: TileId, in_group: usize, n: usize) -> Option<&[u16]> {
+        let o = self.offset(tile, in_group, 0);
+        self.v.f16_bits(o, n * self.layout.kv_dim)
     }
 }
