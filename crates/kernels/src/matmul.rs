@@ -192,7 +192,7 @@ pub fn matmul_with_isa(
             packed::packable(w.ty, w.rows, w.cols),
             "matmul: packed weights of an unpackable type or shape; build them with Weights::packed"
         );
-        let (acts, blocks) = if format == Format::Q4_K {
+        let (acts, blocks) = if matches!(format, Format::Q4_K | Format::Q6_K) {
             let (a, n) = BlockQ8K::prepare(threads, x, w.cols, scratch);
             (packed::PackedActs::Q8K(a), n)
         } else {

@@ -8,6 +8,8 @@
 //! sixteen rows, then one conversion, one multiply and one multiply-add for all sixteen — about a
 //! third of the instructions per product of the row-major path.
 //!
+//! Q6_K is packed with its 6-bit quants one per byte and its 8-bit scales per 16 quants, the
+//! `-32` offset taken off with `vpdpwssd` of the scales against the activation's block sums.
 //! Q4_K (super-blocks of 256 with 6-bit scales and mins) is packed the same way per sub-block of
 //! 32, with its scales and mins unpacked into the record (see `Q4K_*`; records are 8% larger than
 //! the blocks they replace); its kernel multiplies each sub-block's exact sum by the row's scale
@@ -33,10 +35,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::dtype::{Format, GgmlType};
-use crate::quant::kquants::{k4_scales_mins, q4_k_quants};
+use crate::quant::kquants::{k4_scales_mins, q4_k_quants, q6_k_quants};
 use crate::quant::{
     self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, ActQ8_0, BlockQ4K, BlockQ4_0,
-    BlockQ5_0, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
+    BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
 };
 use crate::threads::Threads;
 
@@ -93,7 +95,7 @@ pub(crate) fn offset(format: Format) -> Option<i32> {
 fn block_elems(format: Format) -> Option<usize> {
     match format {
         Format::Q8_0 | Format::Q5_0 | Format::Q4_0 => Some(QK8_0),
-        Format::Q4_K => Some(QK_K),
+        Format::Q4_K | Format::Q6_K => Some(QK_K),
         _ => None,
     }
 }
@@ -124,6 +126,13 @@ pub(crate) const Q4K_SCALES: usize = 64;
 pub(crate) const Q4K_MINS: usize = Q4K_SCALES + 128;
 pub(crate) const Q4K_QUANTS: usize = Q4K_MINS + 256;
 
+/// Q6_K record: d (16 f16), the 8-bit scales as bytes `[sub-block of 16][row]`, the scales again
+/// as i16 pairs `(s[2k], s[2k + 1])` per row lane for `vpdpwssd` (8 x 64 bytes), then the 6-bit
+/// quants one per byte, sub-block `g` chunk `c` (elements `16g + 4c..+4`) at `64 * (4g + c)`.
+pub(crate) const Q6K_SCALES: usize = 32;
+pub(crate) const Q6K_PAIRS: usize = Q6K_SCALES + 256;
+pub(crate) const Q6K_QUANTS: usize = Q6K_PAIRS + 512;
+
 /// Bytes of one record (sixteen rows by one block).
 pub(crate) fn record_bytes(format: Format) -> usize {
     match format {
@@ -131,6 +140,7 @@ pub(crate) fn record_bytes(format: Format) -> usize {
         Format::Q5_0 => 32 + 256 + 64,
         Format::Q4_0 => 32 + 256,
         Format::Q4_K => Q4K_QUANTS + 8 * 256,
+        Format::Q6_K => Q6K_QUANTS + 4096,
         _ => unreachable!("record_bytes of an unpackable format"),
     }
 }
@@ -228,10 +238,35 @@ fn pack_group_q4k(data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8
     }
 }
 
+/// Packs row group `g` of a Q6_K matrix into `dst` (`blocks` records, zeroed).
+fn pack_group_q6k(data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8]) {
+    let rec = record_bytes(Format::Q6_K);
+    for b in 0..blocks {
+        let r = &mut dst[b * rec..(b + 1) * rec];
+        for i in 0..PACK_ROWS {
+            let off = ((g * PACK_ROWS + i) * blocks + b) * bb;
+            let blk: &BlockQ6K = &quant::cast_blocks(&data[off..off + bb])[0];
+            r[2 * i..2 * i + 2].copy_from_slice(&blk.d);
+            for (sb, &sc) in blk.scales.iter().enumerate() {
+                r[Q6K_SCALES + 16 * sb + i] = sc as u8;
+                let at = Q6K_PAIRS + 64 * (sb / 2) + 4 * i + 2 * (sb % 2);
+                r[at..at + 2].copy_from_slice(&i16::from(sc).to_le_bytes());
+            }
+            for (e, &q) in q6_k_quants(blk).iter().enumerate() {
+                let (sb, c, t) = (e / 16, (e % 16) / 4, e % 4);
+                r[Q6K_QUANTS + 64 * (4 * sb + c) + 4 * i + t] = q;
+            }
+        }
+    }
+}
+
 /// Packs row group `g` (rows `16g..16g + 16`) into `dst` (`blocks` records, zeroed).
 fn pack_group(format: Format, data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8]) {
     if format == Format::Q4_K {
         return pack_group_q4k(data, bb, blocks, g, dst);
+    }
+    if format == Format::Q6_K {
+        return pack_group_q6k(data, bb, blocks, g, dst);
     }
     let rec = record_bytes(format);
     for b in 0..blocks {
@@ -309,6 +344,34 @@ pub(crate) fn dot_packed_row_q4k(data: &[u8], blocks: usize, r: usize, x: &[Bloc
     acc
 }
 
+/// Scalar kernel (and reference) for row `r` of packed Q6_K weights against one activation row:
+/// per block `acc = fma(isum, d * d_x, acc)` with the exact
+/// `isum = sum_g s_g * (q_g . x_g) - 32 * sum_g s_g * sum(x_g)`.
+pub(crate) fn dot_packed_row_q6k(data: &[u8], blocks: usize, r: usize, x: &[BlockQ8K]) -> f32 {
+    let rec = record_bytes(Format::Q6_K);
+    let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
+    let mut acc = 0.0f32;
+    for (b, xa) in x.iter().enumerate().take(blocks) {
+        let record = &data[(g * blocks + b) * rec..(g * blocks + b + 1) * rec];
+        let d = f16_to_f32([record[2 * i], record[2 * i + 1]]);
+        let (mut dots, mut corr) = (0i32, 0i32);
+        for sb in 0..16 {
+            let sc = i32::from(record[Q6K_SCALES + 16 * sb + i] as i8);
+            let dot: i32 = (0..16)
+                .map(|e| {
+                    let q = record[Q6K_QUANTS + 64 * (4 * sb + e / 4) + 4 * i + e % 4];
+                    i32::from(q) * i32::from(xa.qs[16 * sb + e])
+                })
+                .sum();
+            dots += sc * dot;
+            corr += sc * i32::from(xa.bsums[sb]);
+        }
+        let isum = dots - 32 * corr;
+        acc = (isum as f32).mul_add(d * xa.d, acc);
+    }
+    acc
+}
+
 /// Scalar kernel (and reference) for row `r` of packed weights against one activation row:
 /// `fma(isum_b, d_w * d_x, acc)` over the blocks in order.
 pub(crate) fn dot_packed_row(
@@ -378,6 +441,9 @@ impl PackedJob<'_> {
                     let v = match self.acts {
                         PackedActs::Q8_0(a) => {
                             dot_packed_row(self.format, self.data, bl, r, &a[i * bl..(i + 1) * bl])
+                        }
+                        PackedActs::Q8K(a) if self.format == Format::Q6_K => {
+                            dot_packed_row_q6k(self.data, bl, r, &a[i * bl..(i + 1) * bl])
                         }
                         PackedActs::Q8K(a) => {
                             dot_packed_row_q4k(self.data, bl, r, &a[i * bl..(i + 1) * bl])

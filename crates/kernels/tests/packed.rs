@@ -9,16 +9,17 @@ use kernels::{
     detect_isa, matmul_with_isa, pack, packable, GgmlType, Isa, MatmulScratch, Threads, Weights,
 };
 
-const PACKABLE: [GgmlType; 4] = [
+const PACKABLE: [GgmlType; 5] = [
     GgmlType::Q8_0,
     GgmlType::Q5_0,
     GgmlType::Q4_0,
     GgmlType::Q4_K,
+    GgmlType::Q6_K,
 ];
 
 /// Shapes to test a type at (columns a multiple of its block).
 fn shapes(ty: GgmlType) -> [(usize, usize); 3] {
-    if ty == GgmlType::Q4_K {
+    if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
         [(16, 256), (48, 512), (64, 1024)]
     } else {
         [(16, 32), (48, 64), (64, 640)]
@@ -41,7 +42,7 @@ fn packed_matmul_agrees_with_row_major_and_simd_equals_scalar_bitwise() {
             let packed = pack(ty, &data, rows, cols).expect("packable");
             let want = kernels::packed::packed_len(ty, rows, cols);
             assert_eq!(Some(packed.as_bytes().len()), want);
-            if ty != GgmlType::Q4_K {
+            if !matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
                 assert_eq!(want, Some(data.len()), "legacy packing keeps the size");
             }
             let pw = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
@@ -126,7 +127,7 @@ fn packing_refuses_unpackable_types_shapes_and_sizes() {
         "rows not a multiple of 16"
     );
     assert!(pack(GgmlType::Q8_0, &data, 24, 64).is_none());
-    assert!(!packable(GgmlType::Q6_K, 16, 256), "Q6_K is not packed");
+    assert!(!packable(GgmlType::Q5_K, 16, 256), "Q5_K is not packed");
     assert!(
         !packable(GgmlType::Q4_K, 16, 128),
         "Q4_K needs whole super-blocks"
@@ -139,6 +140,6 @@ fn packing_refuses_unpackable_types_shapes_and_sizes() {
     );
     assert!(Weights::packed(GgmlType::Q8_0, &data[1..], 16, 64).is_err());
     assert!(Weights::packed(GgmlType::Q4_K, &data, 16, 64).is_err());
-    assert!(Weights::packed(GgmlType::Q6_K, &data, 16, 256).is_err());
-    assert!(Weights::packed(GgmlType::Q6_K, &data, 16, 256).is_err());
+    assert!(Weights::packed(GgmlType::Q5_K, &data, 16, 256).is_err());
+    assert!(Weights::packed(GgmlType::Q5_K, &data, 16, 256).is_err());
 }

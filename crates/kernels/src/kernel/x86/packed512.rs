@@ -15,6 +15,7 @@ use std::arch::x86_64::*;
 use crate::dtype::Format;
 use crate::packed::{
     offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
+    Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
 
@@ -181,6 +182,103 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     }
 }
 
+/// Q6_K rows `16g..16g + 16` for activation rows `i..i + N`.
+#[inline(always)]
+unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+    let rec = record_bytes(Format::Q6_K);
+    let blocks = job.blocks;
+    let PackedActs::Q8K(all) = job.acts else {
+        unreachable!("Q6_K packed kernel with Q8_0 activations")
+    };
+    // SAFETY: records of group g lie in `data` and activation rows i..i+N hold `blocks` blocks
+    // (checked by the matmul); AVX-512 F/BW/VNNI enabled by the entry point.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts: [*const BlockQ8K; N] =
+            std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
+        let mut acc = [_mm512_setzero_ps(); N];
+        for b in 0..blocks {
+            let r = base.add(b * rec);
+            let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
+            let mut isum = [_mm512_setzero_si512(); N];
+            for sb in 0..16 {
+                let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(r.add(Q6K_SCALES + 16 * sb).cast()));
+                let q = r.add(Q6K_QUANTS + 256 * sb);
+                let w: [__m512i; 4] =
+                    std::array::from_fn(|c| _mm512_loadu_si512(q.add(64 * c).cast()));
+                for j in 0..N {
+                    let qs = xs[j].qs.as_ptr().add(16 * sb).cast::<i32>();
+                    let s0 = _mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(),
+                        w[0],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(qs)),
+                    );
+                    let s1 = _mm512_dpbusd_epi32(
+                        _mm512_setzero_si512(),
+                        w[1],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(1))),
+                    );
+                    let s0 = _mm512_dpbusd_epi32(
+                        s0,
+                        w[2],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(2))),
+                    );
+                    let s1 = _mm512_dpbusd_epi32(
+                        s1,
+                        w[3],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(3))),
+                    );
+                    isum[j] =
+                        _mm512_add_epi32(isum[j], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
+                }
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
+            for j in 0..N {
+                let bs = &xs[j].bsums;
+                let mut corr = _mm512_setzero_si512();
+                for k in 0..8 {
+                    let pair = (bs[2 * k] as u16 as u32) | ((bs[2 * k + 1] as u16 as u32) << 16);
+                    corr = _mm512_dpwssd_epi32(
+                        corr,
+                        _mm512_loadu_si512(r.add(Q6K_PAIRS + 64 * k).cast()),
+                        _mm512_set1_epi32(pair as i32),
+                    );
+                }
+                let total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32::<5>(corr));
+                let dx = _mm512_set1_ps(xs[j].d);
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), acc[j]);
+            }
+        }
+        for j in 0..N {
+            _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn groups_q6k(job: &PackedJob, groups: std::ops::Range<usize>) {
+    for g in groups {
+        let mut i = 0;
+        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
+        unsafe {
+            while i + 8 <= job.m {
+                pass_q6k::<8>(job, g, i);
+                i += 8;
+            }
+            while i + 4 <= job.m {
+                pass_q6k::<4>(job, g, i);
+                i += 4;
+            }
+            match job.m - i {
+                3 => pass_q6k::<3>(job, g, i),
+                2 => pass_q6k::<2>(job, g, i),
+                1 => pass_q6k::<1>(job, g, i),
+                _ => {}
+            }
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn groups_q4k(job: &PackedJob, groups: std::ops::Range<usize>) {
     for g in groups {
@@ -261,6 +359,7 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             Format::Q5_0 => groups_q5(job, groups),
             Format::Q4_0 => groups_q4(job, groups),
             Format::Q4_K => groups_q4k(job, groups),
+            Format::Q6_K => groups_q6k(job, groups),
             _ => unreachable!("packed kernel for an unpackable format"),
         }
     }
