@@ -254,9 +254,20 @@ fn run_task_body<const SIMD: bool>(
         }
     }
 
-    // Pass 1: scores, tile by tile, in blocks of two (query, head) pairs by four keys so each
-    // loaded query and key vector serves several dot products (`dots`). Keys a query cannot see
-    // are computed with the block and never stored.
+    let shape = TileSpan {
+        start: 0,
+        first_pos,
+        nq,
+        nh,
+        hd,
+        kv_dim,
+        group,
+        h0: task.h0,
+        span,
+        base,
+    };
+
+    // Pass 1: scores, tile by tile (`scores_tile`).
     let tiles = base / ts..=last_pos / ts;
     for ti in tiles.clone() {
         let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
@@ -264,15 +275,7 @@ fn run_task_body<const SIMD: bool>(
         };
         let tile = TileSpan {
             start: tile_start,
-            first_pos,
-            nq,
-            nh,
-            hd,
-            kv_dim,
-            group,
-            h0: task.h0,
-            span,
-            base,
+            ..shape
         };
         // Few queries (decode): read f16 keys as they are; many (prefill): convert the tile once.
         let direct = if SIMD && nq <= DIRECT_F16_QUERIES {
@@ -306,24 +309,14 @@ fn run_task_body<const SIMD: bool>(
         }
     }
 
-    // Pass 3: weighted sum of V, tile by tile. The heads of a query that share a KV head run
-    // together over 16-float slices of their accumulators, so each V slice loaded from the tile
-    // feeds all of them (`axpy_block`); per element the sum still runs over positions in order.
+    // Pass 3: weighted sum of V, tile by tile (`values_tile`).
     for ti in tiles {
         let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
             continue;
         };
         let tile = TileSpan {
             start: tile_start,
-            first_pos,
-            nq,
-            nh,
-            hd,
-            kv_dim,
-            group,
-            h0: task.h0,
-            span,
-            base,
+            ..shape
         };
         let direct = if SIMD && nq <= DIRECT_F16_QUERIES {
             pool.values_f16(c.tiles[ti], c.in_group, n_slots)
@@ -354,6 +347,7 @@ fn run_task_body<const SIMD: bool>(
 }
 
 /// One tile's place in a task: what the per-tile loops need.
+#[derive(Clone, Copy)]
 struct TileSpan {
     start: usize,
     first_pos: usize,

@@ -255,24 +255,51 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn groups_q6k(job: &PackedJob, groups: std::ops::Range<usize>) {
+/// A k-quant pass kernel, so one driver serves Q4_K and Q6_K.
+trait KPass {
+    /// # Safety
+    /// As the pass functions: AVX-512 enabled, `i + N <= m`, job validated.
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize);
+}
+
+struct Q4KPass;
+struct Q6KPass;
+
+impl KPass for Q4KPass {
+    #[inline(always)]
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+        // SAFETY: forwarded.
+        unsafe { pass_q4k::<N>(job, g, i) }
+    }
+}
+
+impl KPass for Q6KPass {
+    #[inline(always)]
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+        // SAFETY: forwarded.
+        unsafe { pass_q6k::<N>(job, g, i) }
+    }
+}
+
+/// Runs `P` over row groups `groups` for all activation rows, eight at a time then the rest.
+#[inline(always)]
+unsafe fn groups_k<P: KPass>(job: &PackedJob, groups: std::ops::Range<usize>) {
     for g in groups {
         let mut i = 0;
         // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
         unsafe {
             while i + 8 <= job.m {
-                pass_q6k::<8>(job, g, i);
+                P::pass::<8>(job, g, i);
                 i += 8;
             }
             while i + 4 <= job.m {
-                pass_q6k::<4>(job, g, i);
+                P::pass::<4>(job, g, i);
                 i += 4;
             }
             match job.m - i {
-                3 => pass_q6k::<3>(job, g, i),
-                2 => pass_q6k::<2>(job, g, i),
-                1 => pass_q6k::<1>(job, g, i),
+                3 => P::pass::<3>(job, g, i),
+                2 => P::pass::<2>(job, g, i),
+                1 => P::pass::<1>(job, g, i),
                 _ => {}
             }
         }
@@ -280,27 +307,15 @@ unsafe fn groups_q6k(job: &PackedJob, groups: std::ops::Range<usize>) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn groups_q6k(job: &PackedJob, groups: std::ops::Range<usize>) {
+    // SAFETY: forwarded.
+    unsafe { groups_k::<Q6KPass>(job, groups) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn groups_q4k(job: &PackedJob, groups: std::ops::Range<usize>) {
-    for g in groups {
-        let mut i = 0;
-        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
-        unsafe {
-            while i + 8 <= job.m {
-                pass_q4k::<8>(job, g, i);
-                i += 8;
-            }
-            while i + 4 <= job.m {
-                pass_q4k::<4>(job, g, i);
-                i += 4;
-            }
-            match job.m - i {
-                3 => pass_q4k::<3>(job, g, i),
-                2 => pass_q4k::<2>(job, g, i),
-                1 => pass_q4k::<1>(job, g, i),
-                _ => {}
-            }
-        }
-    }
+    // SAFETY: forwarded.
+    unsafe { groups_k::<Q4KPass>(job, groups) }
 }
 
 #[inline(always)]
