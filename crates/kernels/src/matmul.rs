@@ -19,8 +19,6 @@
 //! lands in, or the thread count; the kernels guarantee that `dot::<N>` gives each pair exactly the
 //! bits `dot::<1>` would.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use crate::act::Activation;
 use crate::dtype::{Format, GgmlType};
 use crate::error::KernelError;
@@ -272,22 +270,10 @@ fn chunk_rows(rows: usize, threads: usize) -> usize {
 
 fn run_parallel<K: DotKernel>(threads: &Threads, k: &K, job: &SharedJob<K::W, K::A>) {
     let rows = job.0.rows;
-    let chunk = chunk_rows(rows, threads.n());
-    let n_chunks = rows.div_ceil(chunk);
-    if n_chunks == 1 {
-        // SAFETY: validated job, full range, single thread.
-        unsafe { k.rows(&job.0, 0..rows) };
-        return;
-    }
-    let next = AtomicUsize::new(0);
-    threads.run(&|_| loop {
-        let c = next.fetch_add(1, Ordering::Relaxed);
-        if c >= n_chunks {
-            break;
-        }
-        // SAFETY: validated job; chunk `c` is claimed by exactly one thread, so its rows are
-        // written by this thread only.
-        unsafe { k.rows(&job.0, c * chunk..((c + 1) * chunk).min(rows)) };
+    threads.for_each_range(rows, chunk_rows(rows, threads.n()), &|range| {
+        // SAFETY: validated job; each row range goes to exactly one call, so its rows are
+        // written by one thread only.
+        unsafe { k.rows(&job.0, range) }
     });
 }
 

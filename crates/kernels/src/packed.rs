@@ -32,8 +32,6 @@
 //! threads, so the packed matmul is batch-invariant, and the scalar kernel here
 //! (`dot_packed_row`) gives the SIMD kernel's exact bits.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use crate::dtype::{Format, GgmlType};
 use crate::quant::kquants::{k4_scales_mins, q4_k_quants, q6_k_quants};
 use crate::quant::{
@@ -465,20 +463,8 @@ pub(crate) fn run(threads: &Threads, job: &PackedJob, use_simd: bool) {
     } else {
         n_groups.div_ceil(threads.n() * 8).max(1)
     };
-    let n_chunks = n_groups.div_ceil(per_chunk);
-    if n_chunks <= 1 {
-        // SAFETY: single thread, all groups; `use_simd` as checked by the caller.
-        unsafe { job.groups(0..n_groups, use_simd) };
-        return;
-    }
-    let next = AtomicUsize::new(0);
-    threads.run(&|_| loop {
-        let c = next.fetch_add(1, Ordering::Relaxed);
-        if c >= n_chunks {
-            break;
-        }
-        let range = c * per_chunk..((c + 1) * per_chunk).min(n_groups);
-        // SAFETY: chunk c is claimed by this thread only; `use_simd` as checked by the caller.
-        unsafe { job.groups(range, use_simd) };
+    threads.for_each_range(n_groups, per_chunk, &|range| {
+        // SAFETY: each group range goes to exactly one call; `use_simd` as checked by the caller.
+        unsafe { job.groups(range, use_simd) }
     });
 }

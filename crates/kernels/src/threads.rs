@@ -117,6 +117,33 @@ impl Threads {
         self.n
     }
 
+    /// Cuts `0..len` into ranges of `chunk` (the last shorter) and calls `f` once per range, the
+    /// ranges claimed one at a time from a shared counter by the pool's threads (on the caller
+    /// alone when there is only one). Each range goes to exactly one call.
+    pub fn for_each_range(
+        &self,
+        len: usize,
+        chunk: usize,
+        f: &(dyn Fn(std::ops::Range<usize>) + Sync),
+    ) {
+        let chunk = chunk.max(1);
+        let n_chunks = len.div_ceil(chunk);
+        if n_chunks <= 1 {
+            if len > 0 {
+                f(0..len);
+            }
+            return;
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        self.run(&|_| loop {
+            let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if c >= n_chunks {
+                break;
+            }
+            f(c * chunk..((c + 1) * chunk).min(len));
+        });
+    }
+
     /// Runs `f(i)` exactly once for every `i in 0..n()` — in parallel on the pool's threads where
     /// they are available — and returns when all calls have finished. `f(0)` runs on the caller;
     /// other indices may too (see the module docs). A panic in any call is re-raised here.

@@ -102,3 +102,34 @@ fn a_nested_run_from_inside_a_job_completes_on_the_calling_thread() {
     // Two outer indices, each running both inner indices.
     assert_eq!(inner_calls.load(Ordering::Relaxed), 4);
 }
+
+#[test]
+fn for_each_range_covers_every_index_once_in_chunk_sized_ranges() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    for n in [1usize, 2, 3] {
+        let pool = Threads::new(n);
+        for (len, chunk) in [
+            (0usize, 4usize),
+            (1, 4),
+            (10, 3),
+            (64, 16),
+            (100, 7),
+            (5, 0),
+        ] {
+            let hits: Vec<AtomicUsize> = (0..len).map(|_| AtomicUsize::new(0)).collect();
+            let calls = AtomicUsize::new(0);
+            pool.for_each_range(len, chunk, &|r| {
+                assert!(r.len() <= chunk.max(1) || len <= chunk.max(1), "{r:?}");
+                calls.fetch_add(1, Ordering::Relaxed);
+                for i in r {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "len {len} chunk {chunk}"
+            );
+            assert_eq!(calls.load(Ordering::Relaxed), len.div_ceil(chunk.max(1)));
+        }
+    }
+}
