@@ -1,7 +1,9 @@
-//! AVX-512 VNNI kernel for x16-packed Q8_0 / Q5_0 / Q4_0 weights (layout in `crate::packed`).
+//! AVX-512 VNNI kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K weights (layout in
+//! `crate::packed`), one pass function per format behind one driver (`Pass`, `groups_of`).
 //!
-//! Per record (sixteen rows by one block) the eight chunks of unsigned quants are loaded (and, for
-//! 4/5-bit formats, unpacked) into registers once and reused for up to `GROUP` activation rows.
+//! Legacy formats: per record (sixteen rows by one block) the eight chunks of unsigned quants are
+//! loaded (and, for 4/5-bit formats, unpacked) into registers once and reused for up to
+//! `Pass::GROUP` activation rows.
 //! Per activation row: the integer sum starts at `-offset * sum(x)` in every lane, eight `dpbusd`
 //! add the chunks times the row's quants broadcast four bytes at a time (two chains of four), and
 //! one conversion, one multiply and one multiply-add fold the block into sixteen row accumulators
@@ -18,9 +20,6 @@ use crate::packed::{
     Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
-
-/// Activation rows per pass: 16 accumulators + 8 weight chunks + temporaries fit in 32 zmm.
-const GROUP: usize = 16;
 
 /// Unsigned quants of a record as eight vectors (chunk `k`: lane `i` = row `i`'s elements
 /// `4k..4k + 4`).
@@ -51,6 +50,29 @@ unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
             }
         }
         w
+    }
+}
+
+/// `init` plus the `K` chunk products of one record's unsigned quants `w` with the activation's
+/// quants at `qs` (four bytes broadcast per chunk), in two chains of `dpbusd`.
+///
+/// # Safety
+/// `4 * K` bytes readable at `qs`; AVX-512 F/VNNI enabled by the entry point.
+#[inline(always)]
+unsafe fn dot_chunks<const K: usize>(init: __m512i, w: &[__m512i; K], qs: *const i32) -> __m512i {
+    // SAFETY: per the contract.
+    unsafe {
+        let mut s0 = init;
+        let mut s1 = _mm512_setzero_si512();
+        for k in (0..K).step_by(2) {
+            let x0 = _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k)));
+            s0 = _mm512_dpbusd_epi32(s0, w[k], x0);
+            if k + 1 < K {
+                let x1 = _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k + 1)));
+                s1 = _mm512_dpbusd_epi32(s1, w[k + 1], x1);
+            }
+        }
+        _mm512_add_epi32(s0, s1)
     }
 }
 
@@ -88,22 +110,8 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
             let w = unpack::<F>(r.add(32));
             for j in 0..N {
                 let x = &*acts[j].add(b);
-                let qs = x.qs.as_ptr().cast::<i32>();
-                let mut s0 = _mm512_set1_epi32(-off * x.sum);
-                let mut s1 = _mm512_setzero_si512();
-                for k in (0..8).step_by(2) {
-                    s0 = _mm512_dpbusd_epi32(
-                        s0,
-                        w[k],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k))),
-                    );
-                    s1 = _mm512_dpbusd_epi32(
-                        s1,
-                        w[k + 1],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k + 1))),
-                    );
-                }
-                let isum = _mm512_add_epi32(s0, s1);
+                let corr = _mm512_set1_epi32(-off * x.sum);
+                let isum = dot_chunks(corr, &w, x.qs.as_ptr().cast::<i32>());
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d));
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
             }
@@ -138,22 +146,8 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                 let w = unpack::<Q4>(r.add(Q4K_QUANTS + 256 * sj));
                 for j in 0..N {
                     let qs = xs[j].qs.as_ptr().add(32 * sj).cast::<i32>();
-                    let mut s0 = _mm512_setzero_si512();
-                    let mut s1 = _mm512_setzero_si512();
-                    for k in (0..8).step_by(2) {
-                        s0 = _mm512_dpbusd_epi32(
-                            s0,
-                            w[k],
-                            _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k))),
-                        );
-                        s1 = _mm512_dpbusd_epi32(
-                            s1,
-                            w[k + 1],
-                            _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(k + 1))),
-                        );
-                    }
-                    isum[j] =
-                        _mm512_add_epi32(isum[j], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
+                    let dot = dot_chunks(_mm512_setzero_si512(), &w, qs);
+                    isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot, sc));
                 }
             }
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
@@ -208,28 +202,8 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                     std::array::from_fn(|c| _mm512_loadu_si512(q.add(64 * c).cast()));
                 for j in 0..N {
                     let qs = xs[j].qs.as_ptr().add(16 * sb).cast::<i32>();
-                    let s0 = _mm512_dpbusd_epi32(
-                        _mm512_setzero_si512(),
-                        w[0],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(qs)),
-                    );
-                    let s1 = _mm512_dpbusd_epi32(
-                        _mm512_setzero_si512(),
-                        w[1],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(1))),
-                    );
-                    let s0 = _mm512_dpbusd_epi32(
-                        s0,
-                        w[2],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(2))),
-                    );
-                    let s1 = _mm512_dpbusd_epi32(
-                        s1,
-                        w[3],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(3))),
-                    );
-                    isum[j] =
-                        _mm512_add_epi32(isum[j], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), sc));
+                    let dot = dot_chunks(_mm512_setzero_si512(), &w, qs);
+                    isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot, sc));
                 }
             }
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
@@ -255,17 +229,31 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     }
 }
 
-/// A k-quant pass kernel, so one driver serves Q4_K and Q6_K.
-trait KPass {
+/// A pass kernel (sixteen rows by `N` activation rows), so one driver serves every format.
+trait Pass {
+    /// Activation rows per pass when the batch allows: 16 or 8, as registers permit.
+    const GROUP: usize;
     /// # Safety
     /// As the pass functions: AVX-512 enabled, `i + N <= m`, job validated.
     unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize);
 }
 
+/// Q8_0 / Q5_0 / Q4_0 (`F`): 16 accumulators + 8 weight chunks fit in 32 zmm.
+struct LegacyPass<const F: u8>;
 struct Q4KPass;
 struct Q6KPass;
 
-impl KPass for Q4KPass {
+impl<const F: u8> Pass for LegacyPass<F> {
+    const GROUP: usize = 16;
+    #[inline(always)]
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+        // SAFETY: forwarded.
+        unsafe { pass::<F, N>(job, g, i) }
+    }
+}
+
+impl Pass for Q4KPass {
+    const GROUP: usize = 8;
     #[inline(always)]
     unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
         // SAFETY: forwarded.
@@ -273,7 +261,8 @@ impl KPass for Q4KPass {
     }
 }
 
-impl KPass for Q6KPass {
+impl Pass for Q6KPass {
+    const GROUP: usize = 8;
     #[inline(always)]
     unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
         // SAFETY: forwarded.
@@ -281,13 +270,20 @@ impl KPass for Q6KPass {
     }
 }
 
-/// Runs `P` over row groups `groups` for all activation rows, eight at a time then the rest.
-#[inline(always)]
-unsafe fn groups_k<P: KPass>(job: &PackedJob, groups: std::ops::Range<usize>) {
+/// Runs `P` over row groups `groups` for all activation rows: `P::GROUP` at a time (16, then 8),
+/// then 4, then the rest. The grouping never changes a result (each pair's sums are the same).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn groups_of<P: Pass>(job: &PackedJob, groups: std::ops::Range<usize>) {
     for g in groups {
         let mut i = 0;
         // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
         unsafe {
+            if P::GROUP >= 16 {
+                while i + 16 <= job.m {
+                    P::pass::<16>(job, g, i);
+                    i += 16;
+                }
+            }
             while i + 8 <= job.m {
                 P::pass::<8>(job, g, i);
                 i += 8;
@@ -306,60 +302,6 @@ unsafe fn groups_k<P: KPass>(job: &PackedJob, groups: std::ops::Range<usize>) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn groups_q6k(job: &PackedJob, groups: std::ops::Range<usize>) {
-    // SAFETY: forwarded.
-    unsafe { groups_k::<Q6KPass>(job, groups) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn groups_q4k(job: &PackedJob, groups: std::ops::Range<usize>) {
-    // SAFETY: forwarded.
-    unsafe { groups_k::<Q4KPass>(job, groups) }
-}
-
-#[inline(always)]
-unsafe fn groups_impl<const F: u8>(job: &PackedJob, groups: std::ops::Range<usize>) {
-    for g in groups {
-        let mut i = 0;
-        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
-        unsafe {
-            while i + GROUP <= job.m {
-                pass::<F, GROUP>(job, g, i);
-                i += GROUP;
-            }
-            while i + 4 <= job.m {
-                pass::<F, 4>(job, g, i);
-                i += 4;
-            }
-            match job.m - i {
-                3 => pass::<F, 3>(job, g, i),
-                2 => pass::<F, 2>(job, g, i),
-                1 => pass::<F, 1>(job, g, i),
-                _ => {}
-            }
-        }
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn groups_q8(job: &PackedJob, groups: std::ops::Range<usize>) {
-    // SAFETY: forwarded.
-    unsafe { groups_impl::<Q8>(job, groups) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn groups_q5(job: &PackedJob, groups: std::ops::Range<usize>) {
-    // SAFETY: forwarded.
-    unsafe { groups_impl::<Q5>(job, groups) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn groups_q4(job: &PackedJob, groups: std::ops::Range<usize>) {
-    // SAFETY: forwarded.
-    unsafe { groups_impl::<Q4>(job, groups) }
-}
-
 /// Writes all outputs of row groups `groups`.
 ///
 /// # Safety
@@ -370,11 +312,11 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
     // SAFETY: forwarded from this function's contract.
     unsafe {
         match job.format {
-            Format::Q8_0 => groups_q8(job, groups),
-            Format::Q5_0 => groups_q5(job, groups),
-            Format::Q4_0 => groups_q4(job, groups),
-            Format::Q4_K => groups_q4k(job, groups),
-            Format::Q6_K => groups_q6k(job, groups),
+            Format::Q8_0 => groups_of::<LegacyPass<Q8>>(job, groups),
+            Format::Q5_0 => groups_of::<LegacyPass<Q5>>(job, groups),
+            Format::Q4_0 => groups_of::<LegacyPass<Q4>>(job, groups),
+            Format::Q4_K => groups_of::<Q4KPass>(job, groups),
+            Format::Q6_K => groups_of::<Q6KPass>(job, groups),
             _ => unreachable!("packed kernel for an unpackable format"),
         }
     }
