@@ -134,7 +134,6 @@ pub struct Engine<M: Model> {
     context_length: usize,
     arrivals: u64,
     cost: StepCost,
-    max_batch_tokens: usize,
 }
 
 impl<M: Model> Engine<M> {
@@ -176,7 +175,6 @@ impl<M: Model> Engine<M> {
             context_length,
             arrivals: 0,
             cost: StepCost::new(cfg.itl_slowdown),
-            max_batch_tokens: cfg.max_batch_tokens,
         })
     }
 
@@ -305,7 +303,7 @@ impl<M: Model> Engine<M> {
         let cap = self.cost.cap(
             self.sched.decoders(),
             PREFILL_CAP_FLOOR,
-            self.max_batch_tokens,
+            self.sched.max_batch_tokens(),
         );
         self.sched.set_prefill_cap(cap);
         let plan = self.sched.plan();

@@ -140,18 +140,15 @@ impl Scheduler {
             .count()
     }
 
-    pub fn prefill_cap(&self) -> Option<usize> {
-        self.prefill_cap
+    /// Tokens per step (`SchedulerConfig::max_batch_tokens`, at least 1).
+    pub fn max_batch_tokens(&self) -> usize {
+        self.cfg.max_batch_tokens.max(1)
     }
 
     /// Tokens a piece may still take: the step's budget, and for prefill pieces in a step that
     /// decodes, what is left of the prefill cap.
     fn budget_left(&self, plan: &StepPlan, decoding: bool) -> usize {
-        let total = self
-            .cfg
-            .max_batch_tokens
-            .max(1)
-            .saturating_sub(plan.n_tokens());
+        let total = self.max_batch_tokens().saturating_sub(plan.n_tokens());
         match self.prefill_cap {
             Some(cap) if !decoding && self.cfg.chunked_prefill && plan.decode_tokens() > 0 => {
                 total.min(cap.saturating_sub(plan.prefill_tokens()))
@@ -162,7 +159,7 @@ impl Scheduler {
 
     /// Largest prefill piece a sequence gets in one step.
     fn chunk_limit(&self) -> usize {
-        self.cfg.max_batch_tokens.max(1)
+        self.max_batch_tokens()
     }
 
     /// Queues a sequence; refuses one that could never fit the pool.

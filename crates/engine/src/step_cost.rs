@@ -105,10 +105,6 @@ impl StepCost {
     pub fn decode_step_secs(&self) -> Option<f64> {
         self.decode_step.map(|(t, _)| t)
     }
-
-    pub fn prefill_token_secs(&self) -> Option<f64> {
-        self.per_prefill_token
-    }
 }
 
 #[cfg(test)]

@@ -98,7 +98,8 @@ impl<'a> Weights<'a> {
         }
     }
 
-    /// Bytes of one row (of the row-major layout; the packed layout has the same total).
+    /// Bytes of one row of the row-major layout (packed layouts have no rows of their own, and
+    /// Q4_K / Q6_K records are larger than the blocks they replace).
     pub fn row_bytes(&self) -> usize {
         self.data.len() / self.rows.max(1)
     }
