@@ -234,8 +234,6 @@ fn run_task_body<const SIMD: bool>(
     let base = lo(first_pos);
     let span = last_pos + 1 - base;
 
-    grow(&mut s.k, ts * kv_dim);
-    grow(&mut s.v, ts * kv_dim);
     grow(&mut s.scores, nq * nh * span);
     grow(&mut s.acc, nq * nh * hd).fill(0.0);
     // Scaled queries rounded to f16, as llama.cpp's f16 K·Q product sees them.
@@ -267,6 +265,10 @@ fn run_task_body<const SIMD: bool>(
         base,
     };
 
+    // Few queries (decode): read f16 K/V tiles as they are stored; many (prefill): convert each
+    // tile once and reuse it (`tile_rows`).
+    let direct = SIMD && nq <= DIRECT_F16_QUERIES;
+
     // Pass 1: scores, tile by tile (`scores_tile`).
     let tiles = base / ts..=last_pos / ts;
     for ti in tiles.clone() {
@@ -277,19 +279,10 @@ fn run_task_body<const SIMD: bool>(
             start: tile_start,
             ..shape
         };
-        // Few queries (decode): read f16 keys as they are; many (prefill): convert the tile once.
-        let direct = if SIMD && nq <= DIRECT_F16_QUERIES {
-            pool.keys_f16(c.tiles[ti], c.in_group, n_slots)
-        } else {
-            None
-        };
-        match direct {
-            Some(kh) => scores_tile::<SIMD, u16>(&tile, kh, &s.m, &mut s.scores, &lo),
-            None => {
-                let kf = &mut s.k[..n_slots * kv_dim];
-                pool.read_keys(c.tiles[ti], c.in_group, n_slots, kf);
-                scores_tile::<SIMD, f32>(&tile, &s.k[..n_slots * kv_dim], &s.m, &mut s.scores, &lo);
-            }
+        let rows = tile_rows(pool, Side::K, c, ti, n_slots, direct, &mut s.k);
+        match rows {
+            TileRows::F16(k) => scores_tile::<SIMD, u16>(&tile, k, &s.m, &mut s.scores, &lo),
+            TileRows::F32(k) => scores_tile::<SIMD, f32>(&tile, k, &s.m, &mut s.scores, &lo),
         }
     }
 
@@ -318,24 +311,10 @@ fn run_task_body<const SIMD: bool>(
             start: tile_start,
             ..shape
         };
-        let direct = if SIMD && nq <= DIRECT_F16_QUERIES {
-            pool.values_f16(c.tiles[ti], c.in_group, n_slots)
-        } else {
-            None
-        };
-        match direct {
-            Some(vh) => values_tile::<SIMD, u16>(&tile, vh, &s.scores, &mut s.acc, &lo),
-            None => {
-                let vf = &mut s.v[..n_slots * kv_dim];
-                pool.read_values(c.tiles[ti], c.in_group, n_slots, vf);
-                values_tile::<SIMD, f32>(
-                    &tile,
-                    &s.v[..n_slots * kv_dim],
-                    &s.scores,
-                    &mut s.acc,
-                    &lo,
-                );
-            }
+        let rows = tile_rows(pool, Side::V, c, ti, n_slots, direct, &mut s.v);
+        match rows {
+            TileRows::F16(v) => values_tile::<SIMD, u16>(&tile, v, &s.scores, &mut s.acc, &lo),
+            TileRows::F32(v) => values_tile::<SIMD, f32>(&tile, v, &s.scores, &mut s.acc, &lo),
         }
     }
     for t in 0..nq {
@@ -344,6 +323,48 @@ fn run_task_body<const SIMD: bool>(
         let dst = unsafe { out.slice(row * q_dim + task.h0 * hd, nh * hd) };
         dst.copy_from_slice(&s.acc[t * nh * hd..(t + 1) * nh * hd]);
     }
+}
+
+/// Which half of the cache a tile read is for.
+#[derive(Clone, Copy)]
+enum Side {
+    K,
+    V,
+}
+
+/// One tile's K or V rows as the per-tile loops read them.
+enum TileRows<'a> {
+    F16(&'a [u16]),
+    F32(&'a [f32]),
+}
+
+/// The first `n_slots` K or V rows of tile `ti` of chunk `c`: the pool's f16 bits when `direct`
+/// and the pool stores f16, else converted into `buf` (grown as needed).
+fn tile_rows<'a>(
+    pool: &'a KvPool,
+    side: Side,
+    c: &ChunkAttention,
+    ti: usize,
+    n_slots: usize,
+    direct: bool,
+    buf: &'a mut Vec<f32>,
+) -> TileRows<'a> {
+    let (tile, g) = (c.tiles[ti], c.in_group);
+    if direct {
+        let raw = match side {
+            Side::K => pool.keys_f16(tile, g, n_slots),
+            Side::V => pool.values_f16(tile, g, n_slots),
+        };
+        if let Some(raw) = raw {
+            return TileRows::F16(raw);
+        }
+    }
+    let dst = grow(buf, n_slots * pool.layout().kv_dim);
+    match side {
+        Side::K => pool.read_keys(tile, g, n_slots, dst),
+        Side::V => pool.read_values(tile, g, n_slots, dst),
+    }
+    TileRows::F32(dst)
 }
 
 /// One tile's place in a task: what the per-tile loops need.
