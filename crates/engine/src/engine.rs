@@ -57,6 +57,14 @@ impl Model for model::Transformer {
 /// Fewest prefill tokens a decoding step may carry, whatever the measured costs.
 const PREFILL_CAP_FLOOR: usize = 16;
 
+fn add_error(e: AddError) -> EngineError {
+    let msg = match e {
+        AddError::TooLong { .. } => format!("prompt plus max_tokens: {e}"),
+        AddError::Empty => "the prompt is empty".into(),
+    };
+    EngineError::InvalidRequest(msg)
+}
+
 /// Engine settings (validated by `EngineConfig::validate`).
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -134,6 +142,8 @@ pub struct Engine<M: Model> {
     context_length: usize,
     arrivals: u64,
     cost: StepCost,
+    /// Choices of an `n` > 1 request waiting for their first member's prompt, by that member.
+    forks: HashMap<SeqId, Vec<SeqId>>,
 }
 
 impl<M: Model> Engine<M> {
@@ -175,6 +185,7 @@ impl<M: Model> Engine<M> {
             context_length,
             arrivals: 0,
             cost: StepCost::new(cfg.itl_slowdown),
+            forks: HashMap::new(),
         })
     }
 
@@ -192,6 +203,7 @@ impl<M: Model> Engine<M> {
 
     /// Fails every request with an internal error and frees its tiles.
     pub fn fail_all(&mut self, msg: &str) {
+        self.forks.clear();
         let ids: Vec<SeqId> = self.reqs.keys().copied().collect();
         for id in ids {
             self.sched.remove(id);
@@ -214,37 +226,126 @@ impl<M: Model> Engine<M> {
             let _ = events.send(Event::Error(e));
             return;
         }
+        let seq = self.new_sequence(id, &req);
+        if let Err(e) = self.sched.add(seq) {
+            let _ = events.send(Event::Error(add_error(e)));
+            return;
+        }
+        self.reqs.insert(id, self.new_state(id, req, events));
+        self.publish_counts();
+    }
+
+    /// Queues the `n` choices of one prompt (the first member's prompt, token limit and prompt
+    /// log-probability setting shared by all; sampling settings may differ, e.g. the seed). The
+    /// first is prefilled; the others fork from it when its prompt is computed, sharing its full
+    /// tiles and a copy of the last partial one, and sample their first token from the same
+    /// logits. A member that differs, or one that cannot fork then, runs as a request of its own
+    /// (still adopting the prompt's full tiles from the prefix cache).
+    pub fn submit_group(&mut self, members: Vec<(SeqId, GenerateRequest, UnboundedSender<Event>)>) {
+        let mut members = members.into_iter();
+        let Some((parent, first, events)) = members.next() else {
+            return;
+        };
+        let key = (
+            first.prompt.clone(),
+            first.max_tokens,
+            first.prompt_logprobs,
+        );
+        self.submit(parent, first, events);
+        let parent_queued = self.reqs.contains_key(&parent);
+        for (id, req, events) in members {
+            if !parent_queued
+                || (&req.prompt, req.max_tokens, req.prompt_logprobs) != (&key.0, key.1, key.2)
+            {
+                self.submit(id, req, events);
+                continue;
+            }
+            if let Err(e) = self.check(&req) {
+                let _ = events.send(Event::Error(e));
+                continue;
+            }
+            self.reqs.insert(id, self.new_state(id, req, events));
+            self.forks.entry(parent).or_default().push(id);
+        }
+        self.publish_counts();
+    }
+
+    /// The scheduler's view of a new request.
+    fn new_sequence(&mut self, id: SeqId, req: &GenerateRequest) -> Sequence {
         let max_new = req.max_tokens.min(self.context_length - req.prompt.len());
         self.arrivals += 1;
         let mut seq = Sequence::new(id, req.prompt.clone(), max_new, req.priority, self.arrivals);
         seq.wants_prompt_logits = req.prompt_logprobs.is_some();
-        if let Err(e) = self.sched.add(seq) {
-            let msg = match e {
-                AddError::TooLong { .. } => format!("prompt plus max_tokens: {e}"),
-                AddError::Empty => "the prompt is empty".into(),
-            };
-            let _ = events.send(Event::Error(EngineError::InvalidRequest(msg)));
-            return;
+        seq
+    }
+
+    fn new_state(
+        &self,
+        id: SeqId,
+        req: GenerateRequest,
+        events: UnboundedSender<Event>,
+    ) -> RequestState {
+        RequestState {
+            decoder: self.tokenizer.incremental_decoder(true),
+            sampler: model::Sampler::new(req.sampling.clone(), id.0),
+            req,
+            held: String::new(),
+            stopped_by_string: false,
+            events,
+            arrived: Instant::now(),
+            scheduled_at: None,
+            first_token_at: None,
+            last_token_at: None,
+            prompt_logprobs: Vec::new(),
+            prompt_logprobs_sent: false,
         }
-        let sampler = model::Sampler::new(req.sampling.clone(), id.0);
-        self.reqs.insert(
-            id,
-            RequestState {
-                decoder: self.tokenizer.incremental_decoder(true),
-                req,
-                sampler,
-                held: String::new(),
-                stopped_by_string: false,
-                events,
-                arrived: Instant::now(),
-                scheduled_at: None,
-                first_token_at: None,
-                last_token_at: None,
-                prompt_logprobs: Vec::new(),
-                prompt_logprobs_sent: false,
-            },
-        );
-        self.publish_counts();
+    }
+
+    /// Starts the choices waiting on `parent`, whose prompt was just computed, from the logits
+    /// of its last position (`logits`).
+    fn fork_children(&mut self, parent: SeqId, logits: &[f32]) {
+        let Some(children) = self.forks.remove(&parent) else {
+            return;
+        };
+        let prompt_logprobs = self
+            .reqs
+            .get(&parent)
+            .filter(|r| r.prompt_logprobs_sent)
+            .map(|r| r.prompt_logprobs.clone());
+        for id in children {
+            let Some(req) = self.reqs.get(&id).map(|r| r.req.clone()) else {
+                continue;
+            };
+            let seq = self.new_sequence(id, &req);
+            match self.sched.fork(parent, seq) {
+                Ok(copies) => {
+                    for (src, dst) in copies {
+                        self.pool.copy_tile(src, dst);
+                    }
+                    if let Some(r) = self.reqs.get_mut(&id) {
+                        r.scheduled_at = Some(Instant::now());
+                        if let Some(lp) = &prompt_logprobs {
+                            r.prompt_logprobs = lp.clone();
+                            r.prompt_logprobs_sent = true;
+                            let _ = r.events.send(Event::PromptLogprobs(lp.clone()));
+                        }
+                    }
+                    self.sample_and_emit(id, 0, logits);
+                }
+                Err(seq) => self.enqueue(*seq),
+            }
+        }
+    }
+
+    /// Adds a sequence whose request state exists to the scheduler (a choice that could not
+    /// fork); a refusal ends the request with an error.
+    fn enqueue(&mut self, seq: Sequence) {
+        let id = seq.id;
+        if let Err(e) = self.sched.add(seq) {
+            if let Some(r) = self.reqs.remove(&id) {
+                let _ = r.events.send(Event::Error(add_error(e)));
+            }
+        }
     }
 
     fn check(&self, req: &GenerateRequest) -> Result<(), EngineError> {
@@ -401,6 +502,13 @@ impl<M: Model> Engine<M> {
                 continue;
             }
             let last = &rows[(n_rows - 1) * vocab..n_rows * vocab];
+            if self.forks.contains_key(&c.seq) {
+                // The prompt of an `n` > 1 request is computed: fork its other choices first.
+                self.sched.commit(c.seq, c.len, None);
+                self.fork_children(c.seq, last);
+                self.sample_and_emit(c.seq, 0, last);
+                continue;
+            }
             self.sample_and_emit(c.seq, c.len, last);
         }
         self.logits = logits;
@@ -514,6 +622,17 @@ impl<M: Model> Engine<M> {
     /// Ends a request: frees its tiles now and sends its last event.
     fn finish(&mut self, id: SeqId, reason: FinishReason) {
         let seq = self.sched.remove(id);
+        // A choice still waiting to fork leaves its group; the choices waiting on a first
+        // member that ends before its prompt is computed run as requests of their own.
+        self.forks.values_mut().for_each(|c| c.retain(|&c| c != id));
+        if let Some(children) = self.forks.remove(&id) {
+            for child in children {
+                if let Some(req) = self.reqs.get(&child).map(|r| r.req.clone()) {
+                    let seq = self.new_sequence(child, &req);
+                    self.enqueue(seq);
+                }
+            }
+        }
         let Some(mut r) = self.reqs.remove(&id) else {
             return;
         };
@@ -568,7 +687,9 @@ impl<M: Model> Engine<M> {
         let c = self.sched.tile_counts();
         let st = &self.stats;
         st.running.store(self.sched.num_running() as u64, Relaxed);
-        st.waiting.store(self.sched.num_waiting() as u64, Relaxed);
+        let forking: usize = self.forks.values().map(Vec::len).sum();
+        st.waiting
+            .store((self.sched.num_waiting() + forking) as u64, Relaxed);
         st.tiles_in_use.store(c.in_use as u64, Relaxed);
         st.tiles_cached.store(c.cached as u64, Relaxed);
     }

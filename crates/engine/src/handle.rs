@@ -18,8 +18,12 @@ use crate::request::{EngineError, Event, GenerateRequest};
 use crate::sequence::SeqId;
 use crate::stats::EngineStats;
 
+type Member = (SeqId, GenerateRequest, UnboundedSender<Event>);
+
 enum Command {
     Submit(SeqId, GenerateRequest, UnboundedSender<Event>),
+    /// The choices of one prompt, computed once (see `Engine::submit_group`).
+    SubmitGroup(Vec<Member>),
     Abort(SeqId),
     /// Stop accepting; finish in-flight work until the deadline, then abort the rest and exit.
     Shutdown(Instant),
@@ -122,24 +126,66 @@ impl EngineHandle {
 
     /// Queues a request. Fails at once when the waiting line is full or the engine stopped.
     pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, EngineError> {
+        let (id, etx, stream) = self.reserve(1)?;
+        self.tx
+            .send(Command::Submit(id, req, etx))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(stream)
+    }
+
+    /// Queues the choices of one prompt (`n` > 1): same prompt, sampling settings of their own.
+    /// The prompt is computed once; the choices fork from it and share its tiles. One stream per
+    /// choice, in order; dropping one aborts that choice only.
+    pub fn submit_group(
+        &self,
+        reqs: Vec<GenerateRequest>,
+    ) -> Result<Vec<RequestStream>, EngineError> {
+        let mut members = Vec::with_capacity(reqs.len());
+        let mut streams = Vec::with_capacity(reqs.len());
+        for (i, req) in reqs.into_iter().enumerate() {
+            // The whole group is counted against the waiting limit by its first member.
+            let (id, etx, stream) = if i == 0 {
+                self.reserve(members.capacity())?
+            } else {
+                self.next_stream()
+            };
+            members.push((id, req, etx));
+            streams.push(stream);
+        }
+        if members.is_empty() {
+            return Ok(streams);
+        }
+        self.tx
+            .send(Command::SubmitGroup(members))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(streams)
+    }
+
+    /// Checks that `n` more requests may wait and counts them as waiting; returns the first's
+    /// id and channel.
+    fn reserve(
+        &self,
+        n: usize,
+    ) -> Result<(SeqId, UnboundedSender<Event>, RequestStream), EngineError> {
         if !self.accepting.load(Relaxed) {
             return Err(EngineError::Stopped);
         }
         let waiting = self.stats.waiting.load(Relaxed) as usize;
-        if waiting >= self.max_waiting {
+        if waiting + n > self.max_waiting {
             return Err(EngineError::Overloaded(format!(
                 "{waiting} requests are waiting (limit {})",
                 self.max_waiting
             )));
         }
+        // Count them as waiting right away so a burst cannot overshoot the limit.
+        self.stats.waiting.fetch_add(n as u64, Relaxed);
+        Ok(self.next_stream())
+    }
+
+    fn next_stream(&self) -> (SeqId, UnboundedSender<Event>, RequestStream) {
         let id = SeqId(self.next_id.fetch_add(1, Relaxed));
         let (etx, erx) = unbounded_channel();
-        // Count it as waiting right away so a burst cannot overshoot the limit.
-        self.stats.waiting.fetch_add(1, Relaxed);
-        self.tx
-            .send(Command::Submit(id, req, etx))
-            .map_err(|_| EngineError::Stopped)?;
-        Ok(RequestStream { id, events: erx })
+        (id, etx, RequestStream { id, events: erx })
     }
 
     pub fn abort(&self, id: SeqId) {
@@ -215,6 +261,15 @@ fn apply<M: Model>(engine: &mut Engine<M>, cmd: Command, deadline: &mut Option<I
                 let _ = events.send(Event::Error(EngineError::Stopped));
             } else {
                 engine.submit(id, req, events);
+            }
+        }
+        Command::SubmitGroup(members) => {
+            if deadline.is_some() {
+                for (_, _, events) in members {
+                    let _ = events.send(Event::Error(EngineError::Stopped));
+                }
+            } else {
+                engine.submit_group(members);
             }
         }
         Command::Abort(id) => engine.abort(id),

@@ -213,6 +213,57 @@ impl KvManager {
         Ok(())
     }
 
+    /// A second set of tables for a sequence forked from `parent` after its first `computed`
+    /// tokens: full tiles are shared (one more reference each), a partly filled last tile gets a
+    /// fresh tile, returned as a (source, copy) pair whose contents the caller copies in the
+    /// pool. Released (out-of-window) entries stay released. On failure nothing is taken.
+    pub fn fork(
+        &mut self,
+        parent: &SeqTiles,
+        computed: usize,
+    ) -> Result<(SeqTiles, Vec<(TileId, TileId)>), PoolShort> {
+        let ts = self.tile_size;
+        let full = computed / ts;
+        let partial = !computed.is_multiple_of(ts);
+        let needed = if partial {
+            parent
+                .tables
+                .iter()
+                .filter(|t| t.get(full).is_some_and(|&id| id != TileId::RELEASED))
+                .count()
+        } else {
+            0
+        };
+        let available = self.alloc.available();
+        if needed > available {
+            return Err(PoolShort { needed, available });
+        }
+        let mut copies = Vec::new();
+        let mut tables = Vec::with_capacity(parent.tables.len());
+        for table in &parent.tables {
+            let mut own = Vec::with_capacity(computed.div_ceil(ts));
+            for (i, &t) in table.iter().enumerate().take(computed.div_ceil(ts)) {
+                if t == TileId::RELEASED {
+                    own.push(t);
+                } else if i < full {
+                    self.alloc.acquire(t);
+                    own.push(t);
+                } else {
+                    let c = self
+                        .alloc
+                        .allocate()
+                        .expect("availability checked above: this is a bug");
+                    copies.push((t, c));
+                    own.push(c);
+                }
+            }
+            tables.push(own);
+        }
+        let mut chain = parent.chain.clone();
+        chain.truncate(full);
+        Ok((SeqTiles { tables, chain }, copies))
+    }
+
     /// Releases windowed tiles that no query at `next_pos` or later can see.
     pub fn release_out_of_window(&mut self, seq: &mut SeqTiles, next_pos: usize) {
         for g in 0..self.n_groups() {

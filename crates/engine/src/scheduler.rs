@@ -508,6 +508,40 @@ impl Scheduler {
         }
     }
 
+    /// Starts `child` as a copy of running sequence `parent`, whose tokens are all computed and
+    /// equal the child's (an `n` > 1 request forked after its prompt): the child shares the
+    /// parent's full tiles and gets its own copy of a partly filled last tile, and decodes from
+    /// the next step on. Returns the (source, copy) tile pairs whose contents the caller must
+    /// copy in the KV pool. Gives the child back when it cannot fork (no seat, no free tile, or
+    /// not a copy), for the caller to `add` it as a request of its own.
+    pub fn fork(
+        &mut self,
+        parent: SeqId,
+        mut child: Sequence,
+    ) -> Result<Vec<(TileId, TileId)>, Box<Sequence>> {
+        let Some(p) = self.seqs.get(&parent) else {
+            return Err(Box::new(child));
+        };
+        let forkable = p.status == SeqStatus::Running
+            && p.num_computed == p.tokens.len()
+            && child.tokens == p.tokens
+            && !self.seqs.contains_key(&child.id)
+            && self.running.len() < self.cfg.max_seqs.max(1);
+        if !forkable {
+            return Err(Box::new(child));
+        }
+        let Ok((tiles, copies)) = self.kv.fork(&p.tiles, p.num_computed) else {
+            return Err(Box::new(child));
+        };
+        child.tiles = tiles;
+        child.num_computed = p.num_computed;
+        child.cached_prompt_tokens = p.cached_prompt_tokens;
+        child.status = SeqStatus::Running;
+        self.running.push(child.id);
+        self.seqs.insert(child.id, child);
+        Ok(copies)
+    }
+
     /// Removes a sequence (finished or aborted) and frees its tiles at once.
     pub fn remove(&mut self, id: SeqId) -> Option<Sequence> {
         let mut s = self.seqs.remove(&id)?;

@@ -161,6 +161,7 @@ struct World {
     prefix_hits: usize,
     evictions: usize,
     grow_failures: usize,
+    forks: usize,
 }
 
 impl World {
@@ -240,6 +241,52 @@ impl World {
         self.next_uid += 1;
     }
 
+    /// Forks sequence `s` after its computed tokens (an `n` > 1 request): the child continues
+    /// with tokens of its own.
+    fn fork(&mut self, rng: &mut Rng, s: usize) {
+        let parent = &self.seqs[s];
+        if parent.computed == 0 {
+            return;
+        }
+        let mut tokens = parent.tokens[..parent.computed].to_vec();
+        for _ in 0..1 + rng.below(20) {
+            tokens.push(rng.below(5) as u32);
+        }
+        let before = self.kv.counts();
+        match self.kv.fork(&parent.tiles, parent.computed) {
+            Ok((tiles, copies)) => {
+                let partial = !parent.computed.is_multiple_of(TS);
+                assert_eq!(copies.len(), if partial { 3 } else { 0 });
+                for (src, dst) in &copies {
+                    assert_eq!(
+                        parent
+                            .tiles
+                            .tables
+                            .iter()
+                            .filter(|t| t.contains(src))
+                            .count(),
+                        1
+                    );
+                    self.content.remove(dst); // a fresh tile: it holds the child's copy
+                }
+                let computed = parent.computed;
+                self.seqs.push(ShadowSeq {
+                    uid: self.next_uid,
+                    tokens,
+                    computed,
+                    tiles,
+                });
+                self.next_uid += 1;
+                self.forks += 1;
+                self.note_contents(self.seqs.len() - 1);
+            }
+            Err(e) => {
+                assert!(e.needed > e.available, "{e}");
+                assert_eq!(self.kv.counts(), before, "a failed fork takes nothing");
+            }
+        }
+    }
+
     fn advance(&mut self, rng: &mut Rng, s: usize) {
         let seq = &mut self.seqs[s];
         let left = seq.tokens.len() - seq.computed;
@@ -294,14 +341,20 @@ fn random_kv_manager_run(seed: u64, release: bool, caching: bool) {
         prefix_hits: 0,
         evictions: 0,
         grow_failures: 0,
+        forks: 0,
     };
     for op in 0..100_000 {
         let r = rng.below(20);
         if w.seqs.is_empty() || (r < 3 && w.seqs.len() < 10) {
             w.new_seq(&mut rng, &bases);
-        } else if r < 15 {
+        } else if r < 14 {
             let s = rng.below(w.seqs.len());
             w.advance(&mut rng, s);
+        } else if r < 15 {
+            if w.seqs.len() < 10 {
+                let s = rng.below(w.seqs.len());
+                w.fork(&mut rng, s);
+            }
         } else if r < 17 {
             let s = rng.below(w.seqs.len());
             let seq = &mut w.seqs[s];
@@ -320,8 +373,11 @@ fn random_kv_manager_run(seed: u64, release: bool, caching: bool) {
     w.check(usize::MAX);
     assert_eq!(w.kv.counts().in_use, 0);
     let (hits, evictions, failures) = (w.prefix_hits, w.evictions, w.grow_failures);
-    eprintln!("prefix hits {hits}, evictions {evictions}, failed grows {failures}");
-    assert!(failures > 100);
+    eprintln!(
+        "prefix hits {hits}, evictions {evictions}, failed grows {failures}, forks {}",
+        w.forks
+    );
+    assert!(failures > 100 && w.forks > 1000);
     if caching {
         assert!(hits > 1000 && evictions > 1000);
     }

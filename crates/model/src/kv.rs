@@ -187,6 +187,15 @@ impl Store {
         }
     }
 
+    /// Copies `len` values from offset `src` to offset `dst` (multiples of 32 for Q8_0).
+    fn copy(&mut self, src: usize, dst: usize, len: usize) {
+        match self {
+            Store::F32(v) => v.copy_within(src..src + len, dst),
+            Store::F16(v) => v.copy_within(src..src + len, dst),
+            Store::Q8(v) => v.copy_within(src / QK8_0..(src + len) / QK8_0, dst / QK8_0),
+        }
+    }
+
     /// `len` values from offset `at` as f16 bits, if stored as f16.
     fn f16_bits(&self, at: usize, len: usize) -> Option<&[u16]> {
         match self {
@@ -251,6 +260,15 @@ impl KvPool {
         let o = self.offset(tile, in_group, slot);
         self.k.write(o, k);
         self.v.write(o, v);
+    }
+
+    /// Copies tile `src`'s K and V (every layer it holds) over tile `dst`: how a forked
+    /// sequence gets its own copy of a shared, partly filled tile.
+    pub fn copy_tile(&mut self, src: TileId, dst: TileId) {
+        let len = self.layout.tile_elems();
+        let (s, d) = (self.offset(src, 0, 0), self.offset(dst, 0, 0));
+        self.k.copy(s, d, len);
+        self.v.copy(s, d, len);
     }
 
     /// K of the first `n` slots of one tile and layer, as f32 `[n][kv_dim]`.

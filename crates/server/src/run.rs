@@ -1,8 +1,8 @@
 //! Running a validated `Job` on the engine: submit one engine request per choice, then either
 //! collect each choice whole or merge their event streams for SSE.
 //!
-//! `n > 1` is `n` engine requests with the same prompt (the prefix cache shares their full
-//! tiles). Before any response header is sent, `start` waits for the first event of every
+//! `n > 1` is one engine group per prompt: the prompt is computed once and the choices fork
+//! from it, sharing its tiles (`EngineHandle::submit_group`). Before any response header is sent, `start` waits for the first event of every
 //! choice: the engine reports a refused request (e.g. one that can never fit the KV pool) as
 //! its first event, and that must become a 400, not a 200 stream that fails. Dropping what
 //! `start` returns (a client gone, a handler future cancelled) drops the receivers, and the
@@ -49,9 +49,9 @@ pub struct Outcome {
 pub async fn start(job: &Job, engine: &EngineHandle) -> Result<Vec<Choice>, ApiError> {
     let mut choices = Vec::with_capacity(job.prompts.len() * job.n);
     for p in 0..job.prompts.len() {
-        for j in 0..job.n {
-            // On refusal, `choices` is dropped and the ones already queued are aborted.
-            let s = engine.submit(job.request_for(p, j))?;
+        // On refusal, `choices` is dropped and the ones already queued are aborted.
+        let streams = engine.submit_group((0..job.n).map(|j| job.request_for(p, j)).collect())?;
+        for (j, s) in streams.into_iter().enumerate() {
             choices.push(Choice {
                 index: p * job.n + j,
                 prompt_index: p,

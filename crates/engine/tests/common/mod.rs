@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use engine::{
@@ -60,6 +61,8 @@ pub struct FakeModel {
     pub next_of: HashMap<u32, u32>,
     /// Time each forward pass takes (for tests that watch the engine thread run).
     pub delay: std::time::Duration,
+    /// Tokens run through the model so far (shared with the test).
+    pub tokens_run: Arc<AtomicUsize>,
 }
 
 impl FakeModel {
@@ -71,6 +74,7 @@ impl FakeModel {
             n_windowed: 2,
             next_of: HashMap::new(),
             delay: std::time::Duration::ZERO,
+            tokens_run: Arc::new(AtomicUsize::new(0)),
         }
     }
 }
@@ -162,6 +166,7 @@ impl Model for FakeModel {
     ) -> Result<(), ModelError> {
         let ts = kv.layout().tile_size;
         std::thread::sleep(self.delay);
+        self.tokens_run.fetch_add(batch.tokens.len(), Relaxed);
         logits.clear();
         for s in batch.seqs {
             for t in 0..s.len {
@@ -267,6 +272,23 @@ impl<M: Model> Harness<M> {
         self.out.insert(id, Outcome::default());
         self.drain();
         id
+    }
+
+    /// Submits the choices of one prompt as a group (see `Engine::submit_group`).
+    pub fn submit_group(&mut self, reqs: Vec<GenerateRequest>) -> Vec<SeqId> {
+        let mut members = Vec::new();
+        for req in reqs {
+            let id = SeqId(self.next);
+            self.next += 1;
+            let (tx, rx) = unbounded_channel();
+            members.push((id, req, tx));
+            self.rx.insert(id, rx);
+            self.out.insert(id, Outcome::default());
+        }
+        let ids = members.iter().map(|m| m.0).collect();
+        self.engine.submit_group(members);
+        self.drain();
+        ids
     }
 
     /// Drops a request's receiver, as a client that goes away does.

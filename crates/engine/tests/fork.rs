@@ -1,0 +1,161 @@
+//! `n` > 1: the choices of one prompt are submitted as a group; the prompt is computed once and
+//! the choices fork from it, sharing its full tiles and copying the partly filled last one. The
+//! fake model (see `common`) hashes every K row a position sees, so a choice whose copied tile
+//! or shared table were wrong would generate different tokens than the same request run alone.
+
+mod common;
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use common::*;
+use engine::{FinishReason, GenerateRequest};
+use model::SamplingParams;
+
+const TS: usize = 4;
+const WINDOW: usize = 10;
+/// Not a multiple of the tile size: the last prompt tile is partly filled when the choices fork.
+const PROMPT: usize = 23;
+const MAX: usize = 10;
+
+fn model() -> FakeModel {
+    FakeModel::new(Some(WINDOW))
+}
+
+fn choice(j: u64, prompt_logprobs: Option<usize>) -> GenerateRequest {
+    GenerateRequest {
+        sampling: SamplingParams {
+            temperature: 1.0,
+            seed: Some(100 + j),
+            ..SamplingParams::default()
+        },
+        prompt_logprobs,
+        ..greedy(prompt(7, PROMPT), MAX)
+    }
+}
+
+fn harness(
+    max_seqs: usize,
+    budget: usize,
+) -> (
+    Harness<FakeModel>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let m = model();
+    let counter = m.tokens_run.clone();
+    let mut cfg = fake_config(&m, TS, 512);
+    cfg.max_seqs = max_seqs;
+    cfg.max_batch_tokens = budget;
+    (Harness::new(m, tiny_tokenizer(), &cfg), counter)
+}
+
+#[test]
+fn the_prompt_is_computed_once_and_every_choice_matches_its_solo_run() {
+    let (mut h, run) = harness(4, 64);
+    let reqs: Vec<_> = (0..4).map(|j| choice(j, None)).collect();
+    let ids = h.submit_group(reqs.clone());
+    h.run();
+    // The prompt once, then every choice's decode steps (its first token came from the prompt).
+    assert_eq!(run.load(Relaxed), PROMPT + 4 * (MAX - 1));
+    let mut outputs = Vec::new();
+    for (id, req) in ids.iter().zip(&reqs) {
+        let o = h.outcome(*id);
+        assert_eq!(o.tokens, solo(model, TS, req).tokens, "choice {id:?}");
+        let (reason, usage) = o.finish.expect("finished");
+        assert_eq!(reason, FinishReason::Length);
+        assert_eq!(
+            (usage.prompt_tokens, usage.completion_tokens),
+            (PROMPT, MAX)
+        );
+        outputs.push(o.tokens.clone());
+    }
+    outputs.dedup();
+    assert!(
+        outputs.len() > 1,
+        "different seeds gave the same output: the test is blind"
+    );
+}
+
+#[test]
+fn choices_without_a_seat_run_as_requests_of_their_own() {
+    // Two seats: the first choice and one fork run, the other two wait and adopt the prompt's
+    // full tiles from the prefix cache.
+    let (mut h, run) = harness(2, 64);
+    let reqs: Vec<_> = (0..4).map(|j| choice(j, None)).collect();
+    let ids = h.submit_group(reqs.clone());
+    h.run();
+    for (id, req) in ids.iter().zip(&reqs) {
+        assert_eq!(h.outcome(*id).tokens, solo(model, TS, req).tokens);
+    }
+    let n = run.load(Relaxed);
+    assert!(
+        n > PROMPT + 4 * (MAX - 1) && n < 2 * PROMPT + 4 * (MAX - 1),
+        "{n} tokens run"
+    );
+}
+
+#[test]
+fn the_others_run_on_when_the_first_choice_goes_away_during_its_prompt() {
+    // A budget of 8 spreads the prompt over three steps; the first choice's client leaves after
+    // the first.
+    let (mut h, _) = harness(4, 8);
+    let reqs: Vec<_> = (0..3).map(|j| choice(j, None)).collect();
+    let ids = h.submit_group(reqs.clone());
+    h.step();
+    h.disconnect(ids[0]);
+    h.run();
+    for (id, req) in ids.iter().zip(&reqs).skip(1) {
+        assert_eq!(h.outcome(*id).tokens, solo(model, TS, req).tokens);
+    }
+    assert_eq!(h.stats.finished_abort.load(Relaxed), 1);
+}
+
+#[test]
+fn aborting_one_choice_leaves_the_others() {
+    let (mut h, _) = harness(4, 64);
+    let reqs: Vec<_> = (0..3).map(|j| choice(j, None)).collect();
+    let ids = h.submit_group(reqs.clone());
+    while h.outcome(ids[1]).tokens.len() < 3 {
+        h.step();
+    }
+    h.engine.abort(ids[1]);
+    h.run();
+    let (reason, _) = h.outcome(ids[1]).finish.expect("finished");
+    assert_eq!(reason, FinishReason::Abort);
+    assert_eq!(h.outcome(ids[1]).tokens.len(), 3);
+    for j in [0, 2] {
+        assert_eq!(h.outcome(ids[j]).tokens, solo(model, TS, &reqs[j]).tokens);
+    }
+}
+
+#[test]
+fn every_choice_gets_the_prompt_logprobs() {
+    let (mut h, run) = harness(4, 64);
+    let reqs: Vec<_> = (0..3).map(|j| choice(j, Some(2))).collect();
+    let ids = h.submit_group(reqs.clone());
+    h.run();
+    assert_eq!(run.load(Relaxed), PROMPT + 3 * (MAX - 1));
+    for (id, req) in ids.iter().zip(&reqs) {
+        let alone = solo(model, TS, req);
+        let o = h.outcome(*id);
+        assert_eq!(o.tokens, alone.tokens);
+        assert_eq!(o.prompt_logprobs, alone.prompt_logprobs);
+        assert_eq!(o.prompt_logprobs.as_ref().map(Vec::len), Some(PROMPT));
+    }
+}
+
+#[test]
+fn members_that_differ_are_not_forked() {
+    // A different prompt (or token limit) cannot share the first member's computation.
+    let (mut h, _) = harness(4, 64);
+    let mut other = choice(1, None);
+    other.prompt = prompt(8, PROMPT);
+    let mut longer = choice(2, None);
+    longer.max_tokens = MAX + 3;
+    let reqs = vec![choice(0, None), other, longer];
+    let ids = h.submit_group(reqs.clone());
+    h.run();
+    for (id, req) in ids.iter().zip(&reqs) {
+        assert_eq!(h.outcome(*id).tokens, solo(model, TS, req).tokens);
+    }
+    assert_eq!(h.outcome(ids[2]).tokens.len(), MAX + 3);
+}
