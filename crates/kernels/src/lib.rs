@@ -13,6 +13,7 @@
 mod act;
 pub mod dtype;
 pub mod error;
+pub mod hugebuf;
 mod kernel;
 pub mod matmul;
 pub mod ops;
@@ -22,6 +23,7 @@ pub mod threads;
 
 pub use dtype::{Format, GgmlType};
 pub use error::KernelError;
+pub use hugebuf::HugeBuf;
 pub use kernel::{detect_isa, isa, Isa};
 pub use matmul::{dequantize_row, matmul, matmul_with_isa, MatmulScratch, Weights};
 pub use ops::{

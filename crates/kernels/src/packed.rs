@@ -33,6 +33,7 @@
 //! (`dot_packed_row`) gives the SIMD kernel's exact bits.
 
 use crate::dtype::{Format, GgmlType};
+use crate::hugebuf::HugeBuf;
 use crate::quant::kquants::{k4_scales_mins, q4_k_quants, q6_k_quants};
 use crate::quant::{
     self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, ActQ8_0, BlockQ4K, BlockQ4_0,
@@ -52,30 +53,18 @@ pub enum Layout {
     X16,
 }
 
-/// 64-byte aligned storage for packed weights.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-pub struct Align64(pub [u8; 64]);
-
-/// Packed weight bytes (64-byte aligned), from [`pack`].
-pub struct PackedBytes {
-    buf: Vec<Align64>,
-    len: usize,
-}
+/// Packed weight bytes, from [`pack`], in a [`HugeBuf`] (transparent huge pages where the OS
+/// allows: the kernels stream these bytes once per step).
+pub struct PackedBytes(HugeBuf<u8>);
 
 impl PackedBytes {
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `Align64` is a repr(C) wrapper of a byte array (no padding, any bits valid) and
-        // `len <= buf.len() * 64`.
-        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) }
+        &self.0
     }
 
     /// Leaks the buffer for weights that live as long as the process.
     pub fn leak(self) -> &'static [u8] {
-        let len = self.len;
-        let buf: &'static [Align64] = Vec::leak(self.buf);
-        // SAFETY: as in `as_bytes`.
-        unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), len) }
+        self.0.leak()
     }
 }
 
@@ -177,11 +166,8 @@ pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Packe
     }
     let rec = record_bytes(format);
     let len = packed_len(ty, rows, cols)?;
-    let mut buf = vec![Align64([0; 64]); len.div_ceil(64)];
-    // SAFETY: `Align64` is a repr(C) byte array (no padding, any bits valid); the slice covers
-    // the whole buffer and is the only view of it while it lives.
-    let out: &mut [u8] =
-        unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), buf.len() * 64) };
+    let mut buf = HugeBuf::<u8>::zeroed(len);
+    let out: &mut [u8] = &mut buf;
     let group_bytes = blocks * rec;
     let groups = rows / PACK_ROWS;
     // Groups are independent: split them over the cores (packing runs once, at load).
@@ -190,7 +176,7 @@ pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Packe
         .min(groups);
     let per_thread = groups.div_ceil(n_threads.max(1));
     std::thread::scope(|scope| {
-        for (t, part) in out[..len].chunks_mut(per_thread * group_bytes).enumerate() {
+        for (t, part) in out.chunks_mut(per_thread * group_bytes).enumerate() {
             scope.spawn(move || {
                 for (k, dst) in part.chunks_exact_mut(group_bytes).enumerate() {
                     pack_group(format, data, bb, blocks, t * per_thread + k, dst);
@@ -198,7 +184,7 @@ pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Packe
             });
         }
     });
-    Some(PackedBytes { buf, len })
+    Some(PackedBytes(buf))
 }
 
 /// Writes 32 unsigned 4-bit quants of row `i` (elements `4k + t`) into a Q4_0-style quant area.

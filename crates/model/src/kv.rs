@@ -17,6 +17,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use kernels::quant::legacy::{dequantize_q8_0, quantize_row_q8_0};
 use kernels::quant::{BlockQ8_0, QK8_0};
+use kernels::HugeBuf;
 
 use crate::config::ModelConfig;
 
@@ -153,24 +154,19 @@ fn gcd(a: usize, b: usize) -> usize {
 }
 
 /// Values of K or of V in one storage type.
+/// (In huge-page buffers: attention reads tiles scattered over the whole pool.)
 enum Store {
-    F32(Vec<f32>),
-    F16(Vec<f16>),
-    Q8(Vec<BlockQ8_0>),
+    F32(HugeBuf<f32>),
+    F16(HugeBuf<f16>),
+    Q8(HugeBuf<BlockQ8_0>),
 }
 
 impl Store {
     fn new(dtype: KvDtype, n: usize) -> Store {
         match dtype {
-            KvDtype::F32 => Store::F32(vec![0.0; n]),
-            KvDtype::F16 => Store::F16(vec![f16::ZERO; n]),
-            KvDtype::Q8_0 => Store::Q8(vec![
-                BlockQ8_0 {
-                    d: [0; 2],
-                    qs: [0; QK8_0]
-                };
-                n / QK8_0
-            ]),
+            KvDtype::F32 => Store::F32(HugeBuf::zeroed(n)),
+            KvDtype::F16 => Store::F16(HugeBuf::zeroed(n)),
+            KvDtype::Q8_0 => Store::Q8(HugeBuf::zeroed(n / QK8_0)),
         }
     }
 

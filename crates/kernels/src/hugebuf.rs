@@ -1,0 +1,115 @@
+//! Large zeroed buffers in anonymous mappings advised for transparent huge pages.
+//!
+//! The forward pass streams the repacked weights once per step and reads K/V tiles scattered over
+//! a pool of hundreds of MiB. With 4 KiB pages every page is a TLB entry and the hardware
+//! prefetchers stop at each page boundary; 2 MiB pages remove both costs. On Linux with THP in
+//! `madvise` mode (a common default) only memory that asks gets them, and it must ask before the
+//! pages are first touched — so the buffer is mapped zeroed (untouched) and advised at once,
+//! which a `Vec` (written on allocation) cannot do. Without a mapping (it failed, or another OS)
+//! the buffer is a plain `Vec`.
+
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
+/// Types for which all-zero bytes are a valid value and which have no padding or pointers.
+///
+/// # Safety
+/// Implementors must be `repr(C)` or primitive, of plain data, valid for every bit pattern.
+pub unsafe trait Plain: Copy + 'static {}
+
+// SAFETY: primitives and f16 are valid for every bit pattern and have no padding.
+unsafe impl Plain for u8 {}
+// SAFETY: as above.
+unsafe impl Plain for u16 {}
+// SAFETY: as above.
+unsafe impl Plain for f32 {}
+// SAFETY: as above.
+unsafe impl Plain for half::f16 {}
+// SAFETY: `BlockQ8_0` is repr(C) of a [u8; 2] scale and [i8; 32] quants: no padding, any bits.
+unsafe impl Plain for crate::quant::BlockQ8_0 {}
+
+enum Storage<T> {
+    Map(memmap2::MmapMut),
+    Heap(Vec<T>),
+}
+
+/// A fixed-length zeroed buffer of `T` (see the module docs).
+pub struct HugeBuf<T: Plain> {
+    storage: Storage<T>,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: Plain> HugeBuf<T> {
+    /// `len` zeroed values.
+    pub fn zeroed(len: usize) -> HugeBuf<T> {
+        let bytes = len * std::mem::size_of::<T>();
+        let storage = match memmap2::MmapMut::map_anon(bytes.max(1)) {
+            Ok(map) => {
+                #[cfg(target_os = "linux")]
+                {
+                    // Advice only: without THP the mapping keeps small pages.
+                    let _ = map.advise(memmap2::Advice::HugePage);
+                }
+                Storage::Map(map)
+            }
+            // SAFETY: all-zero bytes are a valid `T` (`Plain`).
+            Err(_) => Storage::Heap(vec![unsafe { std::mem::zeroed() }; len]),
+        };
+        HugeBuf {
+            storage,
+            len,
+            _t: PhantomData,
+        }
+    }
+
+    /// Leaks the buffer, for data that lives as long as the process.
+    pub fn leak(self) -> &'static [T] {
+        let b: &'static HugeBuf<T> = Box::leak(Box::new(self));
+        b
+    }
+}
+
+impl<T: Plain> Deref for HugeBuf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.storage {
+            // SAFETY: the mapping is page-aligned (enough for any `T`), holds `len` values'
+            // bytes, all valid `T`s (`Plain`), and lives as long as `self`.
+            Storage::Map(m) => unsafe { std::slice::from_raw_parts(m.as_ptr().cast(), self.len) },
+            Storage::Heap(v) => v,
+        }
+    }
+}
+
+impl<T: Plain> DerefMut for HugeBuf<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        match &mut self.storage {
+            // SAFETY: as in `deref`, and `&mut self` makes this the only view.
+            Storage::Map(m) => unsafe {
+                std::slice::from_raw_parts_mut(m.as_mut_ptr().cast(), self.len)
+            },
+            Storage::Heap(v) => v,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_zeroed_writable_and_sized() {
+        for len in [0, 1, 1000, (4 << 20) + 3] {
+            let mut b = HugeBuf::<f32>::zeroed(len);
+            assert_eq!(b.len(), len);
+            assert!(b.iter().all(|&x| x == 0.0));
+            if len > 0 {
+                b[len - 1] = 2.5;
+                assert_eq!(b[len - 1], 2.5);
+            }
+        }
+        let s = HugeBuf::<u8>::zeroed(10).leak();
+        assert_eq!(s, &[0u8; 10]);
+    }
+}
