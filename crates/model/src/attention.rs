@@ -638,6 +638,12 @@ fn axpy_block<'v, const N: usize, const SIMD: bool, E: KvElem + 'v>(
     v: impl Fn(usize) -> &'v [E],
 ) {
     #[cfg(target_arch = "x86_64")]
+    if SIMD && b.hd.is_multiple_of(simd::WIDE) && std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: `SIMD` is only set in the AVX2 + FMA + F16C entry point; AVX-512F detected.
+        unsafe { simd::axpy_block_512::<N, E>(acc, w, b, v) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if SIMD && b.hd.is_multiple_of(16) {
         // SAFETY: `SIMD` is only set in the AVX2 + FMA + F16C entry point.
         unsafe { simd::axpy_block::<N, E>(acc, w, b, v) };
@@ -747,6 +753,86 @@ mod simd {
         }
     }
 
+    /// Floats of each head's accumulator per pass of `axpy_block_512`.
+    pub(super) const WIDE: usize = 64;
+
+    /// Sixteen elements as f32 (f16 bits converted exactly).
+    ///
+    /// # Safety
+    /// Sixteen elements readable at `p`; AVX-512F enabled in the inlining function.
+    #[inline(always)]
+    unsafe fn load16<E: KvElem>(p: *const E) -> __m512 {
+        // SAFETY: per the contract; the element type decides the load.
+        unsafe {
+            if std::mem::size_of::<E>() == 2 {
+                _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
+            } else {
+                _mm512_loadu_ps(p.cast())
+            }
+        }
+    }
+
+    /// 512-bit `axpy_block`: 64 floats of each of the `N` heads' accumulators stay in registers
+    /// (16 at most) across the positions, so each broadcast weight feeds four multiply-adds and
+    /// the loop carries no per-element bounds checks. Per element the same fused multiply-adds
+    /// in the same position order as the portable form: the same bits.
+    ///
+    /// # Safety
+    /// AVX-512F must be available; `b.hd % WIDE == 0`; slices as the portable `axpy_block`
+    /// requires (checked here: out-of-range shapes panic).
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn axpy_block_512<'v, const N: usize, E: KvElem + 'v>(
+        acc: &mut [f32],
+        w: &[f32],
+        b: &Block,
+        v: impl Fn(usize) -> &'v [E],
+    ) {
+        let (hd, span, base) = (b.hd, b.span, b.base);
+        let (p0, p1) = (b.positions.start, b.positions.end);
+        if p0 >= p1 {
+            return;
+        }
+        assert!(
+            acc.len() >= N * hd
+                && hd % WIDE == 0
+                && p0 >= base
+                && (N - 1) * span + p1 - base <= w.len(),
+            "axpy_block_512: shapes"
+        );
+        let mut d = 0;
+        while d < hd {
+            // SAFETY: d + WIDE <= hd and acc holds N * hd floats; the weights read are
+            // w[h * span + pos - base] for pos < p1, within `w` (asserted); each value row holds
+            // hd elements (the slice indexing checks it); features per the contract.
+            unsafe {
+                let mut a = [[_mm512_setzero_ps(); 4]; N];
+                for (h, ah) in a.iter_mut().enumerate() {
+                    for (j, x) in ah.iter_mut().enumerate() {
+                        *x = _mm512_loadu_ps(acc.as_ptr().add(h * hd + d + 16 * j));
+                    }
+                }
+                let wp: [*const f32; N] =
+                    std::array::from_fn(|h| w.as_ptr().add(h * span + p0 - base));
+                for (i, pos) in (p0..p1).enumerate() {
+                    let vr = v(pos)[d..d + WIDE].as_ptr();
+                    let vs: [__m512; 4] = std::array::from_fn(|j| load16(vr.add(16 * j)));
+                    for (h, ah) in a.iter_mut().enumerate() {
+                        let wt = _mm512_set1_ps(*wp[h].add(i));
+                        for j in 0..4 {
+                            ah[j] = _mm512_fmadd_ps(wt, vs[j], ah[j]);
+                        }
+                    }
+                }
+                for (h, ah) in a.iter().enumerate() {
+                    for (j, x) in ah.iter().enumerate() {
+                        _mm512_storeu_ps(acc.as_mut_ptr().add(h * hd + d + 16 * j), *x);
+                    }
+                }
+            }
+            d += WIDE;
+        }
+    }
+
     /// # Safety
     /// AVX2 and FMA must be enabled in the inlining function; `b.hd % 16 == 0`; slices as the
     /// portable `axpy_block` requires.
@@ -837,6 +923,13 @@ mod tests {
         dots::<true, u16>(q, k)
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn simd256_axpy(acc: &mut [f32], w: &[f32], b: &Block, v: &[f32]) {
+        // SAFETY: features enabled here; hd % 16 == 0 in the test.
+        unsafe { simd::axpy_block::<3, f32>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]) };
+    }
+
     #[test]
     fn simd_dots_and_value_sums_give_the_portable_bits() {
         #[cfg(target_arch = "x86_64")]
@@ -868,6 +961,21 @@ mod tests {
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(d_simd.as_flattened()), bits(d_plain.as_flattened()));
             assert_eq!(bits(&acc_simd), bits(&acc_plain));
+            // Both SIMD widths (`axpy_block` picks the 512-bit one where it can).
+            let mut acc256 = row(7, 3 * hd);
+            // SAFETY: features detected above.
+            unsafe { simd256_axpy(&mut acc256, &w, &b, &v) };
+            assert_eq!(bits(&acc256), bits(&acc_plain));
+            if std::is_x86_feature_detected!("avx512f") {
+                let mut acc512 = row(7, 3 * hd);
+                // SAFETY: AVX-512F detected; hd = 256 is a multiple of WIDE.
+                unsafe {
+                    simd::axpy_block_512::<3, f32>(&mut acc512, &w, &b, |p| {
+                        &v[p * hd..(p + 1) * hd]
+                    })
+                };
+                assert_eq!(bits(&acc512), bits(&acc_plain));
+            }
             // f16 rows read directly give the bits of the same rows converted first.
             let k16: Vec<Vec<u16>> = ks
                 .iter()
