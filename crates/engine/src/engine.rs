@@ -323,7 +323,11 @@ impl<M: Model> Engine<M> {
                         self.pool.copy_tile(src, dst);
                     }
                     if let Some(r) = self.reqs.get_mut(&id) {
-                        r.scheduled_at = Some(Instant::now());
+                        let now = Instant::now();
+                        r.scheduled_at = Some(now);
+                        self.stats
+                            .queue_time
+                            .observe((now - r.arrived).as_secs_f64());
                         if let Some(lp) = &prompt_logprobs {
                             r.prompt_logprobs = lp.clone();
                             r.prompt_logprobs_sent = true;
