@@ -407,6 +407,7 @@ impl<M: Model> Engine<M> {
         // step that measures the baseline), so a prompt always progresses.
         let cap = self.cost.cap(
             self.sched.decoders(),
+            self.sched.prefill_backlog(),
             PREFILL_CAP_FLOOR,
             self.sched.max_batch_tokens(),
         );

@@ -140,6 +140,17 @@ impl Scheduler {
             .count()
     }
 
+    /// Sequences that still have prompt (or recomputation) to run before their next token:
+    /// the waiting ones and the running ones still prefilling.
+    pub fn prefill_backlog(&self) -> usize {
+        let prefilling = self
+            .running
+            .iter()
+            .filter(|id| self.seqs.get(id).is_some_and(|s| !s.is_decoding()))
+            .count();
+        self.waiting.len() + prefilling
+    }
+
     /// Tokens per step (`SchedulerConfig::max_batch_tokens`, at least 1).
     pub fn max_batch_tokens(&self) -> usize {
         self.cfg.max_batch_tokens.max(1)

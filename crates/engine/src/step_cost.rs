@@ -8,6 +8,13 @@
 //! `(slowdown - 1) * decode_step / per_token` prefill tokens, so such a step takes about
 //! `slowdown` times a decode-only one. The estimate follows the machine, the model and the
 //! context (attention makes late chunks of long prompts dearer) without a per-machine constant.
+//!
+//! The slowdown is what each decoder pays so that the requests still in prefill advance. When
+//! more requests wait for their first token than there are decoders (a burst of arrivals, or a
+//! server that has just started), holding them all back to spare a few streams would trade many
+//! first tokens for few next tokens; the extra allowance then grows with the ratio of the two
+//! (`backlog / decoders`), and falls back to the set slowdown as soon as decoders outnumber the
+//! backlog (the steady state, and a long prompt arriving among running streams).
 
 /// Moving-average step costs (seconds) and the cap they imply.
 #[derive(Debug, Clone)]
@@ -80,7 +87,7 @@ impl StepCost {
     /// Prefill tokens allowed in the next step if it decodes for `decoders` sequences, within
     /// `min..=max`. `Some(0)` asks for a decode-only step to measure the baseline (none yet, an
     /// old one, or one measured with a rather different number of decoders); `None` when off.
-    pub fn cap(&self, decoders: usize, min: usize, max: usize) -> Option<usize> {
+    pub fn cap(&self, decoders: usize, backlog: usize, min: usize, max: usize) -> Option<usize> {
         if self.slowdown <= 0.0 {
             return None;
         }
@@ -93,7 +100,8 @@ impl StepCost {
         let Some(p) = self.per_prefill_token else {
             return Some(min.min(max));
         };
-        let tokens = (self.slowdown - 1.0).max(0.0) * d / p.max(1e-9);
+        let pressure = (backlog as f64 / decoders.max(1) as f64).max(1.0);
+        let tokens = (self.slowdown - 1.0).max(0.0) * pressure * d / p.max(1e-9);
         let tokens = if tokens.is_finite() && tokens < max as f64 {
             tokens.round() as usize
         } else {
@@ -114,20 +122,39 @@ mod tests {
     #[test]
     fn asks_for_a_decode_only_step_first_and_is_none_when_off() {
         let mut c = StepCost::new(2.0);
-        assert_eq!(c.cap(8, 16, 512), Some(0), "no baseline yet");
+        assert_eq!(c.cap(8, 1, 16, 512), Some(0), "no baseline yet");
         c.observe(8, 0, 0.030);
         assert_eq!(
-            c.cap(8, 16, 512),
+            c.cap(8, 1, 16, 512),
             Some(16),
             "baseline but no prefill cost: the floor"
         );
         c.observe(8, 30, 0.090);
-        assert!(c.cap(8, 16, 512).is_some_and(|t| t > 0));
+        assert!(c.cap(8, 1, 16, 512).is_some_and(|t| t > 0));
         let mut off = StepCost::new(0.0);
-        assert_eq!(off.cap(8, 16, 512), None);
+        assert_eq!(off.cap(8, 1, 16, 512), None);
         off.observe(8, 0, 0.030);
         off.observe(8, 30, 0.090);
-        assert_eq!(off.cap(8, 16, 512), None);
+        assert_eq!(off.cap(8, 1, 16, 512), None);
+    }
+
+    #[test]
+    fn a_backlog_larger_than_the_decoders_widens_the_cap_in_proportion() {
+        // Decode-only 30 ms, 2 ms per prefill token, slowdown 2: 15 tokens while the backlog is
+        // at most the decoders; 4 decoders and 12 waiting: three times that.
+        let mut c = StepCost::new(2.0);
+        for _ in 0..50 {
+            c.observe(4, 0, 0.030);
+            c.observe(4, 20, 0.030 + 20.0 * 0.002);
+        }
+        assert_eq!(c.cap(4, 0, 1, 512), Some(15));
+        assert_eq!(c.cap(4, 4, 1, 512), Some(15));
+        assert_eq!(c.cap(4, 12, 1, 512), Some(45));
+        assert_eq!(
+            c.cap(4, 1000, 1, 512),
+            Some(512),
+            "bounded by the step budget"
+        );
     }
 
     #[test]
@@ -140,7 +167,7 @@ mod tests {
                 c.observe(8, 0, 0.030);
                 c.observe(8, 20, 0.030 + 20.0 * 0.002);
             }
-            assert_eq!(c.cap(8, 1, 512), Some(want), "slowdown {slowdown}");
+            assert_eq!(c.cap(8, 1, 1, 512), Some(want), "slowdown {slowdown}");
         }
     }
 
@@ -150,23 +177,23 @@ mod tests {
         c.observe(8, 0, 0.030);
         for _ in 0..REFRESH_STEPS - 1 {
             c.observe(8, 20, 0.070);
-            assert!(c.cap(8, 1, 512).is_some_and(|t| t > 0));
+            assert!(c.cap(8, 1, 1, 512).is_some_and(|t| t > 0));
         }
         c.observe(8, 20, 0.070);
         assert_eq!(
-            c.cap(8, 1, 512),
+            c.cap(8, 1, 1, 512),
             Some(0),
             "stale after {REFRESH_STEPS} mixed steps"
         );
         c.observe(8, 0, 0.030);
-        assert!(c.cap(8, 1, 512).is_some_and(|t| t > 0), "fresh again");
+        assert!(c.cap(8, 1, 1, 512).is_some_and(|t| t > 0), "fresh again");
         assert_eq!(
-            c.cap(16, 1, 512),
+            c.cap(16, 1, 1, 512),
             Some(0),
             "twice the decoders: measure again"
         );
         assert!(
-            c.cap(9, 1, 512).is_some_and(|t| t > 0),
+            c.cap(9, 1, 1, 512).is_some_and(|t| t > 0),
             "a few more: same baseline"
         );
     }
@@ -176,11 +203,11 @@ mod tests {
         let mut c = StepCost::new(2.0);
         c.observe(0, 100, 10.0); // 100 ms per token: the formula gives 0
         c.observe(4, 0, 0.010);
-        assert_eq!(c.cap(4, 16, 512), Some(16), "floor");
+        assert_eq!(c.cap(4, 1, 16, 512), Some(16), "floor");
         let mut fast = StepCost::new(10.0);
         fast.observe(0, 100, 0.0001);
         fast.observe(4, 0, 0.5);
-        assert_eq!(fast.cap(4, 16, 512), Some(512), "ceiling");
+        assert_eq!(fast.cap(4, 1, 16, 512), Some(512), "ceiling");
         fast.observe(4, 0, f64::NAN);
         fast.observe(4, 10, -1.0);
         assert_eq!(fast.decode_step_secs(), Some(0.5));
@@ -193,13 +220,13 @@ mod tests {
             c.observe(8, 0, 0.030);
             c.observe(8, 10, 0.030 + 10.0 * 0.001);
         }
-        let before = c.cap(8, 1, 512).unwrap_or(0);
+        let before = c.cap(8, 1, 1, 512).unwrap_or(0);
         // Prefill tokens get dearer (a long context): the cap falls.
         for _ in 0..30 {
             c.observe(8, 0, 0.030);
             c.observe(8, 10, 0.030 + 10.0 * 0.003);
         }
-        let after = c.cap(8, 1, 512).unwrap_or(0);
+        let after = c.cap(8, 1, 1, 512).unwrap_or(0);
         assert!(after < before / 2, "cap {before} -> {after}");
     }
 }
