@@ -51,7 +51,9 @@ pub struct ServeArgs {
     max_batch_tokens: usize,
     /// A step that carries prefill alongside running streams may take about this many times a
     /// decode-only step: the prefill tokens of such steps are capped from measured step times,
-    /// which bounds the streams' inter-token latency tail. 0 = no cap (only --max-batch-tokens).
+    /// which bounds the streams' inter-token latency tail; while more requests wait for their
+    /// first token than there are streams, the allowance grows by that ratio. 0 = no cap (only
+    /// --max-batch-tokens).
     #[arg(long, default_value_t = 2.0)]
     max_itl_slowdown: f64,
     /// Most requests allowed to wait; beyond it requests get 429 with Retry-After.
