@@ -57,6 +57,14 @@ impl Model for model::Transformer {
 /// Fewest prefill tokens a decoding step may carry, whatever the measured costs.
 const PREFILL_CAP_FLOOR: usize = 16;
 
+/// The scheduler's view of a new request (checked: the prompt is shorter than the context).
+fn new_sequence(id: SeqId, req: &GenerateRequest, arrival: u64, context: usize) -> Sequence {
+    let max_new = req.max_tokens.min(context - req.prompt.len());
+    let mut seq = Sequence::new(id, req.prompt.clone(), max_new, req.priority, arrival);
+    seq.wants_prompt_logits = req.prompt_logprobs.is_some();
+    seq
+}
+
 fn add_error(e: AddError) -> EngineError {
     let msg = match e {
         AddError::TooLong { .. } => format!("prompt plus max_tokens: {e}"),
@@ -222,17 +230,24 @@ impl<M: Model> Engine<M> {
 
     /// Queues a request; refusals are sent as an `Event::Error` on its channel.
     pub fn submit(&mut self, id: SeqId, req: GenerateRequest, events: UnboundedSender<Event>) {
+        self.queue(id, req, events);
+        self.publish_counts();
+    }
+
+    /// `submit` without publishing the counts.
+    fn queue(&mut self, id: SeqId, req: GenerateRequest, events: UnboundedSender<Event>) {
         if let Err(e) = self.check(&req) {
             let _ = events.send(Event::Error(e));
             return;
         }
-        let seq = self.new_sequence(id, &req);
+        let arrival = self.next_arrival();
+        let seq = new_sequence(id, &req, arrival, self.context_length);
         if let Err(e) = self.sched.add(seq) {
             let _ = events.send(Event::Error(add_error(e)));
             return;
         }
-        self.reqs.insert(id, self.new_state(id, req, events));
-        self.publish_counts();
+        let state = self.new_state(id, req, events, arrival);
+        self.reqs.insert(id, state);
     }
 
     /// Queues the `n` choices of one prompt (the first member's prompt, token limit and prompt
@@ -251,32 +266,31 @@ impl<M: Model> Engine<M> {
             first.max_tokens,
             first.prompt_logprobs,
         );
-        self.submit(parent, first, events);
+        self.queue(parent, first, events);
         let parent_queued = self.reqs.contains_key(&parent);
         for (id, req, events) in members {
             if !parent_queued
                 || (&req.prompt, req.max_tokens, req.prompt_logprobs) != (&key.0, key.1, key.2)
             {
-                self.submit(id, req, events);
+                self.queue(id, req, events);
                 continue;
             }
             if let Err(e) = self.check(&req) {
                 let _ = events.send(Event::Error(e));
                 continue;
             }
-            self.reqs.insert(id, self.new_state(id, req, events));
+            // The choice's place in line is its arrival, not the moment it forks.
+            let arrival = self.next_arrival();
+            let state = self.new_state(id, req, events, arrival);
+            self.reqs.insert(id, state);
             self.forks.entry(parent).or_default().push(id);
         }
         self.publish_counts();
     }
 
-    /// The scheduler's view of a new request.
-    fn new_sequence(&mut self, id: SeqId, req: &GenerateRequest) -> Sequence {
-        let max_new = req.max_tokens.min(self.context_length - req.prompt.len());
+    fn next_arrival(&mut self) -> u64 {
         self.arrivals += 1;
-        let mut seq = Sequence::new(id, req.prompt.clone(), max_new, req.priority, self.arrivals);
-        seq.wants_prompt_logits = req.prompt_logprobs.is_some();
-        seq
+        self.arrivals
     }
 
     fn new_state(
@@ -284,8 +298,10 @@ impl<M: Model> Engine<M> {
         id: SeqId,
         req: GenerateRequest,
         events: UnboundedSender<Event>,
+        arrival: u64,
     ) -> RequestState {
         RequestState {
+            arrival,
             decoder: self.tokenizer.incremental_decoder(true),
             sampler: model::Sampler::new(req.sampling.clone(), id.0),
             req,
@@ -313,10 +329,9 @@ impl<M: Model> Engine<M> {
             .filter(|r| r.prompt_logprobs_sent)
             .map(|r| r.prompt_logprobs.clone());
         for id in children {
-            let Some(req) = self.reqs.get(&id).map(|r| r.req.clone()) else {
+            let Some(seq) = self.pending_sequence(id) else {
                 continue;
             };
-            let seq = self.new_sequence(id, &req);
             match self.sched.fork(parent, seq) {
                 Ok(copies) => {
                     for (src, dst) in copies {
@@ -339,6 +354,12 @@ impl<M: Model> Engine<M> {
                 Err(seq) => self.enqueue(*seq),
             }
         }
+    }
+
+    /// The scheduler's view of a choice that waited to fork.
+    fn pending_sequence(&self, id: SeqId) -> Option<Sequence> {
+        let r = self.reqs.get(&id)?;
+        Some(new_sequence(id, &r.req, r.arrival, self.context_length))
     }
 
     /// Adds a sequence whose request state exists to the scheduler (a choice that could not
@@ -632,8 +653,7 @@ impl<M: Model> Engine<M> {
         self.forks.values_mut().for_each(|c| c.retain(|&c| c != id));
         if let Some(children) = self.forks.remove(&id) {
             for child in children {
-                if let Some(req) = self.reqs.get(&child).map(|r| r.req.clone()) {
-                    let seq = self.new_sequence(child, &req);
+                if let Some(seq) = self.pending_sequence(child) {
                     self.enqueue(seq);
                 }
             }

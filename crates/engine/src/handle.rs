@@ -140,12 +140,13 @@ impl EngineHandle {
         &self,
         reqs: Vec<GenerateRequest>,
     ) -> Result<Vec<RequestStream>, EngineError> {
-        let mut members = Vec::with_capacity(reqs.len());
-        let mut streams = Vec::with_capacity(reqs.len());
+        let n = reqs.len();
+        let mut members = Vec::with_capacity(n);
+        let mut streams = Vec::with_capacity(n);
         for (i, req) in reqs.into_iter().enumerate() {
             // The whole group is counted against the waiting limit by its first member.
             let (id, etx, stream) = if i == 0 {
-                self.reserve(members.capacity())?
+                self.reserve(n)?
             } else {
                 self.next_stream()
             };

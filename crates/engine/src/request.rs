@@ -109,6 +109,8 @@ pub(crate) struct RequestState {
     /// A stop string was found: nothing after it is sent, not even bytes flushed at the end.
     pub stopped_by_string: bool,
     pub events: UnboundedSender<Event>,
+    /// Place in line (the scheduler's `Sequence::arrival`).
+    pub arrival: u64,
     pub arrived: Instant,
     pub scheduled_at: Option<Instant>,
     pub first_token_at: Option<Instant>,

@@ -140,15 +140,18 @@ impl Scheduler {
             .count()
     }
 
-    /// Sequences that still have prompt (or recomputation) to run before their next token:
-    /// the waiting ones and the running ones still prefilling.
+    /// Sequences whose prompt (or recomputation) could advance now: the running ones still
+    /// prefilling, and as many waiting ones as there are free seats. Waiting requests that could
+    /// not be admitted anyway do not count, so a long queue under sustained overload does not
+    /// lift the prefill cap.
     pub fn prefill_backlog(&self) -> usize {
         let prefilling = self
             .running
             .iter()
             .filter(|id| self.seqs.get(id).is_some_and(|s| !s.is_decoding()))
             .count();
-        self.waiting.len() + prefilling
+        let seats = self.cfg.max_seqs.max(1).saturating_sub(self.running.len());
+        prefilling + self.waiting.len().min(seats)
     }
 
     /// Tokens per step (`SchedulerConfig::max_batch_tokens`, at least 1).

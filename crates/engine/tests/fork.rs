@@ -144,9 +144,59 @@ fn every_choice_gets_the_prompt_logprobs() {
 }
 
 #[test]
+fn a_prompt_of_whole_tiles_forks_without_a_copy() {
+    let (mut h, run) = harness(4, 64);
+    let reqs: Vec<_> = (0..3)
+        .map(|j| GenerateRequest {
+            prompt: prompt(9, 6 * TS),
+            ..choice(j, None)
+        })
+        .collect();
+    let ids = h.submit_group(reqs.clone());
+    h.run();
+    assert_eq!(run.load(Relaxed), 6 * TS + 3 * (MAX - 1));
+    for (id, req) in ids.iter().zip(&reqs) {
+        assert_eq!(h.outcome(*id).tokens, solo(model, TS, req).tokens);
+    }
+}
+
+#[test]
+fn a_choice_aborted_while_it_waits_to_fork_ends_and_the_others_fork() {
+    let (mut h, run) = harness(4, 8);
+    let reqs: Vec<_> = (0..3).map(|j| choice(j, None)).collect();
+    let ids = h.submit_group(reqs.clone());
+    h.step();
+    h.engine.abort(ids[1]);
+    h.run();
+    let o = h.outcome(ids[1]);
+    assert_eq!(o.finish.map(|f| f.0), Some(FinishReason::Abort));
+    assert!(o.tokens.is_empty());
+    for j in [0, 2] {
+        assert_eq!(h.outcome(ids[j]).tokens, solo(model, TS, &reqs[j]).tokens);
+    }
+    assert_eq!(run.load(Relaxed), PROMPT + 2 * (MAX - 1));
+}
+
+#[test]
+fn the_others_go_on_when_the_first_choice_stops_at_its_first_token() {
+    let (mut h, _) = harness(4, 64);
+    let mut first = choice(0, None);
+    first.stop_token_ids = (0..model::testing::tiny_vocab_size() as u32).collect();
+    let reqs = vec![first, choice(1, None), choice(2, None)];
+    let ids = h.submit_group(reqs.clone());
+    h.run();
+    let o = h.outcome(ids[0]);
+    assert_eq!(o.finish.map(|f| f.0), Some(FinishReason::Stop));
+    assert_eq!(o.tokens.len(), 1);
+    for j in [1, 2] {
+        assert_eq!(h.outcome(ids[j]).tokens, solo(model, TS, &reqs[j]).tokens);
+    }
+}
+
+#[test]
 fn members_that_differ_are_not_forked() {
     // A different prompt (or token limit) cannot share the first member's computation.
-    let (mut h, _) = harness(4, 64);
+    let (mut h, run) = harness(4, 64);
     let mut other = choice(1, None);
     other.prompt = prompt(8, PROMPT);
     let mut longer = choice(2, None);
@@ -158,4 +208,13 @@ fn members_that_differ_are_not_forked() {
         assert_eq!(h.outcome(*id).tokens, solo(model, TS, req).tokens);
     }
     assert_eq!(h.outcome(ids[2]).tokens.len(), MAX + 3);
+    // Both prompts computed, and the longer member ran on its own: it computed the prompt's
+    // last, partly filled tile itself (the full ones came from the prefix cache) and sampled
+    // its first token from its own logits.
+    let decode = 2 * (MAX - 1) + (MAX + 3 - 1);
+    let n = run.load(Relaxed);
+    assert!(
+        n > 2 * PROMPT + decode && n < 3 * PROMPT + decode,
+        "{n} tokens run"
+    );
 }

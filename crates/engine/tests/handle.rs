@@ -233,3 +233,35 @@ fn submissions_beyond_max_waiting_are_refused_as_overloaded() {
     wait_until("tiles back", || h.stats().tiles_in_use.load(Relaxed) == 0);
     h.shutdown(Duration::from_secs(1));
 }
+
+#[test]
+fn a_group_streams_every_choice_and_counts_against_the_waiting_limit() {
+    let h = spawn(512);
+    let req = greedy(prompt(3, 21), 6);
+    let mut streams = h
+        .submit_group(vec![req.clone(), req.clone(), req.clone()])
+        .expect("group accepted");
+    assert_eq!(streams.len(), 3);
+    let outs: Vec<_> = streams.iter_mut().map(collect).collect();
+    for (tokens, reason) in &outs {
+        assert_eq!(reason, &Some(FinishReason::Length));
+        assert_eq!(tokens, &outs[0].0, "greedy choices of one prompt agree");
+        assert_eq!(tokens.len(), 6);
+    }
+    wait_until("the tiles to be freed", || {
+        h.stats().tiles_in_use.load(Relaxed) == 0
+    });
+    h.shutdown(Duration::from_secs(1));
+
+    // A group larger than the waiting line is refused whole.
+    let mut m = FakeModel::new(Some(10));
+    m.delay = Duration::from_millis(2);
+    let cfg = EngineConfig {
+        max_waiting: 2,
+        ..fake_config(&m, 4, 64)
+    };
+    let small = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer()))).expect("starts");
+    let refused = small.submit_group(vec![req.clone(), req.clone(), req]);
+    assert!(matches!(refused, Err(engine::EngineError::Overloaded(_))));
+    small.shutdown(Duration::from_secs(1));
+}

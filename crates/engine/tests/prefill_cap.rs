@@ -121,3 +121,35 @@ fn under_the_cap_a_short_prompt_goes_before_a_long_one_already_prefilling() {
         p.chunks
     );
 }
+
+#[test]
+fn the_backlog_counts_prompts_in_progress_and_waiting_requests_that_have_a_seat() {
+    let m = FakeModel::new(None);
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 256,
+        max_seqs: 4,
+        chunked_prefill: true,
+        aging_steps: 100,
+        release_window_tiles: true,
+    };
+    let mut s = Scheduler::new(cfg, &m.kv_layout(4), 4096, false);
+    add(&mut s, 1, 8);
+    add(&mut s, 2, 8);
+    let p = s.plan();
+    commit(&mut s, &p);
+    assert_eq!((s.decoders(), s.prefill_backlog()), (2, 0));
+    // A long prompt starts (cap of 16 tokens a step) and five more wait: two seats are left.
+    s.set_prefill_cap(Some(16));
+    add(&mut s, 3, 400);
+    let p = s.plan();
+    commit(&mut s, &p);
+    for id in 4..9 {
+        add(&mut s, id, 50);
+    }
+    assert_eq!(s.num_running(), 3);
+    assert_eq!(
+        s.prefill_backlog(),
+        1 + 1,
+        "the running prompt, and one waiting per free seat"
+    );
+}

@@ -43,7 +43,9 @@ pub struct HugeBuf<T: Plain> {
 impl<T: Plain> HugeBuf<T> {
     /// `len` zeroed values.
     pub fn zeroed(len: usize) -> HugeBuf<T> {
-        let bytes = len * std::mem::size_of::<T>();
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .expect("HugeBuf larger than the address space: this is a bug");
         let storage = match memmap2::MmapMut::map_anon(bytes.max(1)) {
             Ok(map) => {
                 #[cfg(target_os = "linux")]

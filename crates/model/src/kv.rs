@@ -296,3 +296,51 @@ impl KvPool {
         self.v.f16_bits(o, n * self.layout.kv_dim)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_tile_copies_every_layer_of_the_tile_in_every_storage_type() {
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
+            let layout = KvLayout {
+                tile_size: 4,
+                kv_dim: 64,
+                groups: vec![KvGroup {
+                    layers: vec![0, 1],
+                    window: None,
+                }],
+                layer_slot: vec![(0, 0), (0, 1)],
+                dtype,
+            };
+            let mut pool = KvPool::new(layout, 3);
+            let row = |l: usize, s: usize, kv: f32| -> Vec<f32> {
+                (0..64)
+                    .map(|i| kv + (l * 100 + s * 10 + i) as f32 / 64.0)
+                    .collect()
+            };
+            for l in 0..2 {
+                for s in 0..4 {
+                    pool.store(TileId(1), l, s, &row(l, s, 1.0), &row(l, s, -1.0));
+                    pool.store(TileId(2), l, s, &row(l, s, 9.0), &row(l, s, 9.0));
+                }
+            }
+            pool.copy_tile(TileId(1), TileId(0));
+            let read = |pool: &KvPool, t: u32, l: usize| {
+                let (mut k, mut v) = (vec![0.0; 4 * 64], vec![0.0; 4 * 64]);
+                pool.read_keys(TileId(t), l, 4, &mut k);
+                pool.read_values(TileId(t), l, 4, &mut v);
+                (k, v)
+            };
+            for l in 0..2 {
+                assert_eq!(read(&pool, 0, l), read(&pool, 1, l), "{dtype:?} layer {l}");
+                assert_ne!(
+                    read(&pool, 0, l),
+                    read(&pool, 2, l),
+                    "{dtype:?}: tile 2 untouched"
+                );
+            }
+        }
+    }
+}
