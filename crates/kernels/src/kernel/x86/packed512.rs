@@ -76,6 +76,27 @@ unsafe fn dot_chunks<const K: usize>(init: __m512i, w: &[__m512i; K], qs: *const
     }
 }
 
+/// How many records ahead the legacy passes prefetch.
+const PREFETCH_RECORDS: usize = 2;
+
+/// Passes over fewer activation rows spend too little time per record for a prefetch to pay
+/// (single-sequence decode streams the weights at the memory's rate already).
+const PREFETCH_MIN_ROWS: usize = 4;
+
+/// Asks for the record `ahead` records after `r` (of `rec` bytes) to be brought into L1 while
+/// this one is computed. Every matmul of a step streams its weights from memory (the model is
+/// larger than the caches), and a pass spends long enough on each record that the hardware
+/// prefetchers alone left the next one late (criterion, Q8_0 262144x640 at m = 16: -18% time).
+/// Past the last record the addresses are only hints: a prefetch never faults.
+#[inline(always)]
+fn prefetch_record(r: *const u8, rec: usize, ahead: usize) {
+    let next = r.wrapping_add(ahead * rec);
+    for line in (0..rec).step_by(64) {
+        // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast()) };
+    }
+}
+
 const Q8: u8 = 0;
 const Q5: u8 = 1;
 const Q4: u8 = 2;
@@ -106,6 +127,9 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
+            if N >= PREFETCH_MIN_ROWS {
+                prefetch_record(r, rec, PREFETCH_RECORDS);
+            }
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
             let w = unpack::<F>(r.add(32));
             for j in 0..N {
@@ -139,6 +163,9 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
+            if N >= PREFETCH_MIN_ROWS {
+                prefetch_record(r, rec, 1);
+            }
             let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
             let mut isum = [_mm512_setzero_si512(); N];
             for sj in 0..8 {
@@ -193,6 +220,9 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
+            if N >= PREFETCH_MIN_ROWS {
+                prefetch_record(r, rec, 1);
+            }
             let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
             let mut isum = [_mm512_setzero_si512(); N];
             for sb in 0..16 {
