@@ -246,6 +246,7 @@ impl<M: Model> Engine<M> {
             let _ = events.send(Event::Error(add_error(e)));
             return;
         }
+        let _ = events.send(Event::Accepted);
         let state = self.new_state(id, req, events, arrival);
         self.reqs.insert(id, state);
     }
@@ -279,6 +280,7 @@ impl<M: Model> Engine<M> {
                 let _ = events.send(Event::Error(e));
                 continue;
             }
+            let _ = events.send(Event::Accepted);
             // The choice's place in line is its arrival, not the moment it forks.
             let arrival = self.next_arrival();
             let state = self.new_state(id, req, events, arrival);

@@ -79,6 +79,10 @@ pub enum EngineError {
 /// What the engine streams back for a request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
+    /// The request passed validation and is queued: the first event of every accepted request
+    /// (a refused one gets only `Error`), so a server can answer with its headers at once instead
+    /// of at the first token.
+    Accepted,
     /// Prompt log-probabilities (entry 0, the first prompt token, has none).
     PromptLogprobs(Vec<Option<TokenLogprob>>),
     /// One generated token and the text it completes (possibly empty, held back while it could

@@ -27,7 +27,7 @@ fn collect(stream: &mut RequestStream) -> (Vec<u32>, Option<FinishReason>) {
             Ok(Event::Token { id, .. }) => tokens.push(id),
             Ok(Event::Finished { reason, .. }) => return (tokens, Some(reason)),
             Ok(Event::Error(e)) => panic!("request failed: {e}"),
-            Ok(Event::PromptLogprobs(_)) => {}
+            Ok(Event::PromptLogprobs(_) | Event::Accepted) => {}
             Err(_) => std::thread::sleep(Duration::from_millis(1)),
         }
     }

@@ -247,6 +247,13 @@ fn invalid_requests_are_refused_with_a_reason() {
             h.outcome(id).error,
             Some(EngineError::InvalidRequest(_))
         ));
+        assert!(
+            !h.outcome(id).accepted,
+            "a refused request is not accepted first"
+        );
     }
     assert!(!h.engine.has_work());
+    // A valid one is accepted at once, before any step.
+    let id = h.submit(greedy(prompt(1, 5), 4));
+    assert!(h.outcome(id).accepted);
 }

@@ -2,9 +2,11 @@
 //! collect each choice whole or merge their event streams for SSE.
 //!
 //! `n > 1` is one engine group per prompt: the prompt is computed once and the choices fork
-//! from it, sharing its tiles (`EngineHandle::submit_group`). Before any response header is sent, `start` waits for the first event of every
-//! choice: the engine reports a refused request (e.g. one that can never fit the KV pool) as
-//! its first event, and that must become a 400, not a 200 stream that fails. Dropping what
+//! from it, sharing its tiles (`EngineHandle::submit_group`). Before any response header is
+//! sent, `start` waits for the first event of every choice: `Accepted` as soon as the engine has
+//! queued it (so headers go out at once, not at the first token), or the refusal of a request
+//! that can never run (e.g. one that can never fit the KV pool), which must become a 400, not a
+//! 200 stream that fails. Dropping what
 //! `start` returns (a client gone, a handler future cancelled) drops the receivers, and the
 //! engine aborts those requests within a step.
 
@@ -21,7 +23,8 @@ use crate::validate::Job;
 pub struct Choice {
     pub index: usize,
     pub prompt_index: usize,
-    /// The first event, already received.
+    /// An event received by `start` after `Accepted`, if any (not expected: the engine sends
+    /// nothing else in the same step).
     first: Option<Event>,
     events: UnboundedReceiver<Event>,
 }
@@ -63,6 +66,7 @@ pub async fn start(job: &Job, engine: &EngineHandle) -> Result<Vec<Choice>, ApiE
     for c in &mut choices {
         match c.events.recv().await {
             Some(Event::Error(e)) => return Err(e.into()),
+            Some(Event::Accepted) => {}
             Some(ev) => c.first = Some(ev),
             None => return Err(ApiError::Internal("engine dropped a request".into())),
         }
@@ -92,6 +96,7 @@ pub async fn collect(mut c: Choice) -> Result<Outcome, ApiError> {
                 .ok_or_else(|| ApiError::Internal("engine dropped a request".into()))?,
         };
         match ev {
+            Event::Accepted => {}
             Event::PromptLogprobs(lp) => out.prompt_logprobs = Some(lp),
             Event::Token { id, text, logprob } => {
                 out.text.push_str(&text);

@@ -233,6 +233,8 @@ pub struct Outcome {
     pub prompt_logprobs: Option<Vec<Option<engine::TokenLogprob>>>,
     /// Log-probability events of generated tokens.
     pub logprobs: Vec<Option<engine::TokenLogprob>>,
+    /// `Event::Accepted` came (first, once).
+    pub accepted: bool,
 }
 
 /// Steps an engine, collecting every request's events and checking the tile invariants after
@@ -304,7 +306,15 @@ impl<M: Model> Harness<M> {
                     o.late_events += 1;
                 }
                 match ev {
+                    Event::Accepted => {
+                        assert!(
+                            !o.accepted && o.tokens.is_empty() && o.finish.is_none(),
+                            "Accepted must come first, once"
+                        );
+                        o.accepted = true;
+                    }
                     Event::Token { id, text, logprob } => {
+                        assert!(o.accepted, "a token before Accepted");
                         o.tokens.push(id);
                         o.text.push_str(&text);
                         o.logprobs.push(logprob);
@@ -314,6 +324,7 @@ impl<M: Model> Harness<M> {
                         text,
                         usage,
                     } => {
+                        assert!(o.accepted, "Finished without Accepted");
                         o.text.push_str(&text);
                         o.finish = Some((reason, usage));
                     }

@@ -128,7 +128,7 @@ struct Chunks {
 impl ChunkWriter for Chunks {
     fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Value>) -> bool {
         match ev {
-            Event::PromptLogprobs(_) => false,
+            Event::Accepted | Event::PromptLogprobs(_) => false,
             Event::Token { text, logprob, .. } => {
                 let lp = match (&logprob, self.head.logprobs) {
                     (Some(lp), true) => Some(json!({"content": [chat_entry(&self.tok, lp)]})),

@@ -181,6 +181,7 @@ impl Chunks {
 impl ChunkWriter for Chunks {
     fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Value>) -> bool {
         match ev {
+            Event::Accepted => false,
             Event::PromptLogprobs(plp) => {
                 self.echo(index, Some(&plp), out);
                 false
