@@ -251,8 +251,8 @@ impl<M: Model> Engine<M> {
         self.reqs.insert(id, state);
     }
 
-    /// Queues the `n` choices of one prompt (the first member's prompt, token limit and prompt
-    /// log-probability setting shared by all; sampling settings may differ, e.g. the seed). The
+    /// Queues the `n` choices of one prompt (the first member's prompt and prompt
+    /// log-probability setting shared by all; sampling and limits may differ). The
     /// first is prefilled; the others fork from it when its prompt is computed, sharing its full
     /// tiles and a copy of the last partial one, and sample their first token from the same
     /// logits. A member that differs, or one that cannot fork then, runs as a request of its own
@@ -262,22 +262,22 @@ impl<M: Model> Engine<M> {
         let Some((parent, first, events)) = members.next() else {
             return;
         };
-        let key = (
-            first.prompt.clone(),
-            first.max_tokens,
-            first.prompt_logprobs,
-        );
+        let key = (first.prompt.clone(), first.prompt_logprobs);
         self.queue(parent, first, events);
         let parent_queued = self.reqs.contains_key(&parent);
         for (id, req, events) in members {
-            if !parent_queued
-                || (&req.prompt, req.max_tokens, req.prompt_logprobs) != (&key.0, key.1, key.2)
-            {
+            if !parent_queued || (&req.prompt, req.prompt_logprobs) != (&key.0, key.1) {
                 self.queue(id, req, events);
                 continue;
             }
             if let Err(e) = self.check(&req) {
                 let _ = events.send(Event::Error(e));
+                continue;
+            }
+            // Refused now if it could never fit the pool, as a request of its own would be.
+            let len = req.prompt.len() + req.max_tokens.min(self.context_length - req.prompt.len());
+            if let Err(e) = self.sched.check_fits(len) {
+                let _ = events.send(Event::Error(add_error(e)));
                 continue;
             }
             let _ = events.send(Event::Accepted);
@@ -667,6 +667,12 @@ impl<M: Model> Engine<M> {
             seq.as_ref().map_or((0, 0, 0), |s| {
                 (s.prompt_len, s.output().len(), s.cached_prompt_tokens)
             });
+        // A forked choice's prompt was never looked up in the prefix cache.
+        let queried = if seq.as_ref().is_some_and(|s| s.forked) {
+            0
+        } else {
+            prompt_tokens
+        };
         // What is left to send: the held-back text and any bytes the decoder still holds, cut
         // at a stop string they complete. Nothing after a stop string, nothing on abort.
         let mut text = String::new();
@@ -684,10 +690,9 @@ impl<M: Model> Engine<M> {
         };
         let st = &self.stats;
         st.prompt_tokens.fetch_add(prompt_tokens as u64, Relaxed);
-        st.prefix_queried_tokens
-            .fetch_add(prompt_tokens as u64, Relaxed);
+        st.prefix_queried_tokens.fetch_add(queried as u64, Relaxed);
         st.prefix_hit_tokens
-            .fetch_add(cached_tokens as u64, Relaxed);
+            .fetch_add(cached_tokens.min(queried) as u64, Relaxed);
         match reason {
             FinishReason::Stop => st.finished_stop.fetch_add(1, Relaxed),
             FinishReason::Length => st.finished_length.fetch_add(1, Relaxed),

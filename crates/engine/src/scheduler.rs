@@ -176,24 +176,29 @@ impl Scheduler {
         self.max_batch_tokens()
     }
 
+    /// Whether a sequence of at most `max_total_len` tokens could ever fit the pool.
+    pub fn check_fits(&self, max_total_len: usize) -> Result<(), AddError> {
+        let chunk = if self.cfg.chunked_prefill {
+            self.chunk_limit()
+        } else {
+            max_total_len
+        };
+        if self.kv.fits_pool(max_total_len, chunk) {
+            return Ok(());
+        }
+        Err(AddError::TooLong {
+            needed: max_total_len,
+            tiles: self.kv.counts().total,
+            tile_size: self.kv.tile_size(),
+        })
+    }
+
     /// Queues a sequence; refuses one that could never fit the pool.
     pub fn add(&mut self, mut seq: Sequence) -> Result<(), AddError> {
         if seq.tokens.is_empty() {
             return Err(AddError::Empty);
         }
-        let chunk = if self.cfg.chunked_prefill {
-            self.chunk_limit()
-        } else {
-            seq.max_total_len
-        };
-        if !self.kv.fits_pool(seq.max_total_len, chunk) {
-            let c = self.kv.counts();
-            return Err(AddError::TooLong {
-                needed: seq.max_total_len,
-                tiles: c.total,
-                tile_size: self.kv.tile_size(),
-            });
-        }
+        self.check_fits(seq.max_total_len)?;
         seq.status = SeqStatus::Waiting;
         self.waiting.push(seq.id);
         self.seqs.insert(seq.id, seq);
@@ -526,8 +531,9 @@ impl Scheduler {
     /// equal the child's (an `n` > 1 request forked after its prompt): the child shares the
     /// parent's full tiles and gets its own copy of a partly filled last tile, and decodes from
     /// the next step on. Returns the (source, copy) tile pairs whose contents the caller must
-    /// copy in the KV pool. Gives the child back when it cannot fork (no seat, no free tile, or
-    /// not a copy), for the caller to `add` it as a request of its own.
+    /// copy in the KV pool. Gives the child back when it cannot fork (no seat, no free tile, not
+    /// a copy, or a length that could never fit the pool), for the caller to `add` it as a
+    /// request of its own.
     pub fn fork(
         &mut self,
         parent: SeqId,
@@ -540,7 +546,8 @@ impl Scheduler {
             && p.num_computed == p.tokens.len()
             && child.tokens == p.tokens
             && !self.seqs.contains_key(&child.id)
-            && self.running.len() < self.cfg.max_seqs.max(1);
+            && self.running.len() < self.cfg.max_seqs.max(1)
+            && self.check_fits(child.max_total_len).is_ok();
         if !forkable {
             return Err(Box::new(child));
         }
@@ -550,6 +557,7 @@ impl Scheduler {
         child.tiles = tiles;
         child.num_computed = p.num_computed;
         child.cached_prompt_tokens = p.cached_prompt_tokens;
+        child.forked = true;
         child.status = SeqStatus::Running;
         self.running.push(child.id);
         self.seqs.insert(child.id, child);

@@ -44,6 +44,9 @@ pub struct Sequence {
     pub wants_prompt_logits: bool,
     /// Generation stops at this many tokens in total (prompt + output).
     pub max_total_len: usize,
+    /// Started as a fork of another sequence's computed prompt (`n` > 1): its prompt was
+    /// neither looked up in the prefix cache nor computed for it.
+    pub forked: bool,
 }
 
 impl Sequence {
@@ -64,6 +67,7 @@ impl Sequence {
             protected: false,
             wants_prompt_logits: false,
             max_total_len: prompt_len + max_new,
+            forked: false,
         }
     }
 

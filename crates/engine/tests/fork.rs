@@ -194,8 +194,9 @@ fn the_others_go_on_when_the_first_choice_stops_at_its_first_token() {
 }
 
 #[test]
-fn members_that_differ_are_not_forked() {
-    // A different prompt (or token limit) cannot share the first member's computation.
+fn members_with_another_prompt_run_apart_and_other_limits_still_fork() {
+    // A different prompt cannot share the first member's computation; a different token limit
+    // can.
     let (mut h, run) = harness(4, 64);
     let mut other = choice(1, None);
     other.prompt = prompt(8, PROMPT);
@@ -208,13 +209,33 @@ fn members_that_differ_are_not_forked() {
         assert_eq!(h.outcome(*id).tokens, solo(model, TS, req).tokens);
     }
     assert_eq!(h.outcome(ids[2]).tokens.len(), MAX + 3);
-    // Both prompts computed, and the longer member ran on its own: it computed the prompt's
-    // last, partly filled tile itself (the full ones came from the prefix cache) and sampled
-    // its first token from its own logits.
+    // Both prompts computed once each; the longer member forked from the first.
     let decode = 2 * (MAX - 1) + (MAX + 3 - 1);
-    let n = run.load(Relaxed);
-    assert!(
-        n > 2 * PROMPT + decode && n < 3 * PROMPT + decode,
-        "{n} tokens run"
+    assert_eq!(run.load(Relaxed), 2 * PROMPT + decode);
+    assert_eq!(
+        h.stats.prefix_queried_tokens.load(Relaxed),
+        2 * PROMPT as u64
     );
+}
+
+#[test]
+fn a_choice_that_could_never_fit_the_pool_is_refused_at_once() {
+    let m = model();
+    let mut cfg = fake_config(&m, TS, 60);
+    cfg.max_seqs = 4;
+    let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
+    let mut huge = choice(1, None);
+    huge.max_tokens = 10_000; // the whole context: more tiles than the pool holds
+    let reqs = vec![choice(0, None), huge, choice(2, None)];
+    let ids = h.submit_group(reqs.clone());
+    let refused = h.outcome(ids[1]);
+    assert!(matches!(
+        refused.error,
+        Some(engine::EngineError::InvalidRequest(_))
+    ));
+    assert!(!refused.accepted);
+    h.run();
+    for j in [0, 2] {
+        assert_eq!(h.outcome(ids[j]).tokens, solo(model, TS, &reqs[j]).tokens);
+    }
 }
