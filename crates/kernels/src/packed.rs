@@ -196,86 +196,75 @@ fn put_nibbles(quants: &mut [u8], i: usize, u: &[u8]) {
     }
 }
 
-/// Packs row group `g` of a Q4_K matrix into `dst` (`blocks` records, zeroed).
-fn pack_group_q4k(data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8]) {
-    let rec = record_bytes(Format::Q4_K);
-    for b in 0..blocks {
-        let r = &mut dst[b * rec..(b + 1) * rec];
-        for i in 0..PACK_ROWS {
-            let off = ((g * PACK_ROWS + i) * blocks + b) * bb;
-            let blk: &BlockQ4K = &quant::cast_blocks(&data[off..off + bb])[0];
-            r[2 * i..2 * i + 2].copy_from_slice(&blk.d);
-            r[32 + 2 * i..32 + 2 * i + 2].copy_from_slice(&blk.dmin);
-            let (sc, mn) = k4_scales_mins(&blk.scales);
-            for j in 0..8 {
-                r[Q4K_SCALES + 16 * j + i] = sc[j];
-                let (k, half) = (j / 2, j % 2);
-                let at = Q4K_MINS + 64 * k + 4 * i + 2 * half;
-                r[at..at + 2].copy_from_slice(&i16::from(mn[j]).to_le_bytes());
-            }
-            let q = q4_k_quants(blk);
-            for j in 0..8 {
-                let area = Q4K_QUANTS + 256 * j;
-                put_nibbles(&mut r[area..area + 256], i, &q[32 * j..32 * j + 32]);
-            }
-        }
-    }
-}
-
-/// Packs row group `g` of a Q6_K matrix into `dst` (`blocks` records, zeroed).
-fn pack_group_q6k(data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8]) {
-    let rec = record_bytes(Format::Q6_K);
-    for b in 0..blocks {
-        let r = &mut dst[b * rec..(b + 1) * rec];
-        for i in 0..PACK_ROWS {
-            let off = ((g * PACK_ROWS + i) * blocks + b) * bb;
-            let blk: &BlockQ6K = &quant::cast_blocks(&data[off..off + bb])[0];
-            r[2 * i..2 * i + 2].copy_from_slice(&blk.d);
-            for (sb, &sc) in blk.scales.iter().enumerate() {
-                r[Q6K_SCALES + 16 * sb + i] = sc as u8;
-                let at = Q6K_PAIRS + 64 * (sb / 2) + 4 * i + 2 * (sb % 2);
-                r[at..at + 2].copy_from_slice(&i16::from(sc).to_le_bytes());
-            }
-            for (e, &q) in q6_k_quants(blk).iter().enumerate() {
-                let (sb, c, t) = (e / 16, (e % 16) / 4, e % 4);
-                r[Q6K_QUANTS + 64 * (4 * sb + c) + 4 * i + t] = q;
-            }
-        }
-    }
-}
-
-/// Packs row group `g` (rows `16g..16g + 16`) into `dst` (`blocks` records, zeroed).
+/// Packs row group `g` (rows `16g..16g + 16`) into `dst` (`blocks` records, zeroed): row `i`'s
+/// block `b` goes to lane `i` of record `b`.
 fn pack_group(format: Format, data: &[u8], bb: usize, blocks: usize, g: usize, dst: &mut [u8]) {
-    if format == Format::Q4_K {
-        return pack_group_q4k(data, bb, blocks, g, dst);
-    }
-    if format == Format::Q6_K {
-        return pack_group_q6k(data, bb, blocks, g, dst);
-    }
     let rec = record_bytes(format);
     for b in 0..blocks {
         let r = &mut dst[b * rec..(b + 1) * rec];
-        let (scales, quants) = r.split_at_mut(32);
         for i in 0..PACK_ROWS {
-            let row = g * PACK_ROWS + i;
-            let off = (row * blocks + b) * bb;
-            let (d, u) = unsigned_quants(format, &data[off..off + bb]);
-            scales[2 * i..2 * i + 2].copy_from_slice(&d);
-            for (e, &q) in u.iter().enumerate() {
-                let (k, t) = (e / 4, e % 4);
-                let byte = 4 * i + t;
-                match format {
-                    Format::Q8_0 => quants[64 * k + byte] = q,
-                    _ => {
-                        let shift = if k % 2 == 0 { 0 } else { 4 };
-                        quants[64 * (k / 2) + byte] |= (q & 0x0F) << shift;
-                        if format == Format::Q5_0 && q & 0x10 != 0 {
-                            quants[256 + 8 * k + byte / 8] |= 1 << (byte % 8);
-                        }
-                    }
-                }
+            let off = ((g * PACK_ROWS + i) * blocks + b) * bb;
+            let src = &data[off..off + bb];
+            match format {
+                Format::Q4_K => put_q4k(r, i, &quant::cast_blocks(src)[0]),
+                Format::Q6_K => put_q6k(r, i, &quant::cast_blocks(src)[0]),
+                _ => put_legacy(format, r, i, src),
             }
         }
+    }
+}
+
+/// Writes a Q8_0 / Q5_0 / Q4_0 block (`src`) into lane `i` of record `r`.
+fn put_legacy(format: Format, r: &mut [u8], i: usize, src: &[u8]) {
+    let (scales, quants) = r.split_at_mut(32);
+    let (d, u) = unsigned_quants(format, src);
+    scales[2 * i..2 * i + 2].copy_from_slice(&d);
+    if format == Format::Q8_0 {
+        for (e, &q) in u.iter().enumerate() {
+            quants[64 * (e / 4) + 4 * i + e % 4] = q;
+        }
+        return;
+    }
+    put_nibbles(quants, i, &u);
+    if format == Format::Q5_0 {
+        for (e, &q) in u.iter().enumerate() {
+            let byte = 4 * i + e % 4;
+            if q & 0x10 != 0 {
+                quants[256 + 8 * (e / 4) + byte / 8] |= 1 << (byte % 8);
+            }
+        }
+    }
+}
+
+/// Writes a Q4_K block into lane `i` of record `r`.
+fn put_q4k(r: &mut [u8], i: usize, blk: &BlockQ4K) {
+    r[2 * i..2 * i + 2].copy_from_slice(&blk.d);
+    r[32 + 2 * i..32 + 2 * i + 2].copy_from_slice(&blk.dmin);
+    let (sc, mn) = k4_scales_mins(&blk.scales);
+    for j in 0..8 {
+        r[Q4K_SCALES + 16 * j + i] = sc[j];
+        let (k, half) = (j / 2, j % 2);
+        let at = Q4K_MINS + 64 * k + 4 * i + 2 * half;
+        r[at..at + 2].copy_from_slice(&i16::from(mn[j]).to_le_bytes());
+    }
+    let q = q4_k_quants(blk);
+    for j in 0..8 {
+        let area = Q4K_QUANTS + 256 * j;
+        put_nibbles(&mut r[area..area + 256], i, &q[32 * j..32 * j + 32]);
+    }
+}
+
+/// Writes a Q6_K block into lane `i` of record `r`.
+fn put_q6k(r: &mut [u8], i: usize, blk: &BlockQ6K) {
+    r[2 * i..2 * i + 2].copy_from_slice(&blk.d);
+    for (sb, &sc) in blk.scales.iter().enumerate() {
+        r[Q6K_SCALES + 16 * sb + i] = sc as u8;
+        let at = Q6K_PAIRS + 64 * (sb / 2) + 4 * i + 2 * (sb % 2);
+        r[at..at + 2].copy_from_slice(&i16::from(sc).to_le_bytes());
+    }
+    for (e, &q) in q6_k_quants(blk).iter().enumerate() {
+        let (sb, c, t) = (e / 16, (e % 16) / 4, e % 4);
+        r[Q6K_QUANTS + 64 * (4 * sb + c) + 4 * i + t] = q;
     }
 }
 
