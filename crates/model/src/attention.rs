@@ -895,32 +895,19 @@ mod tests {
         assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
     }
 
+    /// The SIMD V sum and dots of one block, for f32 or raw f16 K/V rows.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn simd_pair(
+    unsafe fn simd_pair<E: KvElem>(
         q: [&[f32]; 2],
-        k: [&[f32]; KEYS_PER_BLOCK],
+        k: [&[E]; KEYS_PER_BLOCK],
         acc: &mut [f32],
         w: &[f32],
         b: &Block,
-        v: &[f32],
+        v: &[E],
     ) -> [[f32; KEYS_PER_BLOCK]; 2] {
-        axpy_block::<3, true, f32>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]);
-        dots::<true, f32>(q, k)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn simd_pair_f16(
-        q: [&[f32]; 2],
-        k: [&[u16]; KEYS_PER_BLOCK],
-        acc: &mut [f32],
-        w: &[f32],
-        b: &Block,
-        v: &[u16],
-    ) -> [[f32; KEYS_PER_BLOCK]; 2] {
-        axpy_block::<3, true, u16>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]);
-        dots::<true, u16>(q, k)
+        axpy_block::<3, true, E>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]);
+        dots::<true, E>(q, k)
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -1006,7 +993,7 @@ mod tests {
             let mut acc16 = row(7, 3 * hd);
             let mut accc = acc16.clone();
             // SAFETY: features detected above.
-            let d16 = unsafe { simd_pair_f16([&q0, &q1], k16r, &mut acc16, &w, &b, &v16) };
+            let d16 = unsafe { simd_pair([&q0, &q1], k16r, &mut acc16, &w, &b, &v16) };
             // SAFETY: as above.
             let dc = unsafe { simd_pair([&q0, &q1], kcr, &mut accc, &w, &b, &vc) };
             assert_eq!(bits(d16.as_flattened()), bits(dc.as_flattened()));
