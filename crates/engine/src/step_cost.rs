@@ -119,6 +119,22 @@ impl StepCost {
 mod tests {
     use super::*;
 
+    /// `rounds` pairs of steps with `decoders` decoders: a decode-only one of `decode` seconds,
+    /// and one carrying `prefill` tokens at `per_token` seconds each.
+    fn train(
+        c: &mut StepCost,
+        rounds: usize,
+        decoders: usize,
+        decode: f64,
+        prefill: usize,
+        per_token: f64,
+    ) {
+        for _ in 0..rounds {
+            c.observe(decoders, 0, decode);
+            c.observe(decoders, prefill, decode + prefill as f64 * per_token);
+        }
+    }
+
     #[test]
     fn asks_for_a_decode_only_step_first_and_is_none_when_off() {
         let mut c = StepCost::new(2.0);
@@ -143,10 +159,7 @@ mod tests {
         // Decode-only 30 ms, 2 ms per prefill token, slowdown 2: 15 tokens while the backlog is
         // at most the decoders; 4 decoders and 12 waiting: three times that.
         let mut c = StepCost::new(2.0);
-        for _ in 0..50 {
-            c.observe(4, 0, 0.030);
-            c.observe(4, 20, 0.030 + 20.0 * 0.002);
-        }
+        train(&mut c, 50, 4, 0.030, 20, 0.002);
         assert_eq!(c.cap(4, 0, 1, 512), Some(15));
         assert_eq!(c.cap(4, 4, 1, 512), Some(15));
         assert_eq!(c.cap(4, 12, 1, 512), Some(45));
@@ -163,10 +176,7 @@ mod tests {
         // (30 ms of prefill), at 3 it is 30.
         for (slowdown, want) in [(2.0, 15), (3.0, 30)] {
             let mut c = StepCost::new(slowdown);
-            for _ in 0..50 {
-                c.observe(8, 0, 0.030);
-                c.observe(8, 20, 0.030 + 20.0 * 0.002);
-            }
+            train(&mut c, 50, 8, 0.030, 20, 0.002);
             assert_eq!(c.cap(8, 1, 1, 512), Some(want), "slowdown {slowdown}");
         }
     }
@@ -216,16 +226,10 @@ mod tests {
     #[test]
     fn estimates_follow_a_change_in_cost() {
         let mut c = StepCost::new(2.0);
-        for _ in 0..30 {
-            c.observe(8, 0, 0.030);
-            c.observe(8, 10, 0.030 + 10.0 * 0.001);
-        }
+        train(&mut c, 30, 8, 0.030, 10, 0.001);
         let before = c.cap(8, 1, 1, 512).unwrap_or(0);
         // Prefill tokens get dearer (a long context): the cap falls.
-        for _ in 0..30 {
-            c.observe(8, 0, 0.030);
-            c.observe(8, 10, 0.030 + 10.0 * 0.003);
-        }
+        train(&mut c, 30, 8, 0.030, 10, 0.003);
         let after = c.cap(8, 1, 1, 512).unwrap_or(0);
         assert!(after < before / 2, "cap {before} -> {after}");
     }
