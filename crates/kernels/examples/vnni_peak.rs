@@ -22,9 +22,8 @@ mod peak {
                 *acc = _mm512_dpbusd_epi32(*acc, w, x);
             }
         }
-        a.iter()
-            .fold(_mm512_setzero_si512(), |s, v| _mm512_add_epi32(s, *v))
-            .lane_sum()
+        // SAFETY: AVX-512F is enabled in this function.
+        unsafe { lane_sum(&a) }
     }
 
     /// As `registers`, with the second operand broadcast from memory (four bytes).
@@ -40,21 +39,17 @@ mod peak {
                 *acc = _mm512_dpbusd_epi32(*acc, w, x);
             }
         }
-        a.iter()
-            .fold(_mm512_setzero_si512(), |s, v| _mm512_add_epi32(s, *v))
-            .lane_sum()
+        // SAFETY: AVX-512F is enabled in this function.
+        unsafe { lane_sum(&a) }
     }
 
-    trait Sum {
-        fn lane_sum(self) -> i32;
-    }
-
-    impl Sum for __m512i {
-        #[inline]
-        fn lane_sum(self) -> i32 {
-            // SAFETY: AVX-512F is enabled in every caller.
-            unsafe { _mm512_reduce_add_epi32(self) }
-        }
+    /// The sum of the sixteen lanes of the chains' total (keeps the work observable).
+    #[target_feature(enable = "avx512f")]
+    unsafe fn lane_sum(a: &[__m512i]) -> i32 {
+        let total = a
+            .iter()
+            .fold(_mm512_setzero_si512(), |s, v| _mm512_add_epi32(s, *v));
+        _mm512_reduce_add_epi32(total)
     }
 
     pub const PER_ROUND: u64 = CHAINS as u64;
