@@ -21,8 +21,7 @@ use crate::stats::EngineStats;
 type Member = (SeqId, GenerateRequest, UnboundedSender<Event>);
 
 enum Command {
-    Submit(SeqId, GenerateRequest, UnboundedSender<Event>),
-    /// The choices of one prompt, computed once (see `Engine::submit_group`).
+    /// One request, or the choices of one prompt, computed once (see `Engine::submit_group`).
     SubmitGroup(Vec<Member>),
     Abort(SeqId),
     /// Stop accepting; finish in-flight work until the deadline, then abort the rest and exit.
@@ -126,48 +125,38 @@ impl EngineHandle {
 
     /// Queues a request. Fails at once when the waiting line is full or the engine stopped.
     pub fn submit(&self, req: GenerateRequest) -> Result<RequestStream, EngineError> {
-        let (id, etx, stream) = self.reserve(1)?;
-        self.tx
-            .send(Command::Submit(id, req, etx))
-            .map_err(|_| EngineError::Stopped)?;
-        Ok(stream)
+        self.submit_group(vec![req])?
+            .pop()
+            .ok_or_else(|| EngineError::Internal("no stream for a submitted request".into()))
     }
 
     /// Queues the choices of one prompt (`n` > 1): same prompt, sampling settings of their own.
     /// The prompt is computed once; the choices fork from it and share its tiles. One stream per
-    /// choice, in order; dropping one aborts that choice only.
+    /// choice, in order; dropping one aborts that choice only. The whole group counts against
+    /// the waiting limit.
     pub fn submit_group(
         &self,
         reqs: Vec<GenerateRequest>,
     ) -> Result<Vec<RequestStream>, EngineError> {
-        let n = reqs.len();
-        let mut members = Vec::with_capacity(n);
-        let mut streams = Vec::with_capacity(n);
-        for (i, req) in reqs.into_iter().enumerate() {
-            // The whole group is counted against the waiting limit by its first member.
-            let (id, etx, stream) = if i == 0 {
-                self.reserve(n)?
-            } else {
-                self.next_stream()
-            };
-            members.push((id, req, etx));
-            streams.push(stream);
+        if reqs.is_empty() {
+            return Ok(Vec::new());
         }
-        if members.is_empty() {
-            return Ok(streams);
-        }
+        self.reserve(reqs.len())?;
+        let (members, streams): (Vec<Member>, Vec<RequestStream>) = reqs
+            .into_iter()
+            .map(|req| {
+                let (id, etx, stream) = self.next_stream();
+                ((id, req, etx), stream)
+            })
+            .unzip();
         self.tx
             .send(Command::SubmitGroup(members))
             .map_err(|_| EngineError::Stopped)?;
         Ok(streams)
     }
 
-    /// Checks that `n` more requests may wait and counts them as waiting; returns the first's
-    /// id and channel.
-    fn reserve(
-        &self,
-        n: usize,
-    ) -> Result<(SeqId, UnboundedSender<Event>, RequestStream), EngineError> {
+    /// Checks that `n` more requests may wait and counts them as waiting.
+    fn reserve(&self, n: usize) -> Result<(), EngineError> {
         if !self.accepting.load(Relaxed) {
             return Err(EngineError::Stopped);
         }
@@ -180,7 +169,7 @@ impl EngineHandle {
         }
         // Count them as waiting right away so a burst cannot overshoot the limit.
         self.stats.waiting.fetch_add(n as u64, Relaxed);
-        Ok(self.next_stream())
+        Ok(())
     }
 
     fn next_stream(&self) -> (SeqId, UnboundedSender<Event>, RequestStream) {
@@ -257,13 +246,6 @@ fn run_loop<M: Model>(mut engine: Engine<M>, rx: Receiver<Command>) {
 
 fn apply<M: Model>(engine: &mut Engine<M>, cmd: Command, deadline: &mut Option<Instant>) {
     match cmd {
-        Command::Submit(id, req, events) => {
-            if deadline.is_some() {
-                let _ = events.send(Event::Error(EngineError::Stopped));
-            } else {
-                engine.submit(id, req, events);
-            }
-        }
         Command::SubmitGroup(members) => {
             if deadline.is_some() {
                 for (_, _, events) in members {
