@@ -76,8 +76,17 @@ unsafe fn dot_chunks<const K: usize>(init: __m512i, w: &[__m512i; K], qs: *const
     }
 }
 
-/// How many records ahead the legacy passes prefetch.
-const PREFETCH_RECORDS: usize = 2;
+/// How many records ahead the legacy passes prefetch: a pass over sixteen activation rows spends
+/// long enough on a record that two ahead is a memory latency too few (Q8_0 262144x640, one
+/// process alternating the two: m = 16 14.4 -> 12.7 ms, m = 64 51.5 -> 48 ms; over 4 or 8 rows
+/// four ahead is no better than two).
+const fn prefetch_records(n: usize) -> usize {
+    if n >= 16 {
+        4
+    } else {
+        2
+    }
+}
 
 /// Passes over fewer activation rows spend too little time per record for a prefetch to pay
 /// (single-sequence decode streams the weights at the memory's rate already).
@@ -128,7 +137,7 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
         for b in 0..blocks {
             let r = base.add(b * rec);
             if N >= PREFETCH_MIN_ROWS {
-                prefetch_record(r, rec, PREFETCH_RECORDS);
+                prefetch_record(r, rec, prefetch_records(N));
             }
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
             let w = unpack::<F>(r.add(32));
