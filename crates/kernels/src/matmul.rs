@@ -11,8 +11,8 @@
 //!   hot in L1, in groups of up to four activation rows per pass so one unpacked weight block
 //!   feeds four dot products.
 //! - Weights repacked by [`crate::packed::pack`] ([`Layout::X16`]) take the packed path instead:
-//!   Q8_0 activations, sixteen weight rows per pass, with the AVX-512 VNNI kernel where the CPU
-//!   has it and a scalar kernel of identical bits elsewhere.
+//!   Q8_0 (or Q8_K) activations, sixteen weight rows per pass, with the AVX-512 VNNI or the
+//!   AVX2 kernel as the CPU allows and a scalar kernel of identical bits elsewhere.
 //!
 //! Invariant (batch invariance): every output element is produced by the same per-pair kernel
 //! with the same accumulation order, whatever `m`, the other rows, the group an activation row
@@ -207,7 +207,7 @@ pub fn matmul_with_isa(
             m,
             out: out.as_mut_ptr(),
         };
-        packed::run(threads, &job, isa >= Isa::Avx512Vnni);
+        packed::run(threads, &job, isa);
         return;
     }
     kernel::visit(

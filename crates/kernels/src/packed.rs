@@ -15,6 +15,10 @@
 //! the blocks they replace); its kernel multiplies each sub-block's exact sum by the row's scale
 //! in integers and takes the mins off with `vpdpwssd` against the activation's block sums.
 //!
+//! The AVX2 kernels (`kernel/x86/packed256.rs`) run the same layout eight row lanes at a time
+//! with `maddubs` / `madd` in place of `dpbusd` / `dpwssd`: the same exact integer sums, so the
+//! same bits.
+//!
 //! Layout (Q8_0, Q5_0, Q4_0 with `rows % 16 == 0`): records of sixteen rows by one 32-quant block,
 //! group-major (`record(g, b)` at `(g * blocks + b) * record_bytes`); each record is exactly as
 //! large as the sixteen blocks it replaces, so packing costs no memory beyond the copy:
@@ -34,6 +38,7 @@
 
 use crate::dtype::{Format, GgmlType};
 use crate::hugebuf::HugeBuf;
+use crate::kernel::Isa;
 use crate::quant::kquants::{k4_scales_mins, q4_k_quants, q6_k_quants};
 use crate::quant::{
     self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, ActQ8_0, BlockQ4K, BlockQ4_0,
@@ -398,15 +403,19 @@ impl PackedJob<'_> {
     ///
     /// # Safety
     /// `out` valid for `m * rows` writes; no other thread writes these groups' columns;
-    /// `use_simd` only if AVX-512 VNNI was detected.
-    unsafe fn groups(&self, groups: std::ops::Range<usize>, use_simd: bool) {
+    /// `isa` at most what this CPU supports.
+    unsafe fn groups(&self, groups: std::ops::Range<usize>, isa: Isa) {
         #[cfg(target_arch = "x86_64")]
-        if use_simd {
-            // SAFETY: forwarded; the caller detected the features.
-            unsafe { crate::kernel::x86::packed512::groups(self, groups) };
-            return;
+        {
+            use crate::kernel::x86::{packed256, packed512};
+            // SAFETY (both): forwarded; the caller detected the features.
+            match isa {
+                Isa::Avx512Vnni => return unsafe { packed512::groups(self, groups) },
+                Isa::Avx2 => return unsafe { packed256::groups(self, groups) },
+                Isa::Scalar => {}
+            }
         }
-        let _ = use_simd;
+        let _ = isa;
         let bl = self.blocks;
         for g in groups {
             for i in 0..self.m {
@@ -431,7 +440,7 @@ impl PackedJob<'_> {
 }
 
 /// Runs a packed matmul over the pool: row groups are claimed in chunks from a shared counter.
-pub(crate) fn run(threads: &Threads, job: &PackedJob, use_simd: bool) {
+pub(crate) fn run(threads: &Threads, job: &PackedJob, isa: Isa) {
     let n_groups = job.rows / PACK_ROWS;
     let per_chunk = if threads.n() == 1 {
         n_groups
@@ -439,7 +448,7 @@ pub(crate) fn run(threads: &Threads, job: &PackedJob, use_simd: bool) {
         n_groups.div_ceil(threads.n() * 8).max(1)
     };
     threads.for_each_range(n_groups, per_chunk, &|range| {
-        // SAFETY: each group range goes to exactly one call; `use_simd` as checked by the caller.
-        unsafe { job.groups(range, use_simd) }
+        // SAFETY: each group range goes to exactly one call; `isa` as checked by the caller.
+        unsafe { job.groups(range, isa) }
     });
 }

@@ -67,21 +67,16 @@ fn packed_matmul_agrees_with_row_major_and_simd_equals_scalar_bitwise() {
                         "{ty:?} {rows}x{cols} m {m} element {k}: packed {a} vs row-major {b}"
                     );
                 }
-                if detect_isa() >= Isa::Avx512Vnni {
+                for isa in [Isa::Avx2, Isa::Avx512Vnni] {
+                    if detect_isa() < isa {
+                        continue;
+                    }
                     let mut simd = vec![f32::NAN; m * rows];
-                    matmul_with_isa(
-                        Isa::Avx512Vnni,
-                        &threads,
-                        &pw,
-                        &x,
-                        m,
-                        &mut simd,
-                        &mut scratch,
-                    );
+                    matmul_with_isa(isa, &threads, &pw, &x, m, &mut simd, &mut scratch);
                     assert_eq!(
                         bits(&simd),
                         bits(&scalar),
-                        "{ty:?} {rows}x{cols} m {m}: SIMD vs scalar"
+                        "{ty:?} {rows}x{cols} m {m}: {isa:?} vs scalar"
                     );
                 }
             }
@@ -100,19 +95,24 @@ fn packed_outputs_do_not_depend_on_the_batch_or_the_pool() {
         let packed = pack(ty, &data, rows, cols).expect("packable");
         let w = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
         let x = rng.activations(m * cols);
-        let mut full = vec![0f32; m * rows];
-        matmul_with_isa(detect_isa(), &pools[1], &w, &x, m, &mut full, &mut scratch);
-        for pool in &pools {
-            for i in 0..m {
-                let mut one = vec![0f32; rows];
-                let xi = &x[i * cols..(i + 1) * cols];
-                matmul_with_isa(detect_isa(), pool, &w, xi, 1, &mut one, &mut scratch);
-                assert_eq!(
-                    bits(&one),
-                    bits(&full[i * rows..(i + 1) * rows]),
-                    "{ty:?} row {i} alone on {} threads",
-                    pool.n()
-                );
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+            if detect_isa() < isa {
+                continue;
+            }
+            let mut full = vec![0f32; m * rows];
+            matmul_with_isa(isa, &pools[1], &w, &x, m, &mut full, &mut scratch);
+            for pool in &pools {
+                for i in 0..m {
+                    let mut one = vec![0f32; rows];
+                    let xi = &x[i * cols..(i + 1) * cols];
+                    matmul_with_isa(isa, pool, &w, xi, 1, &mut one, &mut scratch);
+                    assert_eq!(
+                        bits(&one),
+                        bits(&full[i * rows..(i + 1) * rows]),
+                        "{ty:?} {isa:?} row {i} alone on {} threads",
+                        pool.n()
+                    );
+                }
             }
         }
     }

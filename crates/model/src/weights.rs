@@ -1,10 +1,10 @@
 //! Weights: views of the GGUF mmap, checked once at load.
 //!
 //! Quantized matrices stay quantized (nothing is dequantized at load); only the small F32 vectors
-//! (norm weights, biases) are copied out. On CPUs with AVX-512 VNNI the Q8_0 / Q5_0 / Q4_0 / Q4_K
-//! / Q6_K matrices are repacked at load into the kernels' x16 layout (sixteen rows interleaved
-//! per block; the same size, Q4_K 8% and Q6_K 46% more) and their file pages released; everything else is used in
-//! place. The `GgufFile` is leaked on purpose: a model lives as long as the process that serves
+//! (norm weights, biases) are copied out. On CPUs with AVX2 (and AVX-512 VNNI) the Q8_0 / Q5_0 /
+//! Q4_0 / Q4_K / Q6_K matrices are repacked at load into the kernels' x16 layout (sixteen rows
+//! interleaved per block; the same size, Q4_K 8% and Q6_K 46% more) and their file pages
+//! released; everything else is used in place. The `GgufFile` is leaked on purpose: a model lives as long as the process that serves
 //! it, and `&'static` views keep the forward pass free of lifetimes and reference counting.
 
 use gguf::{GgmlType, GgufFile};
@@ -160,13 +160,13 @@ impl ModelWeights {
             output,
             layers,
         };
-        if kernels::isa() >= kernels::Isa::Avx512Vnni {
+        if kernels::isa() >= kernels::Isa::Avx2 {
             w.pack();
         }
         Ok(w)
     }
 
-    /// Repacks every packable matrix for the AVX-512 VNNI batched kernels and drops the file
+    /// Repacks every packable matrix for the x16 kernels (AVX2 and AVX-512 VNNI) and drops the file
     /// pages they came from out of resident memory, so the model's footprint stays about its
     /// file size. The embeddings keep their row-major bytes for row lookups (pages fault back in
     /// per looked-up token when the output projection is tied to them).

@@ -26,7 +26,7 @@ unsafe fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
 
 /// Spreads 32 bits to 32 bytes: byte `i` is 0x10 if bit `i` of `bits` is set, else 0.
 #[inline(always)]
-unsafe fn high_bits_x16(bits: u32) -> __m256i {
+pub(super) unsafe fn high_bits_x16(bits: u32) -> __m256i {
     // SAFETY: AVX2 enabled by the entry points.
     unsafe {
         // Byte i takes byte i / 8 of `bits` (each 128-bit lane holds all four after the broadcast).

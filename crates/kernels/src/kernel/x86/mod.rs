@@ -33,6 +33,7 @@ mod kquants512;
 mod legacy;
 mod legacy512;
 pub(crate) mod ops;
+pub(crate) mod packed256;
 pub(crate) mod packed512;
 
 pub(crate) fn avx2_available() -> bool {

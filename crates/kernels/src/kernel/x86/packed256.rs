@@ -1,0 +1,415 @@
+//! AVX2 kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K weights (layout in
+//! `crate::packed`): the same exact per-block integer sums and the same float operations per
+//! (weight row, activation row) pair as the AVX-512 VNNI kernels and the scalar reference, so
+//! all three give the same bits.
+//!
+//! A 256-bit vector holds eight of a record's sixteen row lanes, so a pass runs the record's two
+//! halves one after the other (rows `0..8`, then `8..16`; the second half finds the group's
+//! records in cache). Without VNNI, the products go through `maddubs` (unsigned weight bytes
+//! times signed activation bytes, adjacent pairs summed to i16) and `madd` (i16 pairs to i32):
+//! - Q4_0 / Q5_0 / Q4_K quants are small enough that the i16 pair sums of all eight chunks of a
+//!   block (Q4: 8 x 2 x 15 x 127) or of four (Q5: 4 x 2 x 31 x 127) add up without saturating
+//!   before one `madd` widens them; Q4_K's `madd` multiplies by the sub-block scale on the way.
+//! - Q6_K quants (0..63) allow two chunks per i16 sum, widened by a `madd` with the scale.
+//! - Q8_0's stored `q + 128` would saturate `maddubs`, so its quants are made signed again
+//!   (`xor 0x80`) and multiplied as `|q| . sign(x, q)` (at most 2 x 128 x 127 per pair).
+//!
+//! The offset terms (`-offset * sum(x)`, Q4_K's mins, Q6_K's `-32`) are the VNNI kernels'.
+
+// Index loops address parallel register arrays; iterator forms would hide the unrolled shape.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use super::legacy::high_bits_x16;
+use crate::dtype::Format;
+use crate::packed::{
+    offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
+    Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
+};
+use crate::quant::{ActQ8_0, BlockQ8K};
+
+const Q8: u8 = 0;
+const Q5: u8 = 1;
+const Q4: u8 = 2;
+
+/// Row lanes per vector.
+const HALF: usize = PACK_ROWS / 2;
+
+/// Passes over this many activation rows or more prefetch the record two ahead (as the 512-bit
+/// legacy passes); fewer rows stream at the memory's rate with the hardware prefetchers alone.
+const PREFETCH_MIN_ROWS: usize = 4;
+
+#[inline(always)]
+fn prefetch_record(r: *const u8, rec: usize, ahead: usize) {
+    let next = r.wrapping_add(ahead * rec);
+    for line in (0..rec).step_by(64) {
+        // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast()) };
+    }
+}
+
+/// Four activation bytes broadcast to every i32 lane.
+#[inline(always)]
+unsafe fn bcast(qs: *const i8, k: usize) -> __m256i {
+    // SAFETY: the caller passes `4k + 4` readable bytes at `qs`.
+    unsafe { _mm256_set1_epi32(std::ptr::read_unaligned(qs.add(4 * k).cast::<i32>())) }
+}
+
+/// Sixteen f16 lanes `8h..8h + 8` of a record's scale area, as f32.
+#[inline(always)]
+unsafe fn half_scales(p: *const u8, h: usize) -> __m256 {
+    // SAFETY: the caller passes 32 readable bytes; F16C enabled by the entry point.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * h).cast())) }
+}
+
+/// Eight (i8 or u8) per-row scales `8h..8h + 8` at `p`, each as an i16 pair `(s, s)` per lane.
+#[inline(always)]
+unsafe fn scale_pairs<const SIGNED: bool>(p: *const u8, h: usize) -> __m256i {
+    // SAFETY: the caller passes 16 readable bytes; AVX2 enabled by the entry point.
+    unsafe {
+        let raw = _mm_loadl_epi64(p.add(8 * h).cast());
+        let s = if SIGNED {
+            _mm256_cvtepi8_epi32(raw)
+        } else {
+            _mm256_cvtepu8_epi32(raw)
+        };
+        _mm256_or_si256(
+            _mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)),
+            _mm256_slli_epi32::<16>(s),
+        )
+    }
+}
+
+/// Unsigned quants of half `h` of a Q5_0 / Q4_0 record's chunk pair `v` (chunks `2v`, `2v + 1`).
+#[inline(always)]
+unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i; 2] {
+    // SAFETY: the caller passes a record's quant bytes; AVX2 enabled by the entry point.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h).cast());
+        let mut w = [
+            _mm256_and_si256(raw, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+        ];
+        if F == Q5 {
+            for (t, wt) in w.iter_mut().enumerate() {
+                let k = 2 * v + t;
+                let mask = std::ptr::read_unaligned(q.add(256 + 8 * k).cast::<u64>());
+                *wt = _mm256_or_si256(*wt, high_bits_x16((mask >> (32 * h)) as u32));
+            }
+        }
+        w
+    }
+}
+
+/// Legacy formats: rows `16g + 8h..+8` for activation rows `i..i + N`, both halves.
+#[inline(always)]
+unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
+    let format = match F {
+        Q8 => Format::Q8_0,
+        Q5 => Format::Q5_0,
+        _ => Format::Q4_0,
+    };
+    let rec = record_bytes(format);
+    let off = offset(format).unwrap_or(0);
+    let blocks = job.blocks;
+    let PackedActs::Q8_0(all) = job.acts else {
+        unreachable!("legacy packed kernel with Q8_K activations")
+    };
+    // SAFETY: records of group g lie in `data` and activation rows i..i+N hold `blocks` blocks
+    // (checked by the matmul); AVX2/FMA/F16C enabled by the entry point.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts: [*const ActQ8_0; N] = std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
+        let ones = _mm256_set1_epi16(1);
+        for h in 0..2 {
+            let mut acc = [_mm256_setzero_ps(); N];
+            for b in 0..blocks {
+                let r = base.add(b * rec);
+                if h == 0 && N >= PREFETCH_MIN_ROWS {
+                    prefetch_record(r, rec, 2);
+                }
+                let xs: [&ActQ8_0; N] = std::array::from_fn(|j| &*acts[j].add(b));
+                // Q8_0 multiplies signed quants; the 4/5-bit formats take the offset off here.
+                let mut isum: [__m256i; N] = std::array::from_fn(|j| {
+                    _mm256_set1_epi32(if F == Q8 { 0 } else { -off * xs[j].sum })
+                });
+                let q = r.add(32);
+                if F == Q8 {
+                    let flip = _mm256_set1_epi8(-128);
+                    for k in 0..8 {
+                        let w = _mm256_xor_si256(
+                            _mm256_loadu_si256(q.add(64 * k + 32 * h).cast()),
+                            flip,
+                        );
+                        let aw = _mm256_abs_epi8(w);
+                        for j in 0..N {
+                            let sx = _mm256_sign_epi8(bcast(xs[j].qs.as_ptr(), k), w);
+                            let p = _mm256_maddubs_epi16(aw, sx);
+                            isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, ones));
+                        }
+                    }
+                } else {
+                    // Chunks per i16 sum: all eight for 4-bit quants, four for 5-bit.
+                    let per = if F == Q4 { 4 } else { 2 };
+                    for v0 in (0..4).step_by(per) {
+                        let mut p = [_mm256_setzero_si256(); N];
+                        for v in v0..v0 + per {
+                            let w = nibble_pair::<F>(q, v, h);
+                            for t in 0..2 {
+                                for j in 0..N {
+                                    let x = bcast(xs[j].qs.as_ptr(), 2 * v + t);
+                                    p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(w[t], x));
+                                }
+                            }
+                        }
+                        for j in 0..N {
+                            isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], ones));
+                        }
+                    }
+                }
+                let dw = half_scales(r, h);
+                for j in 0..N {
+                    let scale = _mm256_mul_ps(dw, _mm256_set1_ps(xs[j].d));
+                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
+                }
+            }
+            for j in 0..N {
+                _mm256_storeu_ps(
+                    job.out.add((i + j) * job.rows + g * PACK_ROWS + HALF * h),
+                    acc[j],
+                );
+            }
+        }
+    }
+}
+
+/// Q4_K rows `16g..16g + 16` for activation rows `i..i + N`.
+#[inline(always)]
+unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+    let rec = record_bytes(Format::Q4_K);
+    let blocks = job.blocks;
+    let PackedActs::Q8K(all) = job.acts else {
+        unreachable!("Q4_K packed kernel with Q8_0 activations")
+    };
+    // SAFETY: as `pass`.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts: [*const BlockQ8K; N] =
+            std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
+        for h in 0..2 {
+            let mut acc = [_mm256_setzero_ps(); N];
+            for b in 0..blocks {
+                let r = base.add(b * rec);
+                if h == 0 && N >= PREFETCH_MIN_ROWS {
+                    prefetch_record(r, rec, 1);
+                }
+                let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
+                let mut isum = [_mm256_setzero_si256(); N];
+                for sj in 0..8 {
+                    let sc = scale_pairs::<false>(r.add(Q4K_SCALES + 16 * sj), h);
+                    let q = r.add(Q4K_QUANTS + 256 * sj);
+                    let mut p = [_mm256_setzero_si256(); N];
+                    for v in 0..4 {
+                        let w = nibble_pair::<Q4>(q, v, h);
+                        for t in 0..2 {
+                            for j in 0..N {
+                                let x = bcast(xs[j].qs.as_ptr().add(32 * sj), 2 * v + t);
+                                p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(w[t], x));
+                            }
+                        }
+                    }
+                    for j in 0..N {
+                        isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], sc));
+                    }
+                }
+                let d = half_scales(r, h);
+                let dmin = half_scales(r.add(32), h);
+                for j in 0..N {
+                    let bs = &xs[j].bsums;
+                    let mut msum = _mm256_setzero_si256();
+                    for k in 0..4 {
+                        let lo = bs[4 * k].wrapping_add(bs[4 * k + 1]) as u16 as u32;
+                        let hi = bs[4 * k + 2].wrapping_add(bs[4 * k + 3]) as u16 as u32;
+                        let mins = _mm256_loadu_si256(r.add(Q4K_MINS + 64 * k + 32 * h).cast());
+                        msum = _mm256_add_epi32(
+                            msum,
+                            _mm256_madd_epi16(mins, _mm256_set1_epi32((lo | (hi << 16)) as i32)),
+                        );
+                    }
+                    let dx = _mm256_set1_ps(xs[j].d);
+                    acc[j] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(d, dx), acc[j]);
+                    acc[j] =
+                        _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), acc[j]);
+                }
+            }
+            for j in 0..N {
+                _mm256_storeu_ps(
+                    job.out.add((i + j) * job.rows + g * PACK_ROWS + HALF * h),
+                    acc[j],
+                );
+            }
+        }
+    }
+}
+
+/// Q6_K rows `16g..16g + 16` for activation rows `i..i + N`.
+#[inline(always)]
+unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+    let rec = record_bytes(Format::Q6_K);
+    let blocks = job.blocks;
+    let PackedActs::Q8K(all) = job.acts else {
+        unreachable!("Q6_K packed kernel with Q8_0 activations")
+    };
+    // SAFETY: as `pass`.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts: [*const BlockQ8K; N] =
+            std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
+        for h in 0..2 {
+            let mut acc = [_mm256_setzero_ps(); N];
+            for b in 0..blocks {
+                let r = base.add(b * rec);
+                if h == 0 && N >= PREFETCH_MIN_ROWS {
+                    prefetch_record(r, rec, 1);
+                }
+                let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
+                let mut isum = [_mm256_setzero_si256(); N];
+                for sb in 0..16 {
+                    let sc = scale_pairs::<true>(r.add(Q6K_SCALES + 16 * sb), h);
+                    let q = r.add(Q6K_QUANTS + 256 * sb + 32 * h);
+                    // Two chunks per i16 sum (2 x 2 x 63 x 127 fits).
+                    for c0 in [0, 2] {
+                        let w0 = _mm256_loadu_si256(q.add(64 * c0).cast());
+                        let w1 = _mm256_loadu_si256(q.add(64 * (c0 + 1)).cast());
+                        for j in 0..N {
+                            let x = xs[j].qs.as_ptr().add(16 * sb);
+                            let p = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(w0, bcast(x, c0)),
+                                _mm256_maddubs_epi16(w1, bcast(x, c0 + 1)),
+                            );
+                            isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, sc));
+                        }
+                    }
+                }
+                let d = half_scales(r, h);
+                for j in 0..N {
+                    let bs = &xs[j].bsums;
+                    let mut corr = _mm256_setzero_si256();
+                    for k in 0..8 {
+                        let pair =
+                            (bs[2 * k] as u16 as u32) | ((bs[2 * k + 1] as u16 as u32) << 16);
+                        let scales = _mm256_loadu_si256(r.add(Q6K_PAIRS + 64 * k + 32 * h).cast());
+                        corr = _mm256_add_epi32(
+                            corr,
+                            _mm256_madd_epi16(scales, _mm256_set1_epi32(pair as i32)),
+                        );
+                    }
+                    let total = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(corr));
+                    let dx = _mm256_set1_ps(xs[j].d);
+                    acc[j] =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, dx), acc[j]);
+                }
+            }
+            for j in 0..N {
+                _mm256_storeu_ps(
+                    job.out.add((i + j) * job.rows + g * PACK_ROWS + HALF * h),
+                    acc[j],
+                );
+            }
+        }
+    }
+}
+
+/// A pass kernel (sixteen rows by `N` activation rows), so one driver serves every format.
+trait Pass {
+    /// Activation rows per pass when the batch allows (measured: 8 for Q8_0, whose chunk loop
+    /// keeps only the integer sums in registers; 4 for the formats that unpack weights or keep
+    /// i16 partial sums per row).
+    const GROUP: usize;
+    /// # Safety
+    /// As the pass functions: AVX2/FMA/F16C enabled, `i + N <= m`, job validated.
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize);
+}
+
+struct LegacyPass<const F: u8>;
+struct Q4KPass;
+struct Q6KPass;
+
+impl<const F: u8> Pass for LegacyPass<F> {
+    const GROUP: usize = if F == Q8 { 8 } else { 4 };
+    #[inline(always)]
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+        // SAFETY: forwarded.
+        unsafe { pass::<F, N>(job, g, i) }
+    }
+}
+
+impl Pass for Q4KPass {
+    const GROUP: usize = 4;
+    #[inline(always)]
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+        // SAFETY: forwarded.
+        unsafe { pass_q4k::<N>(job, g, i) }
+    }
+}
+
+impl Pass for Q6KPass {
+    const GROUP: usize = 4;
+    #[inline(always)]
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+        // SAFETY: forwarded.
+        unsafe { pass_q6k::<N>(job, g, i) }
+    }
+}
+
+/// Runs `P` over row groups `groups` for all activation rows: `P::GROUP` at a time (8 or 4),
+/// then 4, then the rest.
+/// The grouping never changes a result (each pair's sums are the same).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn groups_of<P: Pass>(job: &PackedJob, groups: std::ops::Range<usize>) {
+    for g in groups {
+        let mut i = 0;
+        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
+        unsafe {
+            if P::GROUP >= 8 {
+                while i + 8 <= job.m {
+                    P::pass::<8>(job, g, i);
+                    i += 8;
+                }
+            }
+            while i + 4 <= job.m {
+                P::pass::<4>(job, g, i);
+                i += 4;
+            }
+            match job.m - i {
+                3 => P::pass::<3>(job, g, i),
+                2 => P::pass::<2>(job, g, i),
+                1 => P::pass::<1>(job, g, i),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Writes all outputs of row groups `groups`.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `job` validated by the matmul (data holds
+/// `rows / 16 * blocks` records, acts `m * blocks` blocks, out `m * rows` floats); no other
+/// thread writes these groups.
+pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        match job.format {
+            Format::Q8_0 => groups_of::<LegacyPass<Q8>>(job, groups),
+            Format::Q5_0 => groups_of::<LegacyPass<Q5>>(job, groups),
+            Format::Q4_0 => groups_of::<LegacyPass<Q4>>(job, groups),
+            Format::Q4_K => groups_of::<Q4KPass>(job, groups),
+            Format::Q6_K => groups_of::<Q6KPass>(job, groups),
+            _ => unreachable!("packed kernel for an unpackable format"),
+        }
+    }
+}
