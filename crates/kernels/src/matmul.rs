@@ -161,6 +161,66 @@ pub fn matmul_with_isa(
     scratch: &mut MatmulScratch,
 ) {
     let isa = isa.min(detect_isa());
+    let format = check(w, x, m, out);
+    if m == 0 || w.rows == 0 {
+        return;
+    }
+    if w.layout == Layout::X16 {
+        let (acts, blocks) = packed_acts(threads, format, x, w.cols, scratch);
+        packed::run(threads, &[packed_job(w, acts, blocks, m, out)], isa);
+        return;
+    }
+    kernel::visit(
+        isa,
+        format,
+        RunAll {
+            threads,
+            w,
+            x,
+            m,
+            scratch,
+            out: OutPtr(out.as_mut_ptr()),
+        },
+    );
+}
+
+/// [`matmul`] of `K` matrices with the same input `x` (attention Q, K and V; the MLP's gate and
+/// up): when all are packed, have the same columns and take the same activation blocks, `x` is
+/// quantized once and the row groups of all of them are shared out in one parallel region (one
+/// hand-off instead of `K`). Otherwise, one [`matmul`] each. Either way each output gets the bits
+/// its own [`matmul`] call would give.
+pub fn matmul_shared<const K: usize>(
+    threads: &Threads,
+    ws: [&Weights; K],
+    x: &[f32],
+    m: usize,
+    mut outs: [&mut [f32]; K],
+    scratch: &mut MatmulScratch,
+) {
+    let formats = std::array::from_fn::<_, K, _>(|k| check(ws[k], x, m, outs[k]));
+    let kquant = |f: Format| matches!(f, Format::Q4_K | Format::Q6_K);
+    let shared = K > 0
+        && ws
+            .iter()
+            .all(|w| w.layout == Layout::X16 && w.cols == ws[0].cols)
+        && formats.iter().all(|&f| kquant(f) == kquant(formats[0]));
+    if !shared {
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            matmul(threads, w, x, m, out, scratch);
+        }
+        return;
+    }
+    if m == 0 {
+        return;
+    }
+    let (acts, blocks) = packed_acts(threads, formats[0], x, ws[0].cols, scratch);
+    let jobs: [packed::PackedJob; K] =
+        std::array::from_fn(|k| packed_job(ws[k], acts, blocks, m, &mut *outs[k]));
+    packed::run(threads, &jobs, isa());
+}
+
+/// Panics unless `x`, `out` and `w` agree with each other (a caller bug); returns `w`'s format.
+fn check(w: &Weights, x: &[f32], m: usize, out: &[f32]) -> Format {
     assert_eq!(
         x.len(),
         m * w.cols,
@@ -183,45 +243,48 @@ pub fn matmul_with_isa(
         Layout::X16 => packed::packed_len(w.ty, w.rows, w.cols) == Some(w.data.len()),
     };
     assert!(valid, "matmul: inconsistent Weights {{ ty: {:?}, rows: {}, cols: {}, {} bytes }}; build them with Weights::new", w.ty, w.rows, w.cols, w.data.len());
-    if m == 0 || w.rows == 0 {
-        return;
-    }
     if w.layout == Layout::X16 {
         assert!(
             packed::packable(w.ty, w.rows, w.cols),
             "matmul: packed weights of an unpackable type or shape; build them with Weights::packed"
         );
-        let (acts, blocks) = if matches!(format, Format::Q4_K | Format::Q6_K) {
-            let (a, n) = BlockQ8K::prepare(threads, x, w.cols, scratch);
-            (packed::PackedActs::Q8K(a), n)
-        } else {
-            let (a, n) = ActQ8_0::prepare(threads, x, w.cols, scratch);
-            (packed::PackedActs::Q8_0(a), n)
-        };
-        let job = packed::PackedJob {
-            format,
-            data: w.data,
-            blocks,
-            rows: w.rows,
-            acts,
-            m,
-            out: out.as_mut_ptr(),
-        };
-        packed::run(threads, &job, isa);
-        return;
     }
-    kernel::visit(
-        isa,
-        format,
-        RunAll {
-            threads,
-            w,
-            x,
-            m,
-            scratch,
-            out: OutPtr(out.as_mut_ptr()),
-        },
-    );
+    format
+}
+
+/// The activation blocks packed weights of `format` take (Q8_K for Q4_K / Q6_K, else Q8_0).
+fn packed_acts<'a>(
+    threads: &Threads,
+    format: Format,
+    x: &'a [f32],
+    cols: usize,
+    scratch: &'a mut MatmulScratch,
+) -> (packed::PackedActs<'a>, usize) {
+    if matches!(format, Format::Q4_K | Format::Q6_K) {
+        let (a, n) = BlockQ8K::prepare(threads, x, cols, scratch);
+        (packed::PackedActs::Q8K(a), n)
+    } else {
+        let (a, n) = ActQ8_0::prepare(threads, x, cols, scratch);
+        (packed::PackedActs::Q8_0(a), n)
+    }
+}
+
+fn packed_job<'a>(
+    w: &Weights<'a>,
+    acts: packed::PackedActs<'a>,
+    blocks: usize,
+    m: usize,
+    out: &mut [f32],
+) -> packed::PackedJob<'a> {
+    packed::PackedJob {
+        format: w.format(),
+        data: w.data,
+        blocks,
+        rows: w.rows,
+        acts,
+        m,
+        out: out.as_mut_ptr(),
+    }
 }
 
 /// Prepares the activations the selected kernel wants and runs it over all rows (the kernel

@@ -439,16 +439,26 @@ impl PackedJob<'_> {
     }
 }
 
-/// Runs a packed matmul over the pool: row groups are claimed in chunks from a shared counter.
-pub(crate) fn run(threads: &Threads, job: &PackedJob, isa: Isa) {
-    let n_groups = job.rows / PACK_ROWS;
+/// Runs packed matmuls over the pool in one parallel region: the row groups of all jobs, in
+/// order, are claimed in chunks from a shared counter.
+pub(crate) fn run(threads: &Threads, jobs: &[PackedJob], isa: Isa) {
+    let n_groups: usize = jobs.iter().map(|j| j.rows / PACK_ROWS).sum();
     let per_chunk = if threads.n() == 1 {
         n_groups
     } else {
         n_groups.div_ceil(threads.n() * 8).max(1)
     };
     threads.for_each_range(n_groups, per_chunk, &|range| {
-        // SAFETY: each group range goes to exactly one call; `isa` as checked by the caller.
-        unsafe { job.groups(range, isa) }
+        let mut start = 0;
+        for job in jobs {
+            let end = start + job.rows / PACK_ROWS;
+            let (lo, hi) = (range.start.max(start), range.end.min(end));
+            if lo < hi {
+                // SAFETY: each global group goes to exactly one call, so each job's groups do;
+                // `isa` as checked by the caller.
+                unsafe { job.groups(lo - start..hi - start, isa) }
+            }
+            start = end;
+        }
     });
 }

@@ -143,3 +143,64 @@ fn packing_refuses_unpackable_types_shapes_and_sizes() {
     assert!(Weights::packed(GgmlType::Q5_K, &data, 16, 256).is_err());
     assert!(Weights::packed(GgmlType::Q5_K, &data, 16, 256).is_err());
 }
+
+#[test]
+fn shared_input_matmul_gives_each_output_the_bits_of_its_own_call() {
+    let mut rng = Rng::new(34);
+    let cols = 512;
+    // (types, packed): one activation kind packed (shared region), two kinds packed and
+    // row-major weights (one call each); Q8_0 and Q4_K take different activation blocks.
+    let cases: [([GgmlType; 3], bool); 4] = [
+        ([GgmlType::Q5_0, GgmlType::Q5_0, GgmlType::Q8_0], true),
+        ([GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_K], true),
+        ([GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_0], true),
+        ([GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_0], false),
+    ];
+    let rows = [64, 16, 48];
+    for (types, packed) in cases {
+        let data: Vec<Vec<u8>> = (0..3)
+            .map(|k| random_weights(&mut rng, types[k], rows[k], cols))
+            .collect();
+        let packs: Vec<_> = (0..3)
+            .map(|k| pack(types[k], &data[k], rows[k], cols).expect("packable"))
+            .collect();
+        let ws: Vec<Weights> = (0..3)
+            .map(|k| {
+                if packed {
+                    Weights::packed(types[k], packs[k].as_bytes(), rows[k], cols)
+                } else {
+                    Weights::new(types[k], &data[k], rows[k], cols)
+                }
+                .expect("valid weights")
+            })
+            .collect();
+        for threads in [Threads::new(1), Threads::new(2), Threads::new(3)] {
+            let mut scratch = MatmulScratch::new();
+            for m in [1, 5, 16] {
+                let x = rng.activations(m * cols);
+                let mut outs: Vec<Vec<f32>> = rows.iter().map(|&r| vec![f32::NAN; m * r]).collect();
+                let [a, b, c] = &mut outs[..] else {
+                    unreachable!()
+                };
+                kernels::matmul_shared(
+                    &threads,
+                    [&ws[0], &ws[1], &ws[2]],
+                    &x,
+                    m,
+                    [a, b, c],
+                    &mut scratch,
+                );
+                for k in 0..3 {
+                    let mut one = vec![f32::NAN; m * rows[k]];
+                    kernels::matmul(&threads, &ws[k], &x, m, &mut one, &mut scratch);
+                    assert_eq!(
+                        bits(&outs[k]),
+                        bits(&one),
+                        "{types:?} packed {packed} matrix {k} m {m} on {} threads",
+                        threads.n()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -6,11 +6,12 @@
 //! output projection for the rows whose logits were asked for.
 //!
 //! Every matmul runs over all tokens of the batch at once, so each weight is read once per step
-//! however many sequences are in it. Row results never depend on the other rows (the kernels are
+//! however many sequences are in it; Q/K/V and gate/up share their input's quantization and one
+//! parallel region (`kernels::matmul_shared`). Row results never depend on the other rows (the kernels are
 //! batch-invariant and attention only reads its own sequence), so a sequence's logits are the
 //! same alone or batched. Buffers live in `Workspace` and only grow.
 
-use kernels::{matmul, MatmulScratch, Threads};
+use kernels::{matmul, matmul_shared, MatmulScratch, Threads};
 
 use std::sync::Mutex;
 
@@ -127,9 +128,14 @@ impl Transformer {
             let q = sized(&mut ws.q, n * qd);
             let k = sized(&mut ws.k, n * kvd);
             let v = sized(&mut ws.v, n * kvd);
-            mm(&self.threads, &lw.wq, h, n, q, &mut ws.mm);
-            mm(&self.threads, &lw.wk, h, n, k, &mut ws.mm);
-            mm(&self.threads, &lw.wv, h, n, v, &mut ws.mm);
+            matmul_shared(
+                &self.threads,
+                [&lw.wq.weights(), &lw.wk.weights(), &lw.wv.weights()],
+                h,
+                n,
+                [&mut *q, &mut *k, &mut *v],
+                &mut ws.mm,
+            );
             for (buf, bias) in [(&mut *q, &lw.bq), (&mut *k, &lw.bk), (&mut *v, &lw.bv)] {
                 if let Some(b) = bias {
                     buf.chunks_exact_mut(b.len())
@@ -190,8 +196,14 @@ impl Transformer {
             rms_norm_rows(&ws.x[..n * d], &lw.ffn_norm, cfg.rms_eps, h);
             let gate = sized(&mut ws.gate, n * ff);
             let up = sized(&mut ws.up, n * ff);
-            mm(&self.threads, &lw.w_gate, h, n, gate, &mut ws.mm);
-            mm(&self.threads, &lw.w_up, h, n, up, &mut ws.mm);
+            matmul_shared(
+                &self.threads,
+                [&lw.w_gate.weights(), &lw.w_up.weights()],
+                h,
+                n,
+                [&mut *gate, &mut *up],
+                &mut ws.mm,
+            );
             match cfg.activation {
                 Activation::Silu => kernels::silu(gate),
                 // ggml's f16 table, as llama.cpp computes it.
