@@ -19,7 +19,7 @@ use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::batch::{Batch, LogitsWanted};
 use crate::config::{Activation, ModelConfig, RopeStyle};
 use crate::kv::{KvLayout, KvPool, TileId};
-use crate::ops::rms_norm_rows;
+use crate::ops::{rms_norm_rows, rms_norm_rows_in_place};
 use crate::weights::{Matrix, ModelWeights};
 use crate::ModelError;
 
@@ -38,8 +38,6 @@ struct Workspace {
     /// cos/sin per (token, pair) for each distinct RoPE table.
     rope: Vec<Vec<(f32, f32)>>,
     picked: Vec<f32>,
-    /// Scratch for in-place norms.
-    normed: Vec<f32>,
     attn: Vec<Mutex<AttnScratch>>,
     mm: MatmulScratch,
 }
@@ -122,9 +120,17 @@ impl Transformer {
         }
         fill_rope(&mut ws.rope, &self.rope_tables, batch);
 
+        let th = &self.threads;
+        let eps = cfg.rms_eps;
         for (li, lw) in self.w.layers.iter().enumerate() {
-            let h = sized(&mut ws.h, n * d);
-            rms_norm_rows(&ws.x[..n * d], &lw.attn_norm, cfg.rms_eps, h);
+            let h = Rows::of(sized(&mut ws.h, n * d), d);
+            let x = &ws.x[..n * d];
+            par_rows(th, n, &|r| {
+                // SAFETY (every `par_rows` below): each row range goes to exactly one call.
+                let h = unsafe { h.get(r.clone()) };
+                rms_norm_rows(&x[r.start * d..r.end * d], &lw.attn_norm, eps, h);
+            });
+            let h = &ws.h[..n * d];
             let q = sized(&mut ws.q, n * qd);
             let k = sized(&mut ws.k, n * kvd);
             let v = sized(&mut ws.v, n * kvd);
@@ -142,14 +148,20 @@ impl Transformer {
                         .for_each(|r| kernels::add(r, b));
                 }
             }
-            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                // Each head is a row of `head_dim` values.
-                norm_in_place(q, qn, cfg.rms_eps, &mut ws.normed);
-                norm_in_place(k, kn, cfg.rms_eps, &mut ws.normed);
-            }
             let rope = &ws.rope[self.layer_rope[li]];
-            apply_rope(q, rope, n, cfg.head_dim, cfg.rope_style);
-            apply_rope(k, rope, n, cfg.head_dim, cfg.rope_style);
+            let pairs = rope.len() / n;
+            let (qr, kr) = (Rows::of(q, qd), Rows::of(k, kvd));
+            par_rows(th, n, &|r| {
+                let (q, k) = unsafe { (qr.get(r.clone()), kr.get(r.clone())) };
+                if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                    // Each head is a row of `head_dim` values.
+                    rms_norm_rows_in_place(q, qn, eps);
+                    rms_norm_rows_in_place(k, kn, eps);
+                }
+                let cs = &rope[r.start * pairs..r.end * pairs];
+                apply_rope(q, cs, r.len(), cfg.head_dim, cfg.rope_style);
+                apply_rope(k, cs, r.len(), cfg.head_dim, cfg.rope_style);
+            });
 
             let (group, in_group) = kv.layout().layer_slot[li];
             let ts = kv.layout().tile_size;
@@ -187,13 +199,21 @@ impl Transformer {
             attend_all(&self.threads, kv, &chunks, heads, q, att, &mut ws.attn);
             let o = sized(&mut ws.o, n * d);
             mm(&self.threads, &lw.wo, att, n, o, &mut ws.mm);
-            if let Some(pn) = &lw.post_attn_norm {
-                norm_in_place(o, pn, cfg.rms_eps, &mut ws.normed);
-            }
-            kernels::add(&mut ws.x[..n * d], o);
+            let (or, xr, hr) = (
+                Rows::of(o, d),
+                Rows::of(&mut ws.x[..n * d], d),
+                Rows::of(sized(&mut ws.h, n * d), d),
+            );
+            par_rows(th, n, &|r| {
+                let (o, x, h) = unsafe { (or.get(r.clone()), xr.get(r.clone()), hr.get(r)) };
+                if let Some(pn) = &lw.post_attn_norm {
+                    rms_norm_rows_in_place(o, pn, eps);
+                }
+                kernels::add(x, o);
+                rms_norm_rows(x, &lw.ffn_norm, eps, h);
+            });
 
-            let h = sized(&mut ws.h, n * d);
-            rms_norm_rows(&ws.x[..n * d], &lw.ffn_norm, cfg.rms_eps, h);
+            let h = &ws.h[..n * d];
             let gate = sized(&mut ws.gate, n * ff);
             let up = sized(&mut ws.up, n * ff);
             matmul_shared(
@@ -204,18 +224,27 @@ impl Transformer {
                 [&mut *gate, &mut *up],
                 &mut ws.mm,
             );
-            match cfg.activation {
-                Activation::Silu => kernels::silu(gate),
-                // ggml's f16 table, as llama.cpp computes it.
-                Activation::GeluTanh => kernels::gelu_tanh(gate),
-            }
-            kernels::mul(gate, up);
+            let (gr, up) = (Rows::of(gate, ff), &*up);
+            par_rows(th, n, &|r| {
+                let gate = unsafe { gr.get(r.clone()) };
+                match cfg.activation {
+                    Activation::Silu => kernels::silu(gate),
+                    // ggml's f16 table, as llama.cpp computes it.
+                    Activation::GeluTanh => kernels::gelu_tanh(gate),
+                }
+                kernels::mul(gate, &up[r.start * ff..r.end * ff]);
+            });
+            let gate = &ws.gate[..n * ff];
             let o = sized(&mut ws.o, n * d);
             mm(&self.threads, &lw.w_down, gate, n, o, &mut ws.mm);
-            if let Some(pn) = &lw.post_ffn_norm {
-                norm_in_place(o, pn, cfg.rms_eps, &mut ws.normed);
-            }
-            kernels::add(&mut ws.x[..n * d], o);
+            let (or, xr) = (Rows::of(o, d), Rows::of(&mut ws.x[..n * d], d));
+            par_rows(th, n, &|r| {
+                let (o, x) = unsafe { (or.get(r.clone()), xr.get(r)) };
+                if let Some(pn) = &lw.post_ffn_norm {
+                    rms_norm_rows_in_place(o, pn, eps);
+                }
+                kernels::add(x, o);
+            });
         }
 
         // Gather the rows whose logits are wanted, then norm and project only those.
@@ -337,9 +366,56 @@ fn apply_rope(x: &mut [f32], cs: &[(f32, f32)], n: usize, head_dim: usize, style
     }
 }
 
-/// RMS-norm of every `w.len()`-value row of `x`, in place, through the reusable `tmp`.
-fn norm_in_place(x: &mut [f32], w: &[f32], eps: f32, tmp: &mut Vec<f32>) {
-    let out = sized(tmp, x.len());
-    rms_norm_rows(x, w, eps, out);
-    x.copy_from_slice(out);
+/// Rows of a `[n][width]` buffer handed to the pool's threads by [`par_rows`], which gives each
+/// row range to exactly one call: the slices made from it never overlap.
+#[derive(Clone, Copy)]
+struct Rows {
+    ptr: *mut f32,
+    width: usize,
+    n: usize,
+}
+
+// SAFETY: a pointer into a buffer borrowed mutably for the whole `par_rows` call, which joins its
+// threads before returning; callers take disjoint row ranges (see `get`).
+unsafe impl Sync for Rows {}
+
+impl Rows {
+    fn of(buf: &mut [f32], width: usize) -> Rows {
+        Rows {
+            ptr: buf.as_mut_ptr(),
+            width,
+            n: buf.len() / width,
+        }
+    }
+
+    /// Rows `r` as a slice.
+    ///
+    /// # Safety
+    /// No other live slice from this `Rows` may overlap `r` (`par_rows` ranges are disjoint), and
+    /// the buffer it came from must outlive the slice.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn get(&self, r: std::ops::Range<usize>) -> &mut [f32] {
+        assert!(
+            r.start <= r.end && r.end <= self.n,
+            "Rows::get out of bounds"
+        );
+        // SAFETY: in bounds (checked); exclusive per the contract.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.add(r.start * self.width), r.len() * self.width)
+        }
+    }
+}
+
+/// Runs `f` over row ranges covering `0..n`, each range once: on the pool when there are enough
+/// rows to pay for the hand-off (element-wise work between matmuls would otherwise leave the
+/// other threads waiting), else on the caller. Every row gets the same operations either way.
+fn par_rows(threads: &Threads, n: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
+    const MIN_ROWS: usize = 4;
+    if n < MIN_ROWS || threads.n() == 1 {
+        if n > 0 {
+            f(0..n);
+        }
+    } else {
+        threads.for_each_range(n, n.div_ceil(threads.n()), f);
+    }
 }

@@ -10,6 +10,13 @@ pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// [`rms_norm_rows`] of `x` into itself (the same bits).
+pub fn rms_norm_rows_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    for xr in x.chunks_exact_mut(w.len()) {
+        kernels::rms_norm_in_place(xr, w, eps);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -23,6 +30,21 @@ mod tests {
         for (o, g) in out.iter().zip(w) {
             assert!((o - g).abs() < 1e-6);
         }
+    }
+
+    #[test]
+    fn in_place_gives_the_bits_of_the_copy() {
+        let w: Vec<f32> = (0..8).map(|i| 0.5 + i as f32 / 7.0).collect();
+        let x: Vec<f32> = (0..24)
+            .map(|i| ((i * 37) % 11) as f32 / 3.0 - 1.7)
+            .collect();
+        let mut out = vec![0.0; 24];
+        rms_norm_rows(&x, &w, 1e-6, &mut out);
+        let mut y = x.clone();
+        rms_norm_rows_in_place(&mut y, &w, 1e-6);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&out));
+        assert_ne!(bits(&y), bits(&x));
     }
 
     #[test]
