@@ -81,12 +81,24 @@ unsafe impl PodBlock for BlockQ6K {}
 
 /// Quantizes a row of f32 into Q8_K blocks exactly as ggml's `quantize_row_q8_K_ref`: the scale
 /// maps the signed value of largest magnitude to -127, quants round half to even and clamp at 127.
+/// AVX2 where the CPU has it (the same bits).
 pub fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
     assert_eq!(
         x.len(),
         out.len() * QK_K,
         "quantize_row_q8_k: length mismatch"
     );
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernel::isa() >= crate::kernel::Isa::Avx2 {
+        // SAFETY: AVX2/FMA/F16C detected; lengths checked above.
+        unsafe { crate::kernel::x86::ops::quantize_row_q8_k(x, out) };
+        return;
+    }
+    quantize_row_q8_k_scalar(x, out);
+}
+
+/// The portable [`quantize_row_q8_k`] (and the reference its SIMD form is tested against).
+pub(crate) fn quantize_row_q8_k_scalar(x: &[f32], out: &mut [BlockQ8K]) {
     for (chunk, block) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
         let (mut amax, mut max) = (0.0f32, 0.0f32);
         for &v in chunk {

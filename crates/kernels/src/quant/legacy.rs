@@ -121,13 +121,25 @@ pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     }
 }
 
-/// Quantizes a row of f32 into activation blocks (`x.len() == 32 * out.len()`).
+/// Quantizes a row of f32 into activation blocks (`x.len() == 32 * out.len()`); AVX2 where the
+/// CPU has it (the same bits).
 pub fn quantize_act_q8_0(x: &[f32], out: &mut [ActQ8_0]) {
     assert_eq!(
         x.len(),
         out.len() * QK8_0,
         "quantize_act_q8_0: length mismatch"
     );
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernel::isa() >= crate::kernel::Isa::Avx2 {
+        // SAFETY: AVX2/FMA/F16C detected; lengths checked above.
+        unsafe { crate::kernel::x86::ops::quantize_act_q8_0(x, out) };
+        return;
+    }
+    quantize_act_q8_0_scalar(x, out);
+}
+
+/// The portable [`quantize_act_q8_0`] (and the reference its SIMD form is tested against).
+pub(crate) fn quantize_act_q8_0_scalar(x: &[f32], out: &mut [ActQ8_0]) {
     for (chunk, block) in x.chunks_exact(QK8_0).zip(out.iter_mut()) {
         let (d, qs) = quantize_block_q8_0(chunk);
         let sum = qs.iter().map(|&q| i32::from(q)).sum();

@@ -131,3 +131,191 @@ pub(crate) unsafe fn gelu_table(x: &mut [f32], table: &[u16]) {
         }
     }
 }
+
+/// `round_half_even(v * s)` of eight values as i32, by the same float operations as the scalar
+/// `quant::round_half_even` (add 1.5 * 2^23, take the bits), so the same results.
+#[inline(always)]
+unsafe fn round_scaled(v: __m256, s: __m256) -> __m256i {
+    // SAFETY: register operations only; AVX2 enabled by the entry points.
+    unsafe {
+        const MAGIC: f32 = 12_582_912.0;
+        let m = _mm256_set1_ps(MAGIC);
+        _mm256_sub_epi32(
+            _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(v, s), m)),
+            _mm256_castps_si256(m),
+        )
+    }
+}
+
+/// 32 i32 values in `-128..=127` (four vectors, element order) as bytes.
+#[inline(always)]
+unsafe fn pack_i8(q: [__m256i; 4]) -> [i8; 32] {
+    // SAFETY: register operations and one 32-byte store into a local; AVX2 enabled.
+    unsafe {
+        let ab = _mm256_packs_epi32(q[0], q[1]);
+        let cd = _mm256_packs_epi32(q[2], q[3]);
+        // Lanes now hold [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7] by dwords of four bytes.
+        let abcd = _mm256_packs_epi16(ab, cd);
+        let ordered = _mm256_permutevar8x32_epi32(abcd, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        let mut out = [0i8; 32];
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), ordered);
+        out
+    }
+}
+
+/// The sum of the eight i32 lanes.
+#[inline(always)]
+unsafe fn hsum_epi32(v: __m256i) -> i32 {
+    // SAFETY: register operations only; AVX2 enabled.
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
+}
+
+/// The largest `|x|` of `x` (a multiple of 8 long); maxima are exact in any order.
+#[inline(always)]
+unsafe fn abs_max(x: &[f32]) -> f32 {
+    // SAFETY: loads at i + 8 <= len; AVX2 enabled.
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        let mut m = _mm256_setzero_ps();
+        for i in (0..x.len()).step_by(8) {
+            // max(|v|, m) returns m when v is NaN, as `f32::max` skips NaN.
+            m = _mm256_max_ps(
+                _mm256_andnot_ps(sign, _mm256_loadu_ps(x.as_ptr().add(i))),
+                m,
+            );
+        }
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        lanes.iter().fold(0.0f32, |a, &b| a.max(b))
+    }
+}
+
+/// AVX2 form of `quant::legacy::quantize_act_q8_0` (the same bits).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `x.len() == 32 * out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_act_q8_0(x: &[f32], out: &mut [crate::quant::ActQ8_0]) {
+    use crate::quant::{f16_to_f32, f32_to_f16, ActQ8_0};
+    for (chunk, block) in x.chunks_exact(32).zip(out.iter_mut()) {
+        // SAFETY: 32 floats per chunk; AVX2 enabled here.
+        unsafe {
+            let amax = abs_max(chunk);
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            let q: [__m256i; 4] = std::array::from_fn(|k| {
+                round_scaled(_mm256_loadu_ps(chunk.as_ptr().add(8 * k)), id)
+            });
+            let sum = hsum_epi32(_mm256_add_epi32(
+                _mm256_add_epi32(q[0], q[1]),
+                _mm256_add_epi32(q[2], q[3]),
+            ));
+            *block = ActQ8_0 {
+                d: f16_to_f32(f32_to_f16(d)),
+                sum,
+                qs: pack_i8(q),
+            };
+        }
+    }
+}
+
+/// AVX2 form of `quant::kquants::quantize_row_q8_k` (the same bits).
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `x.len() == 256 * out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn quantize_row_q8_k(x: &[f32], out: &mut [crate::quant::BlockQ8K]) {
+    use crate::quant::BlockQ8K;
+    for (chunk, block) in x.chunks_exact(256).zip(out.iter_mut()) {
+        // SAFETY: 256 floats per chunk; AVX2 enabled here.
+        unsafe {
+            let amax = abs_max(chunk);
+            if amax == 0.0 {
+                *block = BlockQ8K::default();
+                continue;
+            }
+            // The scalar path takes the sign of the first value of largest magnitude.
+            let max = chunk
+                .iter()
+                .copied()
+                .find(|v| v.abs() == amax)
+                .unwrap_or(amax);
+            let iscale = -127.0 / max;
+            let s = _mm256_set1_ps(iscale);
+            let top = _mm256_set1_epi32(127);
+            for g in 0..8 {
+                let q: [__m256i; 4] = std::array::from_fn(|k| {
+                    let v = _mm256_loadu_ps(chunk.as_ptr().add(32 * g + 8 * k));
+                    _mm256_min_epi32(round_scaled(v, s), top)
+                });
+                block.qs[32 * g..32 * g + 32].copy_from_slice(&pack_i8(q));
+                block.bsums[2 * g] = hsum_epi32(_mm256_add_epi32(q[0], q[1])) as i16;
+                block.bsums[2 * g + 1] = hsum_epi32(_mm256_add_epi32(q[2], q[3])) as i16;
+            }
+            block.d = 1.0 / iscale;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::quant::{
+        kquants::quantize_row_q8_k_scalar, legacy::quantize_act_q8_0_scalar, ActQ8_0, BlockQ8K,
+    };
+
+    /// Rows with ties (halves after scaling), zeros, a negative extreme, repeated extremes of
+    /// both signs, NaN-free random values of many magnitudes.
+    fn rows() -> Vec<Vec<f32>> {
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let mut unit = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        };
+        let mut out = vec![vec![0.0; 512]];
+        for scale in [1e-3f32, 1.0, 37.0, 3e4] {
+            out.push((0..512).map(|_| unit() * scale).collect());
+        }
+        // Multiples of 127 / 2 / 127 land on .5 after scaling: ties to even.
+        out.push((0..512).map(|i| (i % 255) as f32 * 0.5 - 63.5).collect());
+        let mut both = vec![0.25f32; 512];
+        both[3] = -2.0;
+        both[9] = 2.0;
+        both[300] = 2.0;
+        both[301] = -2.0;
+        out.push(both);
+        out
+    }
+
+    #[test]
+    fn simd_activation_quantizers_give_the_scalar_bits() {
+        if !super::super::avx2_available() {
+            return;
+        }
+        for x in rows() {
+            let (mut a, mut b) = (vec![ActQ8_0::default(); 16], vec![ActQ8_0::default(); 16]);
+            quantize_act_q8_0_scalar(&x, &mut a);
+            // SAFETY: AVX2 detected above; 512 = 32 x 16.
+            unsafe { super::quantize_act_q8_0(&x, &mut b) };
+            for (p, q) in a.iter().zip(&b) {
+                assert_eq!((p.d.to_bits(), p.sum, p.qs), (q.d.to_bits(), q.sum, q.qs));
+            }
+            let (mut a, mut b) = (vec![BlockQ8K::default(); 2], vec![BlockQ8K::default(); 2]);
+            quantize_row_q8_k_scalar(&x, &mut a);
+            // SAFETY: as above; 512 = 256 x 2.
+            unsafe { super::quantize_row_q8_k(&x, &mut b) };
+            for (p, q) in a.iter().zip(&b) {
+                assert_eq!(
+                    (p.d.to_bits(), p.qs, p.bsums),
+                    (q.d.to_bits(), q.qs, q.bsums)
+                );
+            }
+        }
+    }
+}
