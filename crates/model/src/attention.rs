@@ -415,6 +415,8 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
 ) {
     let n_slots = keys.len() / t.kv_dim;
     let (hd, nh) = (t.hd, t.nh);
+    #[cfg(target_arch = "x86_64")]
+    let four = SIMD && t.group >= 4 && std::is_x86_feature_detected!("avx512vl");
     for qi in 0..t.nq {
         let p = t.first_pos + qi;
         let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
@@ -423,8 +425,34 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
         }
         let mut hi = 0;
         while hi < nh {
-            // Heads hi and hi + 1 together when they share a KV head, else hi alone.
             let g = (t.h0 + hi) / t.group;
+            let key = |pos: usize| {
+                let slot = pos - t.start;
+                &keys[slot * t.kv_dim + g * hd..slot * t.kv_dim + (g + 1) * hd]
+            };
+            // Four heads of one KV head together where the registers allow (same bits).
+            #[cfg(target_arch = "x86_64")]
+            if four && hi + 4 <= nh && (t.h0 + hi + 3) / t.group == g {
+                let qs: [&[f32]; 4] = std::array::from_fn(|j| {
+                    &qr[(qi * nh + hi + j) * hd..(qi * nh + hi + j + 1) * hd]
+                });
+                let mut pos = s_lo;
+                while pos < s_hi {
+                    let nk = (s_hi - pos).min(simd::KEYS4);
+                    let ks: [&[E]; simd::KEYS4] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
+                    // SAFETY: `four` checked AVX-512VL; `SIMD` means AVX2/FMA/F16C (and VL
+                    // implies AVX-512F).
+                    let d = unsafe { simd::dots4::<E>(qs, ks) };
+                    for (j, dj) in d.iter().enumerate() {
+                        let row = (qi * nh + hi + j) * t.span + pos - t.base;
+                        scores[row..row + nk].copy_from_slice(&dj[..nk]);
+                    }
+                    pos += nk;
+                }
+                hi += 4;
+                continue;
+            }
+            // Heads hi and hi + 1 together when they share a KV head, else hi alone.
             let n_pairs = if hi + 1 < nh && (t.h0 + hi + 1) / t.group == g {
                 2
             } else {
@@ -434,10 +462,6 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
                 let hj = hi + j.min(n_pairs - 1);
                 &qr[(qi * nh + hj) * hd..(qi * nh + hj + 1) * hd]
             });
-            let key = |pos: usize| {
-                let slot = pos - t.start;
-                &keys[slot * t.kv_dim + g * hd..slot * t.kv_dim + (g + 1) * hd]
-            };
             let mut pos = s_lo;
             while pos < s_hi {
                 let nk = (s_hi - pos).min(KEYS_PER_BLOCK);
@@ -753,6 +777,56 @@ mod simd {
         }
     }
 
+    /// Keys per block of `dots4`.
+    pub(super) const KEYS4: usize = 4;
+
+    /// `dot(q[i], k[j])` for four query rows (heads sharing a KV head) by `KEYS4` key rows: the
+    /// same eight-lane fused multiply-adds per pair as `dots`, so the same bits, with each key
+    /// vector loaded (and converted) once for four heads. Sixteen accumulators plus the loads
+    /// need AVX-512VL's 32 vector registers.
+    ///
+    /// # Safety
+    /// AVX-512F/VL, AVX2, FMA and F16C must be available.
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+    pub(super) unsafe fn dots4<E: KvElem>(q: [&[f32]; 4], k: [&[E]; KEYS4]) -> [[f32; KEYS4]; 4] {
+        let n = q[0].len();
+        assert!(
+            q.iter().all(|r| r.len() == n) && k.iter().all(|r| r.len() == n),
+            "dots4: ragged rows"
+        );
+        let body = n - n % 8;
+        // SAFETY: every load reads 8 elements at i < body <= len; features per the contract.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); KEYS4]; 4];
+            let mut i = 0;
+            while i < body {
+                let qv: [__m256; 4] =
+                    std::array::from_fn(|a| _mm256_loadu_ps(q[a].as_ptr().add(i)));
+                for b in 0..KEYS4 {
+                    let kv = load8(k[b].as_ptr().add(i));
+                    for a in 0..4 {
+                        acc[a][b] = _mm256_fmadd_ps(qv[a], kv, acc[a][b]);
+                    }
+                }
+                i += 8;
+            }
+            let mut out = [[0.0f32; KEYS4]; 4];
+            for a in 0..4 {
+                for b in 0..KEYS4 {
+                    let mut lanes = [0.0f32; 8];
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), acc[a][b]);
+                    let tail: f32 = q[a][body..]
+                        .iter()
+                        .zip(&k[b][body..])
+                        .map(|(x, y)| x * y.to_f32())
+                        .sum();
+                    out[a][b] = lanes.iter().sum::<f32>() + tail;
+                }
+            }
+            out
+        }
+    }
+
     /// Floats of each head's accumulator per pass of `axpy_block_512`.
     pub(super) const WIDE: usize = 64;
 
@@ -1000,6 +1074,28 @@ mod tests {
             assert_eq!(bits(&acc16), bits(&accc));
             let dp16 = dots::<false, u16>([&q0, &q1], k16r);
             assert_eq!(bits(dp16.as_flattened()), bits(dc.as_flattened()));
+            if std::is_x86_feature_detected!("avx512vl") {
+                // Four heads by four keys: each pair as `dots` computes it.
+                let qs4: Vec<Vec<f32>> = (0..4).map(|a| row(20 + a, hd)).collect();
+                let ks4: Vec<Vec<u16>> = (0..simd::KEYS4)
+                    .map(|j| {
+                        row(30 + j, hd)
+                            .iter()
+                            .map(|&x| half::f16::from_f32(x).to_bits())
+                            .collect()
+                    })
+                    .collect();
+                let q4: [&[f32]; 4] = std::array::from_fn(|a| &qs4[a][..]);
+                let k4: [&[u16]; simd::KEYS4] = std::array::from_fn(|j| &ks4[j][..]);
+                // SAFETY: AVX-512VL detected (and AVX2/FMA above).
+                let d4 = unsafe { simd::dots4(q4, k4) };
+                for a in 0..4 {
+                    for b in 0..simd::KEYS4 {
+                        let one = dots::<false, u16>([q4[a], q4[a]], [k4[b]; KEYS_PER_BLOCK]);
+                        assert_eq!(d4[a][b].to_bits(), one[0][0].to_bits(), "head {a} key {b}");
+                    }
+                }
+            }
         }
     }
 
