@@ -597,13 +597,18 @@ fn dots<const SIMD: bool, E: KvElem>(
 /// through the exponent bits. Inputs below -87 (results under f32's normal range) give 0.
 /// Written as plain arithmetic so loops over it vectorize inside the AVX2 entry point.
 #[inline(always)]
-fn exp_neg(x: f32) -> f32 {
+pub(crate) fn exp_neg(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding 1.5 * 2^23 rounds to an integer (ties to even) and leaves it in the low bits, so
+    // `n` and `2^n` come from float additions and integer operations on the bits: no float to
+    // int conversion, whose saturating form does not vectorize.
+    const MAGIC: f32 = 12_582_912.0;
     let small = x < -87.0;
     let x = x.max(-87.0);
-    let n = (x * LOG2E).round_ties_even();
+    let t = x * LOG2E + MAGIC;
+    let n = t - MAGIC;
     let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
     let mut p: f32 = 1.0 / 5040.0;
     p = p.mul_add(r, 1.0 / 720.0);
@@ -613,7 +618,9 @@ fn exp_neg(x: f32) -> f32 {
     p = p.mul_add(r, 0.5);
     p = p.mul_add(r, 1.0);
     p = p.mul_add(r, 1.0);
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // n in -126..=0: its bits are t's minus MAGIC's.
+    let e = t.to_bits().wrapping_sub(MAGIC.to_bits()).wrapping_add(127);
+    let scale = f32::from_bits(e << 23);
     if small {
         0.0
     } else {
@@ -952,6 +959,51 @@ mod simd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exp_neg_takes_n_and_2_to_the_n_from_the_bits_exactly() {
+        // The same polynomial with n from `round_ties_even` and 2^n from an integer cast.
+        let reference = |x: f32| -> f32 {
+            let small = x < -87.0;
+            let x = x.max(-87.0);
+            let n = (x * std::f32::consts::LOG2_E).round_ties_even();
+            let r = n.mul_add(-1.428_606_8e-6, n.mul_add(-0.693_145_75, x));
+            let mut p: f32 = 1.0 / 5040.0;
+            for c in [
+                1.0 / 720.0,
+                1.0 / 120.0,
+                1.0 / 24.0,
+                1.0 / 6.0,
+                0.5,
+                1.0,
+                1.0,
+            ] {
+                p = p.mul_add(r, c);
+            }
+            let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+            if small {
+                0.0
+            } else {
+                p * scale
+            }
+        };
+        let mut x = -100.0f32;
+        while x <= 0.0 {
+            assert_eq!(exp_neg(x).to_bits(), reference(x).to_bits(), "x = {x}");
+            x += 0.000_37;
+        }
+        for x in [
+            0.0f32,
+            -0.0,
+            -87.0,
+            -87.000_01,
+            -86.999_99,
+            f32::NEG_INFINITY,
+            -0.346_573_6,
+        ] {
+            assert_eq!(exp_neg(x).to_bits(), reference(x).to_bits(), "x = {x}");
+        }
+    }
 
     #[test]
     fn exp_neg_is_within_a_few_ulp_of_exp() {

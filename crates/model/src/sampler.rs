@@ -7,6 +7,8 @@
 
 use std::collections::HashMap;
 
+use crate::attention::exp_neg;
+
 /// What a request asks of sampling. `validate` is the single place ranges are checked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingParams {
@@ -103,7 +105,21 @@ pub struct Sampler {
     counts: HashMap<u32, u32>,
     /// Candidate (id, logit) pairs, reused.
     cand: Vec<(u32, f32)>,
+    /// Unnormalized probabilities of the whole vocabulary, reused.
+    weights: Vec<f32>,
+    /// Sums of `weights` per `CHUNK`.
+    chunk_sums: Vec<f32>,
+    /// Weight and token count per histogram bucket.
+    hist: Vec<(f32, u32)>,
 }
+
+/// Tokens per partial sum of the full-vocabulary draw.
+const CHUNK: usize = 1024;
+
+/// Histogram buckets over a weight's f32 bits (weights lie in [0, 1]; the key keeps the exponent
+/// and three mantissa bits, so it is monotone in the weight).
+const BUCKET_SHIFT: u32 = 20;
+const BUCKETS: usize = (1.0f32.to_bits() >> BUCKET_SHIFT) as usize + 1;
 
 impl Sampler {
     /// `fallback_seed` is used when the request gave none (e.g. derived from the request id).
@@ -114,6 +130,9 @@ impl Sampler {
             rng: Rng(seed),
             counts: HashMap::new(),
             cand: Vec::new(),
+            weights: Vec::new(),
+            chunk_sums: Vec::new(),
+            hist: Vec::new(),
         }
     }
 
@@ -129,26 +148,31 @@ impl Sampler {
     /// Picks the next token. `logits` is modified (bias and penalties applied in place).
     pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
         self.apply_bias_and_penalties(logits);
-        let p = &self.params;
-        if p.temperature == 0.0 {
+        let (temperature, top_k, top_p, min_p) = {
+            let p = &self.params;
+            (p.temperature, p.top_k, p.top_p, p.min_p)
+        };
+        if temperature == 0.0 {
             return argmax(logits);
         }
-        let inv_t = 1.0 / p.temperature;
-        self.cand.clear();
-        self.cand.extend(
-            logits
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| l.is_finite())
-                .map(|(i, &l)| (i as u32, l * inv_t)),
-        );
-        if self.cand.is_empty() {
+        let inv_t = 1.0 / temperature;
+        let Some(max) = finite_max(logits) else {
             return argmax(logits);
+        };
+        // Multiplying by a positive constant keeps the order: the largest scaled logit.
+        let top = max * inv_t;
+        if top_k == 0 && top_p >= 1.0 {
+            // Every token (above min_p) can be drawn: no ordering is needed, so draw from the
+            // whole vocabulary in id order.
+            return self.draw_all(logits, inv_t, top);
         }
+        // The candidates: every token that can be in the top k or the nucleus (found through a
+        // histogram of the weights), so only those are sorted.
+        let norm = self.candidates(logits, inv_t, top);
         let by_logit_desc =
             |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        let k = if p.top_k > 0 {
-            p.top_k.min(self.cand.len())
+        let k = if top_k > 0 {
+            top_k.min(self.cand.len())
         } else {
             self.cand.len()
         };
@@ -161,23 +185,27 @@ impl Sampler {
         let max = self.cand[0].1;
         let mut sum = 0.0f32;
         for c in self.cand.iter_mut() {
-            c.1 = (c.1 - max).exp();
+            c.1 = exp_neg(c.1 - max);
             sum += c.1;
+        }
+        if let Some(total) = norm {
+            // Tokens left out of `cand` are below top_p's reach, but their mass still counts.
+            sum = total;
         }
         for c in self.cand.iter_mut() {
             c.1 /= sum;
         }
-        if p.min_p > 0.0 {
-            let floor = p.min_p * self.cand[0].1;
+        if min_p > 0.0 {
+            let floor = min_p * self.cand[0].1;
             let keep = self.cand.iter().take_while(|c| c.1 >= floor).count().max(1);
             self.cand.truncate(keep);
         }
-        if p.top_p < 1.0 {
+        if top_p < 1.0 {
             let mut acc = 0.0;
             let mut keep = self.cand.len();
             for (i, c) in self.cand.iter().enumerate() {
                 acc += c.1;
-                if acc >= p.top_p {
+                if acc >= top_p {
                     keep = i + 1;
                     break;
                 }
@@ -193,6 +221,83 @@ impl Sampler {
             }
         }
         self.cand[self.cand.len() - 1].0
+    }
+
+    /// Fills `cand` with (id, scaled logit) of every finite token that may be among the `top_k`
+    /// (when set) or in the `top_p` nucleus: the tokens of the highest weight buckets that hold
+    /// `top_k` tokens, or `top_p` of the whole mass, and one more bucket against rounding.
+    /// Returns the whole vocabulary's weight when the softmax must be normalized by it (top_p
+    /// alone: tokens left out still count).
+    fn candidates(&mut self, logits: &[f32], inv_t: f32, top: f32) -> Option<f32> {
+        let (top_k, top_p) = (self.params.top_k, self.params.top_p);
+        self.weights.resize(logits.len(), 0.0);
+        fill_weights(logits, inv_t, top, 0.0, &mut self.weights);
+        let total = lane_sum(&self.weights);
+        let key = |w: f32| (w.to_bits() >> BUCKET_SHIFT) as usize;
+        self.hist.clear();
+        self.hist.resize(BUCKETS, (0.0, 0));
+        for &w in &self.weights {
+            let h = &mut self.hist[key(w).min(BUCKETS - 1)];
+            h.0 += w;
+            h.1 += 1;
+        }
+        let (mut mass, mut count, mut reached) = (0.0f32, 0usize, false);
+        let mut lowest = 0;
+        for b in (0..BUCKETS).rev() {
+            let (m, c) = self.hist[b];
+            if c == 0 {
+                continue;
+            }
+            lowest = b;
+            if reached {
+                break;
+            }
+            mass += m;
+            count += c as usize;
+            reached = if top_k > 0 {
+                count >= top_k
+            } else {
+                mass >= top_p * total
+            };
+        }
+        self.cand.clear();
+        for (i, (&l, &w)) in logits.iter().zip(&self.weights).enumerate() {
+            if l.is_finite() && key(w) >= lowest {
+                self.cand.push((i as u32, l * inv_t));
+            }
+        }
+        (top_k == 0).then_some(total)
+    }
+
+    /// Draws from every token whose weight is at least `min_p` of the top one's, in id order:
+    /// weights into `self.weights`, their sums per `CHUNK`, then the chunk and the token.
+    fn draw_all(&mut self, logits: &[f32], inv_t: f32, top: f32) -> u32 {
+        let n = logits.len();
+        self.weights.resize(n, 0.0);
+        let min_p = self.params.min_p;
+        fill_weights(logits, inv_t, top, min_p, &mut self.weights);
+        self.chunk_sums.clear();
+        self.chunk_sums
+            .extend(self.weights.chunks(CHUNK).map(lane_sum));
+        let total: f32 = self.chunk_sums.iter().sum();
+        let mut r = self.rng.next_f32() * total;
+        for (c, &cs) in self.chunk_sums.iter().enumerate() {
+            if r >= cs {
+                r -= cs;
+                continue;
+            }
+            for (i, &w) in self.weights[c * CHUNK..n.min((c + 1) * CHUNK)]
+                .iter()
+                .enumerate()
+            {
+                r -= w;
+                if r < 0.0 {
+                    return (c * CHUNK + i) as u32;
+                }
+            }
+        }
+        // Rounding left a sliver: the last token that could be drawn.
+        self.weights.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
     }
 
     fn apply_bias_and_penalties(&self, logits: &mut [f32]) {
@@ -218,15 +323,76 @@ impl Sampler {
     }
 }
 
-/// Index of the largest logit (the first on ties).
+/// Index of the largest logit (the first on ties; NaN never wins; 0 if there is no number).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+    // Two passes that vectorize: the maximum (order-free), then where it first occurs.
+    let max = lanes_fold(logits, f32::NEG_INFINITY, f32::max);
+    logits.iter().position(|&l| l == max).unwrap_or(0) as u32
+}
+
+/// The largest finite logit, if any.
+fn finite_max(logits: &[f32]) -> Option<f32> {
+    let max = lanes_fold(logits, f32::NEG_INFINITY, |m, l| {
+        if l.is_finite() {
+            m.max(l)
+        } else {
+            m
+        }
+    });
+    max.is_finite().then_some(max)
+}
+
+/// `f` folded over `x` in eight interleaved lanes, then over the lanes: for order-free folds
+/// (max), written so the compiler can vectorize them.
+fn lanes_fold(x: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [init; 8];
+    let (chunks, tail) = x.as_chunks::<8>();
+    for c in chunks {
+        for j in 0..8 {
+            lanes[j] = f(lanes[j], c[j]);
         }
     }
-    best as u32
+    let v = lanes.into_iter().fold(init, &f);
+    tail.iter().fold(v, |a, &b| f(a, b))
+}
+
+/// The sum of `x` over eight lanes, then the lanes in order, then the tail.
+fn lane_sum(x: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (chunks, tail) = x.as_chunks::<8>();
+    for c in chunks {
+        for j in 0..8 {
+            lanes[j] += c[j];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail.iter().sum::<f32>()
+}
+
+/// `w[i] = e^(l[i] * inv_t - top)` for finite logits with a result of at least `min_p`, else 0.
+fn fill_weights(logits: &[f32], inv_t: f32, top: f32, min_p: f32, w: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the features were just detected.
+        unsafe { fill_weights_avx2(logits, inv_t, top, min_p, w) };
+        return;
+    }
+    fill_weights_body(logits, inv_t, top, min_p, w);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fill_weights_avx2(logits: &[f32], inv_t: f32, top: f32, min_p: f32, w: &mut [f32]) {
+    fill_weights_body(logits, inv_t, top, min_p, w);
+}
+
+/// The loop of `fill_weights`, plain arithmetic so it vectorizes in the AVX2 entry point (the
+/// same operations per element either way: `exp_neg` is written with `mul_add`).
+#[inline(always)]
+fn fill_weights_body(logits: &[f32], inv_t: f32, top: f32, min_p: f32, w: &mut [f32]) {
+    for (o, &l) in w.iter_mut().zip(logits) {
+        let e = exp_neg(l * inv_t - top);
+        *o = if l.is_finite() && e >= min_p { e } else { 0.0 };
+    }
 }
 
 /// log-softmax value of `token` and the `n` most likely (id, logprob) pairs.
@@ -279,6 +445,143 @@ mod tests {
             ..params.clone()
         };
         assert_ne!(draw(params), draw(other));
+    }
+
+    /// The distribution the sampler must draw from (the plain definition: softmax of the
+    /// scaled logits, top-k, min-p relative to the top token, then the smallest prefix in
+    /// descending order reaching top-p), renormalized.
+    fn reference(logits: &[f32], p: &SamplingParams) -> Vec<f64> {
+        let x: Vec<f64> = logits
+            .iter()
+            .map(|&l| f64::from(l / p.temperature))
+            .collect();
+        let mut order: Vec<usize> = (0..x.len()).collect();
+        order.sort_by(|&a, &b| x[b].total_cmp(&x[a]).then(a.cmp(&b)));
+        if p.top_k > 0 {
+            order.truncate(p.top_k);
+        }
+        let w: Vec<f64> = order.iter().map(|&i| (x[i] - x[order[0]]).exp()).collect();
+        let total: f64 = w.iter().sum();
+        let mut keep = order.len();
+        if p.min_p > 0.0 {
+            keep = w
+                .iter()
+                .take_while(|&&v| v >= f64::from(p.min_p))
+                .count()
+                .max(1);
+        }
+        if p.top_p < 1.0 {
+            let mut acc = 0.0;
+            for (i, v) in w.iter().enumerate().take(keep) {
+                acc += v / total;
+                if acc >= f64::from(p.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        let kept: f64 = w[..keep].iter().sum();
+        let mut out = vec![0.0; x.len()];
+        for (j, &i) in order[..keep].iter().enumerate() {
+            out[i] = w[j] / kept;
+        }
+        out
+    }
+
+    /// Draws `n` times and checks every token's frequency against `reference` (within five
+    /// standard deviations, and never a token of probability 0).
+    fn check_draws(logits: &[f32], p: SamplingParams, n: usize) {
+        let want = reference(logits, &p);
+        let mut s = Sampler::new(p.clone(), 7);
+        let mut seen = vec![0usize; logits.len()];
+        for _ in 0..n {
+            seen[s.sample(&mut logits.to_vec()) as usize] += 1;
+        }
+        for (i, (&c, &q)) in seen.iter().zip(&want).enumerate() {
+            let f = c as f64 / n as f64;
+            let sd = (q * (1.0 - q) / n as f64).sqrt();
+            assert!(
+                (f - q).abs() <= 5.0 * sd + 1e-4 && (q > 0.0 || c == 0),
+                "{p:?}: token {i} drawn {f:.4}, expected {q:.4}"
+            );
+        }
+    }
+
+    #[test]
+    fn draws_follow_the_filtered_softmax() {
+        let small = [2.0f32, 1.5, 1.0, 0.0, -1.0, -3.0];
+        // A vocabulary over several draw chunks and many histogram buckets, with a long tail.
+        let large: Vec<f32> = (0..5000)
+            .map(|i| {
+                if i % 997 == 3 {
+                    6.0 - i as f32 / 1000.0
+                } else {
+                    -((i % 37) as f32) / 4.0
+                }
+            })
+            .collect();
+        let base = SamplingParams {
+            temperature: 1.0,
+            ..Default::default()
+        };
+        for logits in [&small[..], &large[..]] {
+            for p in [
+                base.clone(),
+                SamplingParams {
+                    temperature: 0.7,
+                    ..base.clone()
+                },
+                SamplingParams {
+                    top_p: 0.8,
+                    ..base.clone()
+                },
+                SamplingParams {
+                    top_p: 0.3,
+                    temperature: 1.5,
+                    ..base.clone()
+                },
+                SamplingParams {
+                    top_k: 3,
+                    ..base.clone()
+                },
+                SamplingParams {
+                    top_k: 4,
+                    top_p: 0.9,
+                    ..base.clone()
+                },
+                SamplingParams {
+                    min_p: 0.2,
+                    ..base.clone()
+                },
+                SamplingParams {
+                    min_p: 0.05,
+                    top_p: 0.95,
+                    ..base.clone()
+                },
+            ] {
+                check_draws(logits, p, 20_000);
+            }
+        }
+    }
+
+    #[test]
+    fn non_finite_logits_are_never_drawn() {
+        let logits = [f32::NEG_INFINITY, 1.0, f32::NAN, 0.5, f32::INFINITY];
+        for top_p in [1.0, 0.9] {
+            let mut s = Sampler::new(
+                SamplingParams {
+                    temperature: 1.0,
+                    top_p,
+                    ..Default::default()
+                },
+                5,
+            );
+            for _ in 0..200 {
+                let t = s.sample(&mut logits.to_vec());
+                assert!(t == 1 || t == 3, "drew {t}");
+            }
+        }
+        assert_eq!(argmax(&[f32::NAN, 1.0, 3.0, 3.0, f32::NAN]), 2);
     }
 
     #[test]
