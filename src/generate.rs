@@ -80,11 +80,12 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 
     let t1 = Instant::now();
     let mut logits = session.prefill(&mut tf, 0, &prompt, args.chunk)?;
+    let mut scratch = Vec::new();
     let prefill_time = t1.elapsed();
     let t2 = Instant::now();
     let mut generated = 0;
     for _ in 0..args.max_tokens {
-        let next = sampler.sample(&mut logits);
+        let next = sampler.sample(&logits, &mut scratch);
         if tok.eog_ids().contains(&next) {
             break;
         }

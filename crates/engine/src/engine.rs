@@ -589,9 +589,7 @@ impl<M: Model> Engine<M> {
             self.finish(id, FinishReason::Length);
             return;
         }
-        self.sample_row.clear();
-        self.sample_row.extend_from_slice(logits);
-        let token = r.sampler.sample(&mut self.sample_row);
+        let token = r.sampler.sample(logits, &mut self.sample_row);
         r.sampler.accept(token);
         let logprob = r.req.logprobs.map(|n| {
             let (lp, top) = model::sampler::logprobs(logits, token, n);

@@ -145,9 +145,29 @@ impl Sampler {
         *self.counts.entry(token).or_insert(0) += 1;
     }
 
-    /// Picks the next token. `logits` is modified (bias and penalties applied in place).
-    pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
-        self.apply_bias_and_penalties(logits);
+    /// Picks the next token. `logits` stay as they are: when the request has a logit bias or a
+    /// penalty that applies, they are copied into `scratch` and changed there (most requests
+    /// have neither, and skip copying a vocabulary-wide row per token).
+    pub fn sample(&mut self, logits: &[f32], scratch: &mut Vec<f32>) -> u32 {
+        if self.changes_logits() {
+            scratch.clear();
+            scratch.extend_from_slice(logits);
+            self.apply_bias_and_penalties(scratch);
+            return self.pick(scratch);
+        }
+        self.pick(logits)
+    }
+
+    /// Whether `apply_bias_and_penalties` would change anything.
+    fn changes_logits(&self) -> bool {
+        let p = &self.params;
+        let penalties =
+            p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        !p.logit_bias.is_empty() || (penalties && !self.counts.is_empty())
+    }
+
+    /// `sample` after the bias and penalties.
+    fn pick(&mut self, logits: &[f32]) -> u32 {
         let (temperature, top_k, top_p, min_p) = {
             let p = &self.params;
             (p.temperature, p.top_k, p.top_p, p.min_p)
@@ -469,7 +489,7 @@ mod tests {
     #[test]
     fn greedy_picks_the_largest_logit() {
         let mut s = Sampler::new(SamplingParams::default(), 1);
-        assert_eq!(s.sample(&mut [0.1, 3.0, -1.0, 2.9]), 1);
+        assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9], &mut Vec::new()), 1);
     }
 
     #[test]
@@ -483,7 +503,7 @@ mod tests {
         let draw = |p: SamplingParams| {
             let mut s = Sampler::new(p, 0);
             (0..50)
-                .map(|_| s.sample(&mut logits.clone()))
+                .map(|_| s.sample(&logits, &mut Vec::new()))
                 .collect::<Vec<_>>()
         };
         assert_eq!(draw(params.clone()), draw(params.clone()));
@@ -542,7 +562,7 @@ mod tests {
         let mut s = Sampler::new(p.clone(), 7);
         let mut seen = vec![0usize; logits.len()];
         for _ in 0..n {
-            seen[s.sample(&mut logits.to_vec()) as usize] += 1;
+            seen[s.sample(logits, &mut Vec::new()) as usize] += 1;
         }
         for (i, (&c, &q)) in seen.iter().zip(&want).enumerate() {
             let f = c as f64 / n as f64;
@@ -624,7 +644,7 @@ mod tests {
                 5,
             );
             for _ in 0..200 {
-                let t = s.sample(&mut logits.to_vec());
+                let t = s.sample(&logits, &mut Vec::new());
                 assert!(t == 1 || t == 3, "drew {t}");
             }
         }
@@ -642,7 +662,7 @@ mod tests {
             9,
         );
         for _ in 0..20 {
-            assert_eq!(s.sample(&mut [0.0, 1.0, 0.5]), 1);
+            assert_eq!(s.sample(&[0.0, 1.0, 0.5], &mut Vec::new()), 1);
         }
     }
 
@@ -658,7 +678,7 @@ mod tests {
         );
         for _ in 0..50 {
             // exp(-10) is far below half of the top probability.
-            assert_ne!(s.sample(&mut [5.0, 5.0, -5.0]), 2);
+            assert_ne!(s.sample(&[5.0, 5.0, -5.0], &mut Vec::new()), 2);
         }
     }
 
@@ -672,7 +692,7 @@ mod tests {
             1,
         );
         s.accept(0);
-        assert_eq!(s.sample(&mut [1.0, 0.5]), 1);
+        assert_eq!(s.sample(&[1.0, 0.5], &mut Vec::new()), 1);
     }
 
     #[test]
