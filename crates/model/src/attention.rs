@@ -99,6 +99,15 @@ pub fn attend_all(
     out: &mut [f32],
     scratch: &mut Vec<Mutex<AttnScratch>>,
 ) {
+    // Work of queries t0..t1 of a chunk: queries times the keys the last one sees.
+    let cost = |c: &ChunkAttention, t0: usize, t1: usize| {
+        let last = c.start_pos + t1;
+        (t1 - t0) * c.window.map_or(last, |w| w.min(last))
+    };
+    let total: usize = chunks.iter().map(|c| cost(c, 0, c.len)).sum();
+    // No task should be a large share of the step: a prefill chunk deep into a long prompt
+    // beside short decodes would otherwise be one task that a single thread runs alone.
+    let target = (total / (threads.n() * 4)).max(1);
     let mut tasks = Vec::new();
     let split_heads = chunks.len() < threads.n();
     for (ci, c) in chunks.iter().enumerate() {
@@ -121,17 +130,23 @@ pub fn attend_all(
                     h0 = h1;
                 }
             } else {
-                tasks.push(Task {
-                    chunk: ci,
-                    t0,
-                    t1,
-                    h0: 0,
-                    h1: heads.n_heads,
-                });
+                let pieces = ((cost(c, t0, t1) + target / 2) / target).clamp(1, t1 - t0);
+                for k in 0..pieces {
+                    tasks.push(Task {
+                        chunk: ci,
+                        t0: t0 + (t1 - t0) * k / pieces,
+                        t1: t0 + (t1 - t0) * (k + 1) / pieces,
+                        h0: 0,
+                        h1: heads.n_heads,
+                    });
+                }
             }
             t0 = t1;
         }
     }
+    // Largest first, so the small ones fill in at the end. A (query, head) is computed whole by
+    // one task whatever the split and the order, so results do not change.
+    tasks.sort_by_key(|t| std::cmp::Reverse(cost(&chunks[t.chunk], t.t0, t.t1)));
     while scratch.len() < threads.n() {
         scratch.push(Mutex::new(AttnScratch::default()));
     }
