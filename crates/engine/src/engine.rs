@@ -110,7 +110,7 @@ impl Default for EngineConfig {
             aging_steps: 200,
             release_window_tiles: true,
             kv_dtype: KvDtype::F16,
-            itl_slowdown: 2.0,
+            itl_slowdown: 1.75,
         }
     }
 }
