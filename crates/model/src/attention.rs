@@ -86,7 +86,8 @@ const KEYS_PER_BLOCK: usize = 3;
 /// larger ones convert each tile to f32 once and reuse it.
 const DIRECT_F16_QUERIES: usize = 2;
 
-/// Queries per task when a chunk is split for prefill.
+/// Most queries per task (a chunk is cut into ranges of this many, and ranges with a large share
+/// of the step's work are cut further, see `attend_all`).
 const TASK_QUERIES: usize = 16;
 
 /// `out` rows get the attention output of the matching `q` rows (`[rows][n_heads*head_dim]`).
@@ -184,7 +185,14 @@ impl SharedOut {
     }
 }
 
-/// Runs one task, with AVX2/FMA/F16C code where the CPU has it. Both paths do the same
+/// Whether the 512-bit V sums and the four-head scores may run: AVX-512 F/VL as the kernels
+/// detect them, and not capped by `TESSERA_ISA` (so an `avx2` run is AVX2 throughout).
+#[cfg(target_arch = "x86_64")]
+fn wide_simd() -> bool {
+    kernels::isa() >= kernels::Isa::Avx512Vnni
+}
+
+/// Runs one task, with AVX2/FMA/F16C code where the CPU has it (and `TESSERA_ISA` allows). Both paths do the same
 /// arithmetic in the same order (fused multiply-adds; `f32::mul_add` in the portable path), so
 /// results are identical.
 fn run_task(
@@ -197,10 +205,7 @@ fn run_task(
     s: &mut AttnScratch,
 ) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2")
-        && std::is_x86_feature_detected!("fma")
-        && std::is_x86_feature_detected!("f16c")
-    {
+    if kernels::isa() >= kernels::Isa::Avx2 {
         // SAFETY: the features were just detected.
         unsafe { run_task_avx2(pool, c, h, task, q, out, s) };
         return;
@@ -418,7 +423,8 @@ impl KvElem for u16 {
 }
 
 /// Pass 1 for one tile: scores of every (query, head) of the task against the tile's visible
-/// keys, in blocks of two heads by `KEYS_PER_BLOCK` keys (`dots`); keys a query cannot see are
+/// keys, in blocks of four heads by four keys (`simd::dots4`, where AVX-512VL gives the registers)
+/// or two heads by `KEYS_PER_BLOCK` keys (`dots`); keys a query cannot see are
 /// computed with the block and never stored.
 #[inline(always)]
 fn scores_tile<const SIMD: bool, E: KvElem>(
@@ -431,7 +437,7 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
     let n_slots = keys.len() / t.kv_dim;
     let (hd, nh) = (t.hd, t.nh);
     #[cfg(target_arch = "x86_64")]
-    let four = SIMD && t.group >= 4 && std::is_x86_feature_detected!("avx512vl");
+    let four = SIMD && t.group >= 4 && wide_simd();
     for qi in 0..t.nq {
         let p = t.first_pos + qi;
         let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
@@ -455,8 +461,8 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
                 while pos < s_hi {
                     let nk = (s_hi - pos).min(simd::KEYS4);
                     let ks: [&[E]; simd::KEYS4] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
-                    // SAFETY: `four` checked AVX-512VL; `SIMD` means AVX2/FMA/F16C (and VL
-                    // implies AVX-512F).
+                    // SAFETY: `four` checked AVX-512 F/VL (`wide_simd`); `SIMD` means
+                    // AVX2/FMA/F16C.
                     let d = unsafe { simd::dots4::<E>(qs, ks) };
                     for (j, dj) in d.iter().enumerate() {
                         let row = (qi * nh + hi + j) * t.span + pos - t.base;
@@ -684,7 +690,7 @@ fn axpy_block<'v, const N: usize, const SIMD: bool, E: KvElem + 'v>(
     v: impl Fn(usize) -> &'v [E],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if SIMD && b.hd.is_multiple_of(simd::WIDE) && std::is_x86_feature_detected!("avx512f") {
+    if SIMD && b.hd.is_multiple_of(simd::WIDE) && wide_simd() {
         // SAFETY: `SIMD` is only set in the AVX2 + FMA + F16C entry point; AVX-512F detected.
         unsafe { simd::axpy_block_512::<N, E>(acc, w, b, v) };
         return;
@@ -1141,7 +1147,8 @@ mod tests {
             assert_eq!(bits(&acc16), bits(&accc));
             let dp16 = dots::<false, u16>([&q0, &q1], k16r);
             assert_eq!(bits(dp16.as_flattened()), bits(dc.as_flattened()));
-            if std::is_x86_feature_detected!("avx512vl") {
+            if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl")
+            {
                 // Four heads by four keys: each pair as `dots` computes it.
                 let qs4: Vec<Vec<f32>> = (0..4).map(|a| row(20 + a, hd)).collect();
                 let ks4: Vec<Vec<u16>> = (0..simd::KEYS4)
