@@ -80,7 +80,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
 
     let t1 = Instant::now();
     let mut logits = session.prefill(&mut tf, 0, &prompt, args.chunk)?;
-    let mut scratch = Vec::new();
+    let mut scratch = model::sampler::SampleScratch::default();
     let prefill_time = t1.elapsed();
     let t2 = Instant::now();
     let mut generated = 0;

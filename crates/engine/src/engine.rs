@@ -145,8 +145,8 @@ pub struct Engine<M: Model> {
     reqs: HashMap<SeqId, RequestState>,
     stats: Arc<EngineStats>,
     logits: Vec<f32>,
-    /// One row of logits for the sampler to modify (bias, penalties), reused across tokens.
-    sample_row: Vec<f32>,
+    /// The buffers of a draw (one draw at a time), reused across tokens and sequences.
+    sample_scratch: model::sampler::SampleScratch,
     context_length: usize,
     arrivals: u64,
     cost: StepCost,
@@ -189,7 +189,7 @@ impl<M: Model> Engine<M> {
             reqs: HashMap::new(),
             stats,
             logits: Vec::new(),
-            sample_row: Vec::new(),
+            sample_scratch: model::sampler::SampleScratch::default(),
             context_length,
             arrivals: 0,
             cost: StepCost::new(cfg.itl_slowdown),
@@ -589,7 +589,7 @@ impl<M: Model> Engine<M> {
             self.finish(id, FinishReason::Length);
             return;
         }
-        let token = r.sampler.sample(logits, &mut self.sample_row);
+        let token = r.sampler.sample(logits, &mut self.sample_scratch);
         r.sampler.accept(token);
         let logprob = r.req.logprobs.map(|n| {
             let (lp, top) = model::sampler::logprobs(logits, token, n);

@@ -74,8 +74,8 @@ fn bench_shape(
 }
 
 /// Packed (x16) weights where the format allows and the CPU has AVX2, as the model loads them;
-/// `TESSERA_BENCH_PACK=0` benches the row-major kernels instead (`TESSERA_ISA=avx2` the AVX2
-/// kernels on an AVX-512 machine).
+/// `TESSERA_BENCH_PACK=0` benches the row-major kernels instead. `TESSERA_ISA=avx2` selects the
+/// AVX2 kernels (packed or not) on an AVX-512 machine.
 fn packed_wanted() -> bool {
     kernels::isa() >= kernels::Isa::Avx2
         && std::env::var("TESSERA_BENCH_PACK").as_deref() != Ok("0")

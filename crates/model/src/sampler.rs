@@ -103,9 +103,17 @@ pub struct Sampler {
     rng: Rng,
     /// Count of each generated token, for the penalties.
     counts: HashMap<u32, u32>,
-    /// Candidate (id, logit) pairs, reused.
+}
+
+/// The buffers of a draw, grown to the vocabulary and reused; one per engine (draws happen one
+/// at a time), not one per sequence.
+#[derive(Clone, Debug, Default)]
+pub struct SampleScratch {
+    /// The logits with bias and penalties applied, when a request has them.
+    row: Vec<f32>,
+    /// Candidate (id, logit) pairs.
     cand: Vec<(u32, f32)>,
-    /// Unnormalized probabilities of the whole vocabulary, reused.
+    /// Unnormalized probabilities of the whole vocabulary.
     weights: Vec<f32>,
     /// Sums of `weights` per `CHUNK`.
     chunk_sums: Vec<f32>,
@@ -129,10 +137,6 @@ impl Sampler {
             params,
             rng: Rng(seed),
             counts: HashMap::new(),
-            cand: Vec::new(),
-            weights: Vec::new(),
-            chunk_sums: Vec::new(),
-            hist: Vec::new(),
         }
     }
 
@@ -146,16 +150,19 @@ impl Sampler {
     }
 
     /// Picks the next token. `logits` stay as they are: when the request has a logit bias or a
-    /// penalty that applies, they are copied into `scratch` and changed there (most requests
+    /// penalty that applies, they are copied into the scratch and changed there (most requests
     /// have neither, and skip copying a vocabulary-wide row per token).
-    pub fn sample(&mut self, logits: &[f32], scratch: &mut Vec<f32>) -> u32 {
+    pub fn sample(&mut self, logits: &[f32], scratch: &mut SampleScratch) -> u32 {
         if self.changes_logits() {
-            scratch.clear();
-            scratch.extend_from_slice(logits);
-            self.apply_bias_and_penalties(scratch);
-            return self.pick(scratch);
+            let mut row = std::mem::take(&mut scratch.row);
+            row.clear();
+            row.extend_from_slice(logits);
+            self.apply_bias_and_penalties(&mut row);
+            let token = self.pick(&row, scratch);
+            scratch.row = row;
+            return token;
         }
-        self.pick(logits)
+        self.pick(logits, scratch)
     }
 
     /// Whether `apply_bias_and_penalties` would change anything.
@@ -167,7 +174,7 @@ impl Sampler {
     }
 
     /// `sample` after the bias and penalties.
-    fn pick(&mut self, logits: &[f32]) -> u32 {
+    fn pick(&mut self, logits: &[f32], s: &mut SampleScratch) -> u32 {
         let (temperature, top_k, top_p, min_p) = {
             let p = &self.params;
             (p.temperature, p.top_k, p.top_p, p.min_p)
@@ -184,27 +191,27 @@ impl Sampler {
         if top_k == 0 && top_p >= 1.0 {
             // Every token (above min_p) can be drawn: no ordering is needed, so draw from the
             // whole vocabulary in id order.
-            return self.draw_all(logits, inv_t, top);
+            return self.draw_all(logits, inv_t, top, s);
         }
         // The candidates: every token that can be in the top k or the nucleus (found through a
         // histogram of the weights), so only those are sorted.
-        let norm = self.candidates(logits, inv_t, top);
+        let norm = self.candidates(logits, inv_t, top, s);
         let by_logit_desc =
             |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         let k = if top_k > 0 {
-            top_k.min(self.cand.len())
+            top_k.min(s.cand.len())
         } else {
-            self.cand.len()
+            s.cand.len()
         };
-        if k < self.cand.len() {
-            self.cand.select_nth_unstable_by(k - 1, by_logit_desc);
-            self.cand.truncate(k);
+        if k < s.cand.len() {
+            s.cand.select_nth_unstable_by(k - 1, by_logit_desc);
+            s.cand.truncate(k);
         }
-        self.cand.sort_unstable_by(by_logit_desc);
+        s.cand.sort_unstable_by(by_logit_desc);
         // Softmax over the survivors.
-        let max = self.cand[0].1;
+        let max = s.cand[0].1;
         let mut sum = 0.0f32;
-        for c in self.cand.iter_mut() {
+        for c in s.cand.iter_mut() {
             c.1 = exp_neg(c.1 - max);
             sum += c.1;
         }
@@ -212,35 +219,35 @@ impl Sampler {
             // Tokens left out of `cand` are below top_p's reach, but their mass still counts.
             sum = total;
         }
-        for c in self.cand.iter_mut() {
+        for c in s.cand.iter_mut() {
             c.1 /= sum;
         }
         if min_p > 0.0 {
-            let floor = min_p * self.cand[0].1;
-            let keep = self.cand.iter().take_while(|c| c.1 >= floor).count().max(1);
-            self.cand.truncate(keep);
+            let floor = min_p * s.cand[0].1;
+            let keep = s.cand.iter().take_while(|c| c.1 >= floor).count().max(1);
+            s.cand.truncate(keep);
         }
         if top_p < 1.0 {
             let mut acc = 0.0;
-            let mut keep = self.cand.len();
-            for (i, c) in self.cand.iter().enumerate() {
+            let mut keep = s.cand.len();
+            for (i, c) in s.cand.iter().enumerate() {
                 acc += c.1;
                 if acc >= top_p {
                     keep = i + 1;
                     break;
                 }
             }
-            self.cand.truncate(keep);
+            s.cand.truncate(keep);
         }
-        let total: f32 = self.cand.iter().map(|c| c.1).sum();
+        let total: f32 = s.cand.iter().map(|c| c.1).sum();
         let mut r = self.rng.next_f32() * total;
-        for c in &self.cand {
+        for c in &s.cand {
             r -= c.1;
             if r < 0.0 {
                 return c.0;
             }
         }
-        self.cand[self.cand.len() - 1].0
+        s.cand[s.cand.len() - 1].0
     }
 
     /// Fills `cand` with (id, scaled logit) of every finite token that may be among the `top_k`
@@ -248,23 +255,29 @@ impl Sampler {
     /// `top_k` tokens, or `top_p` of the whole mass, and one more bucket against rounding.
     /// Returns the whole vocabulary's weight when the softmax must be normalized by it (top_p
     /// alone: tokens left out still count).
-    fn candidates(&mut self, logits: &[f32], inv_t: f32, top: f32) -> Option<f32> {
+    fn candidates(
+        &self,
+        logits: &[f32],
+        inv_t: f32,
+        top: f32,
+        s: &mut SampleScratch,
+    ) -> Option<f32> {
         let (top_k, top_p) = (self.params.top_k, self.params.top_p);
-        self.weights.resize(logits.len(), 0.0);
-        fill_weights(logits, inv_t, top, 0.0, &mut self.weights);
-        let total = lane_sum(&self.weights);
+        s.weights.resize(logits.len(), 0.0);
+        fill_weights(logits, inv_t, top, 0.0, &mut s.weights);
+        let total = lane_sum(&s.weights);
         let key = |w: f32| (w.to_bits() >> BUCKET_SHIFT) as usize;
-        self.hist.clear();
-        self.hist.resize(BUCKETS, (0.0, 0));
-        for &w in &self.weights {
-            let h = &mut self.hist[key(w).min(BUCKETS - 1)];
+        s.hist.clear();
+        s.hist.resize(BUCKETS, (0.0, 0));
+        for &w in &s.weights {
+            let h = &mut s.hist[key(w).min(BUCKETS - 1)];
             h.0 += w;
             h.1 += 1;
         }
         let (mut mass, mut count, mut reached) = (0.0f32, 0usize, false);
         let mut lowest = 0;
         for b in (0..BUCKETS).rev() {
-            let (m, c) = self.hist[b];
+            let (m, c) = s.hist[b];
             if c == 0 {
                 continue;
             }
@@ -280,33 +293,32 @@ impl Sampler {
                 mass >= top_p * total
             };
         }
-        self.cand.clear();
-        for (i, (&l, &w)) in logits.iter().zip(&self.weights).enumerate() {
+        s.cand.clear();
+        for (i, (&l, &w)) in logits.iter().zip(&s.weights).enumerate() {
             if l.is_finite() && key(w) >= lowest {
-                self.cand.push((i as u32, l * inv_t));
+                s.cand.push((i as u32, l * inv_t));
             }
         }
         (top_k == 0).then_some(total)
     }
 
     /// Draws from every token whose weight is at least `min_p` of the top one's, in id order:
-    /// weights into `self.weights`, their sums per `CHUNK`, then the chunk and the token.
-    fn draw_all(&mut self, logits: &[f32], inv_t: f32, top: f32) -> u32 {
+    /// weights into `s.weights`, their sums per `CHUNK`, then the chunk and the token.
+    fn draw_all(&mut self, logits: &[f32], inv_t: f32, top: f32, s: &mut SampleScratch) -> u32 {
         let n = logits.len();
-        self.weights.resize(n, 0.0);
+        s.weights.resize(n, 0.0);
         let min_p = self.params.min_p;
-        fill_weights(logits, inv_t, top, min_p, &mut self.weights);
-        self.chunk_sums.clear();
-        self.chunk_sums
-            .extend(self.weights.chunks(CHUNK).map(lane_sum));
-        let total: f32 = self.chunk_sums.iter().sum();
+        fill_weights(logits, inv_t, top, min_p, &mut s.weights);
+        s.chunk_sums.clear();
+        s.chunk_sums.extend(s.weights.chunks(CHUNK).map(lane_sum));
+        let total: f32 = s.chunk_sums.iter().sum();
         let mut r = self.rng.next_f32() * total;
-        for (c, &cs) in self.chunk_sums.iter().enumerate() {
+        for (c, &cs) in s.chunk_sums.iter().enumerate() {
             if r >= cs {
                 r -= cs;
                 continue;
             }
-            for (i, &w) in self.weights[c * CHUNK..n.min((c + 1) * CHUNK)]
+            for (i, &w) in s.weights[c * CHUNK..n.min((c + 1) * CHUNK)]
                 .iter()
                 .enumerate()
             {
@@ -317,7 +329,7 @@ impl Sampler {
             }
         }
         // Rounding left a sliver: the last token that could be drawn.
-        self.weights.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
+        s.weights.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
     }
 
     fn apply_bias_and_penalties(&self, logits: &mut [f32]) {
@@ -379,7 +391,7 @@ fn lanes_fold(x: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
 /// `sum(e^(l - max))` over `logits` (every `l <= max`), in f64 over eight lanes.
 fn exp_total(logits: &[f32], max: f32) -> f64 {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+    if kernels::isa() >= kernels::Isa::Avx2 {
         // SAFETY: the features were just detected.
         return unsafe { exp_total_avx2(logits, max) };
     }
@@ -416,22 +428,15 @@ fn exp_total_body(logits: &[f32], max: f32) -> f64 {
     lanes.iter().sum::<f64>()
 }
 
-/// The sum of `x` over eight lanes, then the lanes in order, then the tail.
+/// The sum of `x` over eight lanes, then the lanes, then the tail.
 fn lane_sum(x: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (chunks, tail) = x.as_chunks::<8>();
-    for c in chunks {
-        for j in 0..8 {
-            lanes[j] += c[j];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail.iter().sum::<f32>()
+    lanes_fold(x, 0.0, |a, b| a + b)
 }
 
 /// `w[i] = e^(l[i] * inv_t - top)` for finite logits with a result of at least `min_p`, else 0.
 fn fill_weights(logits: &[f32], inv_t: f32, top: f32, min_p: f32, w: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+    if kernels::isa() >= kernels::Isa::Avx2 {
         // SAFETY: the features were just detected.
         unsafe { fill_weights_avx2(logits, inv_t, top, min_p, w) };
         return;
@@ -489,7 +494,10 @@ mod tests {
     #[test]
     fn greedy_picks_the_largest_logit() {
         let mut s = Sampler::new(SamplingParams::default(), 1);
-        assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9], &mut Vec::new()), 1);
+        assert_eq!(
+            s.sample(&[0.1, 3.0, -1.0, 2.9], &mut SampleScratch::default()),
+            1
+        );
     }
 
     #[test]
@@ -503,7 +511,7 @@ mod tests {
         let draw = |p: SamplingParams| {
             let mut s = Sampler::new(p, 0);
             (0..50)
-                .map(|_| s.sample(&logits, &mut Vec::new()))
+                .map(|_| s.sample(&logits, &mut SampleScratch::default()))
                 .collect::<Vec<_>>()
         };
         assert_eq!(draw(params.clone()), draw(params.clone()));
@@ -562,7 +570,7 @@ mod tests {
         let mut s = Sampler::new(p.clone(), 7);
         let mut seen = vec![0usize; logits.len()];
         for _ in 0..n {
-            seen[s.sample(logits, &mut Vec::new()) as usize] += 1;
+            seen[s.sample(logits, &mut SampleScratch::default()) as usize] += 1;
         }
         for (i, (&c, &q)) in seen.iter().zip(&want).enumerate() {
             let f = c as f64 / n as f64;
@@ -644,7 +652,7 @@ mod tests {
                 5,
             );
             for _ in 0..200 {
-                let t = s.sample(&logits, &mut Vec::new());
+                let t = s.sample(&logits, &mut SampleScratch::default());
                 assert!(t == 1 || t == 3, "drew {t}");
             }
         }
@@ -662,7 +670,7 @@ mod tests {
             9,
         );
         for _ in 0..20 {
-            assert_eq!(s.sample(&[0.0, 1.0, 0.5], &mut Vec::new()), 1);
+            assert_eq!(s.sample(&[0.0, 1.0, 0.5], &mut SampleScratch::default()), 1);
         }
     }
 
@@ -678,7 +686,10 @@ mod tests {
         );
         for _ in 0..50 {
             // exp(-10) is far below half of the top probability.
-            assert_ne!(s.sample(&[5.0, 5.0, -5.0], &mut Vec::new()), 2);
+            assert_ne!(
+                s.sample(&[5.0, 5.0, -5.0], &mut SampleScratch::default()),
+                2
+            );
         }
     }
 
@@ -692,7 +703,7 @@ mod tests {
             1,
         );
         s.accept(0);
-        assert_eq!(s.sample(&[1.0, 0.5], &mut Vec::new()), 1);
+        assert_eq!(s.sample(&[1.0, 0.5], &mut SampleScratch::default()), 1);
     }
 
     #[test]

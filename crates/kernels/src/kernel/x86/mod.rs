@@ -33,6 +33,25 @@ mod kquants512;
 mod legacy;
 mod legacy512;
 pub(crate) mod ops;
+/// Packed legacy formats, as const parameters of the packed passes (`packed256`, `packed512`).
+const Q8: u8 = 0;
+const Q5: u8 = 1;
+const Q4: u8 = 2;
+
+/// Asks for the record `ahead` records after `r` (of `rec` bytes) to be brought into L1 while
+/// this one is computed. Every matmul of a step streams its weights from memory (the model is
+/// larger than the caches), and a pass spends long enough on each record that the hardware
+/// prefetchers alone left the next one late (criterion, Q8_0 262144x640 at m = 16: -18% time).
+/// Past the last record the addresses are only hints: a prefetch never faults.
+#[inline(always)]
+pub(super) fn prefetch_record(r: *const u8, rec: usize, ahead: usize) {
+    let next = r.wrapping_add(ahead * rec);
+    for line in (0..rec).step_by(64) {
+        // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast()) };
+    }
+}
+
 pub(crate) mod packed256;
 pub(crate) mod packed512;
 

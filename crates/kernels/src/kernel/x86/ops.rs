@@ -195,7 +195,7 @@ unsafe fn abs_max(x: &[f32]) -> f32 {
     }
 }
 
-/// AVX2 form of `quant::legacy::quantize_act_q8_0` (the same bits).
+/// AVX2 form of `quant::legacy::quantize_act_q8_0` (the same bits for finite inputs).
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be available; `x.len() == 32 * out.len()`.
@@ -224,7 +224,7 @@ pub(crate) unsafe fn quantize_act_q8_0(x: &[f32], out: &mut [crate::quant::ActQ8
     }
 }
 
-/// AVX2 form of `quant::kquants::quantize_row_q8_k` (the same bits).
+/// AVX2 form of `quant::kquants::quantize_row_q8_k` (the same bits for finite inputs).
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be available; `x.len() == 256 * out.len()`.

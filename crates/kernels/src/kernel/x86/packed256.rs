@@ -22,6 +22,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::high_bits_x16;
+use super::{prefetch_record, Q4, Q5, Q8};
 use crate::dtype::Format;
 use crate::packed::{
     offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
@@ -29,25 +30,12 @@ use crate::packed::{
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
 
-const Q8: u8 = 0;
-const Q5: u8 = 1;
-const Q4: u8 = 2;
-
 /// Row lanes per vector.
 const HALF: usize = PACK_ROWS / 2;
 
-/// Passes over this many activation rows or more prefetch the record two ahead (as the 512-bit
-/// legacy passes); fewer rows stream at the memory's rate with the hardware prefetchers alone.
+/// Passes over this many activation rows or more prefetch ahead (legacy records two ahead,
+/// Q4_K / Q6_K one); fewer rows stream at the memory's rate with the hardware prefetchers alone.
 const PREFETCH_MIN_ROWS: usize = 4;
-
-#[inline(always)]
-fn prefetch_record(r: *const u8, rec: usize, ahead: usize) {
-    let next = r.wrapping_add(ahead * rec);
-    for line in (0..rec).step_by(64) {
-        // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast()) };
-    }
-}
 
 /// Four activation bytes broadcast to every i32 lane.
 #[inline(always)]
@@ -56,7 +44,7 @@ unsafe fn bcast(qs: *const i8, k: usize) -> __m256i {
     unsafe { _mm256_set1_epi32(std::ptr::read_unaligned(qs.add(4 * k).cast::<i32>())) }
 }
 
-/// Sixteen f16 lanes `8h..8h + 8` of a record's scale area, as f32.
+/// Eight f16 scales (row lanes `8h..8h + 8`) of a record's scale area, as f32.
 #[inline(always)]
 unsafe fn half_scales(p: *const u8, h: usize) -> __m256 {
     // SAFETY: the caller passes 32 readable bytes; F16C enabled by the entry point.

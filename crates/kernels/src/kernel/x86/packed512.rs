@@ -14,6 +14,7 @@
 
 use std::arch::x86_64::*;
 
+use super::{prefetch_record, Q4, Q5, Q8};
 use crate::dtype::Format;
 use crate::packed::{
     offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
@@ -91,24 +92,6 @@ const fn prefetch_records(n: usize) -> usize {
 /// Passes over fewer activation rows spend too little time per record for a prefetch to pay
 /// (single-sequence decode streams the weights at the memory's rate already).
 const PREFETCH_MIN_ROWS: usize = 4;
-
-/// Asks for the record `ahead` records after `r` (of `rec` bytes) to be brought into L1 while
-/// this one is computed. Every matmul of a step streams its weights from memory (the model is
-/// larger than the caches), and a pass spends long enough on each record that the hardware
-/// prefetchers alone left the next one late (criterion, Q8_0 262144x640 at m = 16: -18% time).
-/// Past the last record the addresses are only hints: a prefetch never faults.
-#[inline(always)]
-fn prefetch_record(r: *const u8, rec: usize, ahead: usize) {
-    let next = r.wrapping_add(ahead * rec);
-    for line in (0..rec).step_by(64) {
-        // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(line).cast()) };
-    }
-}
-
-const Q8: u8 = 0;
-const Q5: u8 = 1;
-const Q4: u8 = 2;
 
 /// Rows `16g..16g + 16` for activation rows `i..i + N`.
 #[inline(always)]
