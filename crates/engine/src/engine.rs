@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use model::{Batch, KvDtype, KvLayout, KvPool, LogitsWanted, ModelError, SeqChunk};
@@ -32,9 +32,17 @@ pub trait Model: Send + 'static {
         kv: &mut KvPool,
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError>;
+    /// A pool for the engine's per-sequence work after a step (the draws), when the model has
+    /// one; `None` runs that work on the engine thread.
+    fn threads(&self) -> Option<&model::Threads> {
+        None
+    }
 }
 
 impl Model for model::Transformer {
+    fn threads(&self) -> Option<&model::Threads> {
+        Some(model::Transformer::threads(self))
+    }
     fn kv_layout(&self, tile_size: usize) -> KvLayout {
         KvLayout::new(self.config(), tile_size)
     }
@@ -53,6 +61,16 @@ impl Model for model::Transformer {
         model::Transformer::forward(self, batch, kv, logits)
     }
 }
+
+/// A token drawn for a sequence and its logprobs, if asked for.
+type Drawn = (u32, Option<TokenLogprob>);
+
+/// A sequence's sampler handed to the pool's threads for one step's draws.
+struct SamplerPtr(*mut model::Sampler);
+// SAFETY: each pointer is dereferenced by exactly one job while the engine waits in
+// `Threads::run` (see `draw_in_parallel`); `Sampler` is `Send`.
+unsafe impl Sync for SamplerPtr {}
+unsafe impl Send for SamplerPtr {}
 
 /// Fewest prefill tokens a decoding step may carry, whatever the measured costs.
 const PREFILL_CAP_FLOOR: usize = 16;
@@ -147,6 +165,8 @@ pub struct Engine<M: Model> {
     logits: Vec<f32>,
     /// The buffers of a draw (one draw at a time), reused across tokens and sequences.
     sample_scratch: model::sampler::SampleScratch,
+    /// The same per pool thread, for the draws of a step run in parallel.
+    draw_scratch: Vec<Mutex<model::sampler::SampleScratch>>,
     context_length: usize,
     arrivals: u64,
     cost: StepCost,
@@ -190,6 +210,7 @@ impl<M: Model> Engine<M> {
             stats,
             logits: Vec::new(),
             sample_scratch: model::sampler::SampleScratch::default(),
+            draw_scratch: Vec::new(),
             context_length,
             arrivals: 0,
             cost: StepCost::new(cfg.itl_slowdown),
@@ -351,7 +372,7 @@ impl<M: Model> Engine<M> {
                             let _ = r.events.send(Event::PromptLogprobs(lp.clone()));
                         }
                     }
-                    self.sample_and_emit(id, 0, logits);
+                    self.sample_and_emit(id, 0, logits, None);
                 }
                 Err(seq) => self.enqueue(*seq),
             }
@@ -510,7 +531,8 @@ impl<M: Model> Engine<M> {
         let vocab = self.model.vocab_size();
         let mut row = 0;
         let logits = std::mem::take(&mut self.logits);
-        for c in &plan.chunks {
+        let mut drawn = self.draw_in_parallel(plan, &logits);
+        for (ci, c) in plan.chunks.iter().enumerate() {
             let n_rows = match c.logits {
                 LogitsWanted::None => 0,
                 LogitsWanted::Last => 1,
@@ -534,12 +556,88 @@ impl<M: Model> Engine<M> {
                 // The prompt of an `n` > 1 request is computed: fork its other choices first.
                 self.sched.commit(c.seq, c.len, None);
                 self.fork_children(c.seq, last);
-                self.sample_and_emit(c.seq, 0, last);
+                self.sample_and_emit(c.seq, 0, last, None);
                 continue;
             }
-            self.sample_and_emit(c.seq, c.len, last);
+            let pre = drawn.get_mut(ci).and_then(Option::take);
+            self.sample_and_emit(c.seq, c.len, last, pre);
         }
         self.logits = logits;
+    }
+
+    /// Draws the next token (and its logprobs) of every chunk that completes its sequence's
+    /// tokens this step, on the model's pool when it has one and there are two draws or more:
+    /// each sequence has its own sampler, so the draws are independent and the same as one by
+    /// one. Chunks of a request about to fork draw later, on this thread (`None` here).
+    fn draw_in_parallel(&mut self, plan: &StepPlan, logits: &[f32]) -> Vec<Option<Drawn>> {
+        let vocab = self.model.vocab_size();
+        let mut out: Vec<Option<Drawn>> = vec![None; plan.chunks.len()];
+        let Some(threads) = self.model.threads() else {
+            return out;
+        };
+        // (chunk index, sampler, logits row, top logprobs wanted)
+        let mut jobs: Vec<(usize, SamplerPtr, std::ops::Range<usize>, Option<usize>)> = Vec::new();
+        let mut row = 0;
+        for (ci, c) in plan.chunks.iter().enumerate() {
+            let n_rows = match c.logits {
+                LogitsWanted::None => 0,
+                LogitsWanted::Last => 1,
+                LogitsWanted::All => c.len,
+            };
+            row += n_rows;
+            let Some(seq) = self.sched.get(c.seq) else {
+                continue;
+            };
+            if n_rows == 0 || c.start + c.len != seq.tokens.len() || self.forks.contains_key(&c.seq)
+            {
+                continue;
+            }
+            let Some(r) = self.reqs.get_mut(&c.seq) else {
+                continue;
+            };
+            if r.req.max_tokens == 0 {
+                continue;
+            }
+            let range = (row - 1) * vocab..row * vocab;
+            jobs.push((ci, SamplerPtr(&mut r.sampler), range, r.req.logprobs));
+        }
+        if jobs.len() < 2 || threads.n() < 2 {
+            return out;
+        }
+        while self.draw_scratch.len() < threads.n() {
+            self.draw_scratch.push(Mutex::new(Default::default()));
+        }
+        let results: Vec<Mutex<Option<Drawn>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let scratch = &self.draw_scratch;
+        threads.run(&|t| {
+            let mut s = scratch[t].lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                let i = next.fetch_add(1, Relaxed);
+                let Some((_, sampler, range, top)) = jobs.get(i) else {
+                    break;
+                };
+                let row = &logits[range.clone()];
+                // SAFETY: each job's sampler belongs to a different request (only the chunk
+                // that completes a sequence's tokens draws), each job index is claimed once,
+                // and `self.reqs` is not touched until `run` returns.
+                let sampler = unsafe { &mut *sampler.0 };
+                let token = sampler.sample(row, &mut s);
+                let logprob = top.map(|n| {
+                    let (lp, top) = model::sampler::logprobs(row, token, n);
+                    TokenLogprob {
+                        token,
+                        logprob: lp,
+                        top,
+                    }
+                });
+                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some((token, logprob));
+            }
+        });
+        for ((ci, ..), r) in jobs.iter().zip(results) {
+            out[*ci] = r.into_inner().unwrap_or_else(|e| e.into_inner());
+        }
+        out
     }
 
     fn collect_prompt_logprobs(&mut self, id: SeqId, start: usize, len: usize, rows: &[f32]) {
@@ -574,7 +672,8 @@ impl<M: Model> Engine<M> {
         }
     }
 
-    fn sample_and_emit(&mut self, id: SeqId, computed: usize, logits: &[f32]) {
+    /// `pre`: the token and logprobs already drawn for this step (`draw_in_parallel`).
+    fn sample_and_emit(&mut self, id: SeqId, computed: usize, logits: &[f32], pre: Option<Drawn>) {
         let Some(seq) = self.sched.get(id) else {
             return;
         };
@@ -589,16 +688,22 @@ impl<M: Model> Engine<M> {
             self.finish(id, FinishReason::Length);
             return;
         }
-        let token = r.sampler.sample(logits, &mut self.sample_scratch);
-        r.sampler.accept(token);
-        let logprob = r.req.logprobs.map(|n| {
-            let (lp, top) = model::sampler::logprobs(logits, token, n);
-            TokenLogprob {
-                token,
-                logprob: lp,
-                top,
+        let (token, logprob) = match pre {
+            Some(d) => d,
+            None => {
+                let token = r.sampler.sample(logits, &mut self.sample_scratch);
+                let logprob = r.req.logprobs.map(|n| {
+                    let (lp, top) = model::sampler::logprobs(logits, token, n);
+                    TokenLogprob {
+                        token,
+                        logprob: lp,
+                        top,
+                    }
+                });
+                (token, logprob)
             }
-        });
+        };
+        r.sampler.accept(token);
         self.sched.commit(id, computed, Some(token));
         let now = Instant::now();
         match r.last_token_at {

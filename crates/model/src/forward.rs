@@ -92,6 +92,11 @@ impl Transformer {
         &self.w
     }
 
+    /// The pool the forward pass runs on.
+    pub fn threads(&self) -> &Threads {
+        &self.threads
+    }
+
     /// Runs the batch, writing K/V of its tokens into `kv` and the requested logits into
     /// `logits` (`[rows][vocab]`, rows in batch order).
     pub fn forward(

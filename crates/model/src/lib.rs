@@ -22,8 +22,9 @@ use std::path::Path;
 pub use batch::{Batch, LogitsWanted, SeqChunk};
 pub use config::{Arch, ModelConfig};
 pub use forward::Transformer;
+pub use kernels::Threads;
 pub use kv::{KvDtype, KvLayout, KvPool, TileId};
-pub use sampler::{Sampler, SamplingParams};
+pub use sampler::{SampleScratch, Sampler, SamplingParams};
 pub use session::Session;
 pub use tokenizer::Tokenizer;
 

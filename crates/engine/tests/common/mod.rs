@@ -63,6 +63,9 @@ pub struct FakeModel {
     pub delay: std::time::Duration,
     /// Tokens run through the model so far (shared with the test).
     pub tokens_run: Arc<AtomicUsize>,
+    /// A pool of two, so every engine test draws its sequences' tokens in parallel as the real
+    /// model's engine does.
+    pub pool: model::Threads,
 }
 
 impl FakeModel {
@@ -75,6 +78,7 @@ impl FakeModel {
             next_of: HashMap::new(),
             delay: std::time::Duration::ZERO,
             tokens_run: Arc::new(AtomicUsize::new(0)),
+            pool: model::Threads::new(2),
         }
     }
 }
@@ -152,6 +156,10 @@ impl Model for FakeModel {
 
     fn vocab_size(&self) -> usize {
         self.vocab
+    }
+
+    fn threads(&self) -> Option<&model::Threads> {
+        Some(&self.pool)
     }
 
     fn context_length(&self) -> usize {
