@@ -52,6 +52,55 @@ pub(super) fn prefetch_record(r: *const u8, rec: usize, ahead: usize) {
     }
 }
 
+/// A packed pass kernel (sixteen weight rows by `N` activation rows), so one driver serves every
+/// format of both widths (`packed256`, `packed512`).
+trait Pass {
+    /// Activation rows per pass when the batch allows (16, 8 or 4), as registers permit.
+    const GROUP: usize;
+    /// # Safety
+    /// As the pass functions: their features enabled, `i + N <= m`, job validated.
+    unsafe fn pass<const N: usize>(job: &crate::packed::PackedJob, g: usize, i: usize);
+}
+
+/// Runs `P` over row groups `groups` for all activation rows: 16 at a time and then 8 where
+/// `P::GROUP` allows, then 4, then the rest. The grouping never changes a result (each pair's
+/// sums are the same). Inlined into each kernel file's `target_feature` entry.
+///
+/// # Safety
+/// `P`'s features enabled in the caller; `job` validated by the matmul; no other thread writes
+/// these groups.
+#[inline(always)]
+unsafe fn drive_passes<P: Pass>(job: &crate::packed::PackedJob, groups: std::ops::Range<usize>) {
+    for g in groups {
+        let mut i = 0;
+        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
+        unsafe {
+            if P::GROUP >= 16 {
+                while i + 16 <= job.m {
+                    P::pass::<16>(job, g, i);
+                    i += 16;
+                }
+            }
+            if P::GROUP >= 8 {
+                while i + 8 <= job.m {
+                    P::pass::<8>(job, g, i);
+                    i += 8;
+                }
+            }
+            while i + 4 <= job.m {
+                P::pass::<4>(job, g, i);
+                i += 4;
+            }
+            match job.m - i {
+                3 => P::pass::<3>(job, g, i),
+                2 => P::pass::<2>(job, g, i),
+                1 => P::pass::<1>(job, g, i),
+                _ => {}
+            }
+        }
+    }
+}
+
 pub(crate) mod packed256;
 pub(crate) mod packed512;
 

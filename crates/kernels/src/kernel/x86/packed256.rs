@@ -22,7 +22,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::high_bits_x16;
-use super::{prefetch_record, Q4, Q5, Q8};
+use super::{drive_passes, prefetch_record, Pass, Q4, Q5, Q8};
 use crate::dtype::Format;
 use crate::packed::{
     offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
@@ -311,17 +311,9 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     }
 }
 
-/// A pass kernel (sixteen rows by `N` activation rows), so one driver serves every format.
-trait Pass {
-    /// Activation rows per pass when the batch allows (measured: 8 for Q8_0, whose chunk loop
-    /// keeps only the integer sums in registers; 4 for the formats that unpack weights or keep
-    /// i16 partial sums per row).
-    const GROUP: usize;
-    /// # Safety
-    /// As the pass functions: AVX2/FMA/F16C enabled, `i + N <= m`, job validated.
-    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize);
-}
-
+/// Activation rows per pass (`Pass::GROUP`), measured: 8 for Q8_0, whose chunk loop keeps only
+/// the integer sums in registers; 4 for the formats that unpack weights or keep i16 partial
+/// sums per row.
 struct LegacyPass<const F: u8>;
 struct Q4KPass;
 struct Q6KPass;
@@ -353,33 +345,11 @@ impl Pass for Q6KPass {
     }
 }
 
-/// Runs `P` over row groups `groups` for all activation rows: `P::GROUP` at a time (8 or 4),
-/// then 4, then the rest.
-/// The grouping never changes a result (each pair's sums are the same).
+/// [`drive_passes`] inside this file's `target_feature` entry, so the passes inline into it.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn groups_of<P: Pass>(job: &PackedJob, groups: std::ops::Range<usize>) {
-    for g in groups {
-        let mut i = 0;
-        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
-        unsafe {
-            if P::GROUP >= 8 {
-                while i + 8 <= job.m {
-                    P::pass::<8>(job, g, i);
-                    i += 8;
-                }
-            }
-            while i + 4 <= job.m {
-                P::pass::<4>(job, g, i);
-                i += 4;
-            }
-            match job.m - i {
-                3 => P::pass::<3>(job, g, i),
-                2 => P::pass::<2>(job, g, i),
-                1 => P::pass::<1>(job, g, i),
-                _ => {}
-            }
-        }
-    }
+    // SAFETY: the caller's contract.
+    unsafe { drive_passes::<P>(job, groups) }
 }
 
 /// Writes all outputs of row groups `groups`.

@@ -14,7 +14,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{prefetch_record, Q4, Q5, Q8};
+use super::{drive_passes, prefetch_record, Pass, Q4, Q5, Q8};
 use crate::dtype::Format;
 use crate::packed::{
     offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
@@ -251,15 +251,6 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     }
 }
 
-/// A pass kernel (sixteen rows by `N` activation rows), so one driver serves every format.
-trait Pass {
-    /// Activation rows per pass when the batch allows: 16 or 8, as registers permit.
-    const GROUP: usize;
-    /// # Safety
-    /// As the pass functions: AVX-512 enabled, `i + N <= m`, job validated.
-    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize);
-}
-
 /// Q8_0 / Q5_0 / Q4_0 (`F`): 16 accumulators + 8 weight chunks fit in 32 zmm.
 struct LegacyPass<const F: u8>;
 struct Q4KPass;
@@ -292,36 +283,11 @@ impl Pass for Q6KPass {
     }
 }
 
-/// Runs `P` over row groups `groups` for all activation rows: `P::GROUP` at a time (16, then 8),
-/// then 4, then the rest. The grouping never changes a result (each pair's sums are the same).
+/// [`drive_passes`] inside this file's `target_feature` entry, so the passes inline into it.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn groups_of<P: Pass>(job: &PackedJob, groups: std::ops::Range<usize>) {
-    for g in groups {
-        let mut i = 0;
-        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
-        unsafe {
-            if P::GROUP >= 16 {
-                while i + 16 <= job.m {
-                    P::pass::<16>(job, g, i);
-                    i += 16;
-                }
-            }
-            while i + 8 <= job.m {
-                P::pass::<8>(job, g, i);
-                i += 8;
-            }
-            while i + 4 <= job.m {
-                P::pass::<4>(job, g, i);
-                i += 4;
-            }
-            match job.m - i {
-                3 => P::pass::<3>(job, g, i),
-                2 => P::pass::<2>(job, g, i),
-                1 => P::pass::<1>(job, g, i),
-                _ => {}
-            }
-        }
-    }
+    // SAFETY: the caller's contract.
+    unsafe { drive_passes::<P>(job, groups) }
 }
 
 /// Writes all outputs of row groups `groups`.
