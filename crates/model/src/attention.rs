@@ -768,48 +768,14 @@ mod simd {
         q: [&[f32]; 2],
         k: [&[E]; KEYS_PER_BLOCK],
     ) -> [[f32; KEYS_PER_BLOCK]; 2] {
-        let n = q[0].len();
-        assert!(
-            q.iter().all(|r| r.len() == n) && k.iter().all(|r| r.len() == n),
-            "dots: ragged rows"
-        );
-        let body = n - n % 8;
-        // SAFETY: every load reads 8 floats at i < body <= len; features per the contract.
-        unsafe {
-            let mut acc = [[_mm256_setzero_ps(); KEYS_PER_BLOCK]; 2];
-            let mut i = 0;
-            while i < body {
-                let q0 = _mm256_loadu_ps(q[0].as_ptr().add(i));
-                let q1 = _mm256_loadu_ps(q[1].as_ptr().add(i));
-                for b in 0..KEYS_PER_BLOCK {
-                    let kv = load8(k[b].as_ptr().add(i));
-                    acc[0][b] = _mm256_fmadd_ps(q0, kv, acc[0][b]);
-                    acc[1][b] = _mm256_fmadd_ps(q1, kv, acc[1][b]);
-                }
-                i += 8;
-            }
-            let mut out = [[0.0f32; KEYS_PER_BLOCK]; 2];
-            for a in 0..2 {
-                for b in 0..KEYS_PER_BLOCK {
-                    let mut lanes = [0.0f32; 8];
-                    _mm256_storeu_ps(lanes.as_mut_ptr(), acc[a][b]);
-                    let tail: f32 = q[a][body..]
-                        .iter()
-                        .zip(&k[b][body..])
-                        .map(|(x, y)| x * y.to_f32())
-                        .sum();
-                    out[a][b] = lanes.iter().sum::<f32>() + tail;
-                }
-            }
-            out
-        }
+        // SAFETY: forwarded.
+        unsafe { dots_block(q, k) }
     }
 
     /// Keys per block of `dots4`.
     pub(super) const KEYS4: usize = 4;
 
-    /// `dot(q[i], k[j])` for four query rows (heads sharing a KV head) by `KEYS4` key rows: the
-    /// same eight-lane fused multiply-adds per pair as `dots`, so the same bits, with each key
+    /// `dots` for four query rows (heads sharing a KV head) by `KEYS4` key rows: each key
     /// vector loaded (and converted) once for four heads. Sixteen accumulators plus the loads
     /// need AVX-512VL's 32 vector registers.
     ///
@@ -817,30 +783,45 @@ mod simd {
     /// AVX-512F/VL, AVX2, FMA and F16C must be available.
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
     pub(super) unsafe fn dots4<E: KvElem>(q: [&[f32]; 4], k: [&[E]; KEYS4]) -> [[f32; KEYS4]; 4] {
+        // SAFETY: forwarded.
+        unsafe { dots_block(q, k) }
+    }
+
+    /// `dot(q[a], k[b])` for `H` query rows by `K` key rows, each as a lone dot product would be
+    /// (eight lanes of fused multiply-adds in element order, then the lanes summed in order):
+    /// the blocking only shares the loads, so every block shape gives the same bits.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be enabled in the inlining function.
+    #[inline(always)]
+    unsafe fn dots_block<E: KvElem, const H: usize, const K: usize>(
+        q: [&[f32]; H],
+        k: [&[E]; K],
+    ) -> [[f32; K]; H] {
         let n = q[0].len();
         assert!(
             q.iter().all(|r| r.len() == n) && k.iter().all(|r| r.len() == n),
-            "dots4: ragged rows"
+            "dots: ragged rows"
         );
         let body = n - n % 8;
         // SAFETY: every load reads 8 elements at i < body <= len; features per the contract.
         unsafe {
-            let mut acc = [[_mm256_setzero_ps(); KEYS4]; 4];
+            let mut acc = [[_mm256_setzero_ps(); K]; H];
             let mut i = 0;
             while i < body {
-                let qv: [__m256; 4] =
+                let qv: [__m256; H] =
                     std::array::from_fn(|a| _mm256_loadu_ps(q[a].as_ptr().add(i)));
-                for b in 0..KEYS4 {
+                for b in 0..K {
                     let kv = load8(k[b].as_ptr().add(i));
-                    for a in 0..4 {
+                    for a in 0..H {
                         acc[a][b] = _mm256_fmadd_ps(qv[a], kv, acc[a][b]);
                     }
                 }
                 i += 8;
             }
-            let mut out = [[0.0f32; KEYS4]; 4];
-            for a in 0..4 {
-                for b in 0..KEYS4 {
+            let mut out = [[0.0f32; K]; H];
+            for a in 0..H {
+                for b in 0..K {
                     let mut lanes = [0.0f32; 8];
                     _mm256_storeu_ps(lanes.as_mut_ptr(), acc[a][b]);
                     let tail: f32 = q[a][body..]
