@@ -533,11 +533,7 @@ impl<M: Model> Engine<M> {
         let logits = std::mem::take(&mut self.logits);
         let mut drawn = self.draw_in_parallel(plan, &logits);
         for (ci, c) in plan.chunks.iter().enumerate() {
-            let n_rows = match c.logits {
-                LogitsWanted::None => 0,
-                LogitsWanted::Last => 1,
-                LogitsWanted::All => c.len,
-            };
+            let n_rows = c.logits.rows(c.len);
             let rows = &logits[row * vocab..(row + n_rows) * vocab];
             row += n_rows;
             let Some(seq) = self.sched.get(c.seq) else {
@@ -579,11 +575,7 @@ impl<M: Model> Engine<M> {
         let mut jobs: Vec<(usize, SamplerPtr, std::ops::Range<usize>, Option<usize>)> = Vec::new();
         let mut row = 0;
         for (ci, c) in plan.chunks.iter().enumerate() {
-            let n_rows = match c.logits {
-                LogitsWanted::None => 0,
-                LogitsWanted::Last => 1,
-                LogitsWanted::All => c.len,
-            };
+            let n_rows = c.logits.rows(c.len);
             row += n_rows;
             let Some(seq) = self.sched.get(c.seq) else {
                 continue;

@@ -14,6 +14,17 @@ pub enum LogitsWanted {
     All,
 }
 
+impl LogitsWanted {
+    /// Logit rows this gives back for a chunk of `len` tokens.
+    pub fn rows(self, len: usize) -> usize {
+        match self {
+            LogitsWanted::None => 0,
+            LogitsWanted::Last => 1,
+            LogitsWanted::All => len,
+        }
+    }
+}
+
 /// One sequence's part of a batch.
 #[derive(Clone, Debug)]
 pub struct SeqChunk<'a> {
@@ -41,13 +52,6 @@ pub struct Batch<'a> {
 impl Batch<'_> {
     /// Number of logit rows the forward pass will produce.
     pub fn n_logit_rows(&self) -> usize {
-        self.seqs
-            .iter()
-            .map(|s| match s.logits {
-                LogitsWanted::None => 0,
-                LogitsWanted::Last => 1,
-                LogitsWanted::All => s.len,
-            })
-            .sum()
+        self.seqs.iter().map(|s| s.logits.rows(s.len)).sum()
     }
 }
