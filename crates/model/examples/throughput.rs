@@ -1,12 +1,12 @@
 //! Model-level benchmark (no server): prefill and decode throughput of one model.
 //!
 //! `cargo run --release -p tessera-model --example throughput -- [MODEL] [--threads N]
-//!  [--batches 1,4,16,64] [--prompt 512] [--decode 128] [--json FILE]`
+//!  [--batches 1,4,16,64] [--prompt 512] [--decode 128] [--context 16] [--json FILE]`
 //!
 //! Reports, like llama-bench's pp512 / tg128 and llama-batched-bench:
 //! - prefill tok/s of one `--prompt`-token prompt (one forward pass per 512-token chunk);
 //! - decode tok/s of `--decode` steps for each batch size B (B sequences, one token each per step,
-//!   each with a short prompt already in the cache), counted over all B sequences.
+//!   each with a `--context`-token prompt already in the cache), counted over all B sequences.
 
 use std::time::Instant;
 
@@ -18,6 +18,8 @@ struct Args {
     batches: Vec<usize>,
     prompt: usize,
     decode: usize,
+    /// Prompt tokens each decoding sequence has in the cache before the timed steps.
+    context: usize,
     json: Option<String>,
 }
 
@@ -28,6 +30,7 @@ fn parse() -> Result<Args, String> {
         batches: vec![1, 4, 16, 64],
         prompt: 512,
         decode: 128,
+        context: 16,
         json: None,
     };
     let mut it = std::env::args().skip(1);
@@ -38,6 +41,7 @@ fn parse() -> Result<Args, String> {
             "--threads" => a.threads = num(val("--threads")?)?,
             "--prompt" => a.prompt = num(val("--prompt")?)?,
             "--decode" => a.decode = num(val("--decode")?)?,
+            "--context" => a.context = num(val("--context")?)?.max(1),
             "--json" => a.json = Some(val("--json")?),
             "--batches" => {
                 a.batches = val("--batches")?
@@ -93,10 +97,10 @@ fn main() {
 
     // Decode at each batch size.
     for &b in &args.batches {
-        let ctx = 16 + args.decode + 1;
+        let ctx = args.context + args.decode + 1;
         let mut s = Session::new(&tf, b, ctx, 16);
         for i in 0..b {
-            let p: Vec<u32> = (0..16).map(|j| token(i * 16 + j)).collect();
+            let p: Vec<u32> = (0..args.context).map(|j| token(i * 16 + j)).collect();
             s.prefill(&mut tf, i, &p, 512).expect("prefill runs");
         }
         let toks: Vec<[u32; 1]> = (0..b).map(|i| [token(i)]).collect();
