@@ -263,12 +263,9 @@ fn run_task_body<const SIMD: bool>(
         for hi in 0..nh {
             let head = task.h0 + hi;
             let src = &q[row * q_dim + head * hd..row * q_dim + (head + 1) * hd];
-            for (d, &x) in qr[(t * nh + hi) * hd..(t * nh + hi + 1) * hd]
-                .iter_mut()
-                .zip(src)
-            {
-                *d = round_f16(x * h.scale);
-            }
+            let dst = &mut qr[(t * nh + hi) * hd..(t * nh + hi + 1) * hd];
+            dst.copy_from_slice(src);
+            scale_round_f16::<SIMD>(dst, h.scale);
         }
     }
 
@@ -313,12 +310,7 @@ fn run_task_body<const SIMD: bool>(
         let (v_lo, v_hi) = (lo(p) - base, p + 1 - base);
         for hi in 0..nh {
             let sc = &mut s.scores[(t * nh + hi) * span..(t * nh + hi + 1) * span][v_lo..v_hi];
-            let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum = exp_sum(sc, max);
-            let inv = (1.0 / sum) as f32;
-            for x in sc.iter_mut() {
-                *x = round_f16(*x * inv);
-            }
+            softmax_f16::<SIMD>(sc);
         }
     }
 
@@ -572,6 +564,36 @@ fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
+/// `x[i] = round_f16(x[i] * s)`; `SIMD` (the AVX2 entry point) converts eight at a time with
+/// F16C, which rounds to nearest even as `half` does: the same bits.
+#[inline(always)]
+fn scale_round_f16<const SIMD: bool>(x: &mut [f32], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if SIMD {
+        // SAFETY: `SIMD` is only set in the AVX2 + FMA + F16C entry point.
+        return unsafe { simd::scale_round_f16(x, s) };
+    }
+    for v in x {
+        *v = round_f16(*v * s);
+    }
+}
+
+/// One (query, head)'s scores over its visible keys become probabilities rounded to f16: the
+/// max taken off, `exp_neg`, the sum in f64 over eight lanes (`exp_sum`), each scaled by the
+/// sum's f32 inverse. `SIMD` runs the same operations per element eight at a time.
+#[inline(always)]
+fn softmax_f16<const SIMD: bool>(sc: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if SIMD {
+        // SAFETY: `SIMD` is only set in the AVX2 + FMA + F16C entry point.
+        return unsafe { simd::softmax_f16(sc) };
+    }
+    let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum = exp_sum(sc, max);
+    let inv = (1.0 / sum) as f32;
+    scale_round_f16::<false>(sc, inv);
+}
+
 /// `dot(q[i], k[j])` for two query rows by `KEYS_PER_BLOCK` key rows, each computed as a lone
 /// dot product would be (eight lanes of fused multiply-adds in element order, the lanes then
 /// summed in order): the blocking only shares the loads.
@@ -761,6 +783,122 @@ mod simd {
         }
     }
 
+    /// `x[i] = round_f16(x[i] * s)`, eight at a time through F16C (round to nearest even).
+    ///
+    /// # Safety
+    /// AVX2 and F16C must be enabled in the inlining function.
+    #[inline(always)]
+    pub(super) unsafe fn scale_round_f16(x: &mut [f32], s: f32) {
+        let (chunks, tail) = x.as_chunks_mut::<8>();
+        // SAFETY: each load and store covers one 8-float chunk; features per the contract.
+        unsafe {
+            let sv = _mm256_set1_ps(s);
+            for c in chunks {
+                let v = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), sv);
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+                _mm256_storeu_ps(c.as_mut_ptr(), _mm256_cvtph_ps(h));
+            }
+        }
+        for v in tail {
+            *v = super::round_f16(*v * s);
+        }
+    }
+
+    /// `super::exp_neg` on eight lanes: the same operations, so the same bits.
+    ///
+    /// # Safety
+    /// AVX2 and FMA must be enabled in the inlining function.
+    #[inline(always)]
+    pub(super) unsafe fn exp_neg8(x: __m256) -> __m256 {
+        // SAFETY: register-only intrinsics; features per the contract.
+        unsafe {
+            let floor = _mm256_set1_ps(-87.0);
+            let small = _mm256_cmp_ps::<_CMP_LT_OQ>(x, floor);
+            // `f32::max(x, -87)` gives -87 for a NaN x; `max_ps` returns its second operand.
+            let x = _mm256_max_ps(x, floor);
+            let magic = _mm256_set1_ps(12_582_912.0);
+            let t = _mm256_add_ps(
+                _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+                magic,
+            );
+            let n = _mm256_sub_ps(t, magic);
+            let r = _mm256_fmadd_ps(
+                n,
+                _mm256_set1_ps(-1.428_606_8e-6),
+                _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693_145_75), x),
+            );
+            let mut p = _mm256_set1_ps(1.0 / 5040.0);
+            for c in [
+                1.0 / 720.0,
+                1.0 / 120.0,
+                1.0 / 24.0,
+                1.0 / 6.0,
+                0.5,
+                1.0,
+                1.0,
+            ] {
+                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+            }
+            let e = _mm256_add_epi32(
+                _mm256_sub_epi32(
+                    _mm256_castps_si256(t),
+                    _mm256_set1_epi32(12_582_912.0f32.to_bits() as i32),
+                ),
+                _mm256_set1_epi32(127),
+            );
+            let scale = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(e));
+            _mm256_andnot_ps(small, _mm256_mul_ps(p, scale))
+        }
+    }
+
+    /// `super::softmax_f16` eight elements at a time: the max over eight lanes (exact, so any
+    /// order gives the scalar fold's value), `exp_neg8`, the f64 lane sums and the rounding as
+    /// the portable code does them.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be enabled in the inlining function.
+    #[inline(always)]
+    pub(super) unsafe fn softmax_f16(sc: &mut [f32]) {
+        let (chunks, tail) = sc.as_chunks_mut::<8>();
+        // SAFETY: each load and store covers one 8-float chunk; features per the contract.
+        let (mut max, mut lanes) = unsafe {
+            let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+            for c in chunks.iter() {
+                // A NaN score is skipped, as `f32::max` skips it: `max_ps` returns its second
+                // operand when either is NaN.
+                m = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr()), m);
+            }
+            let mut ms = [0.0f32; 8];
+            _mm256_storeu_ps(ms.as_mut_ptr(), m);
+            (
+                ms.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+                [0.0f64; 8],
+            )
+        };
+        max = tail.iter().copied().fold(max, f32::max);
+        // SAFETY: as above.
+        unsafe {
+            let mv = _mm256_set1_ps(max);
+            let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+            for c in chunks.iter_mut() {
+                let e = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), mv));
+                _mm256_storeu_ps(c.as_mut_ptr(), e);
+                lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+                hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(e)));
+            }
+            _mm256_storeu_pd(lanes.as_mut_ptr(), lo);
+            _mm256_storeu_pd(lanes.as_mut_ptr().add(4), hi);
+        }
+        let mut sum = lanes.iter().sum::<f64>();
+        for v in tail.iter_mut() {
+            *v = super::exp_neg(*v - max);
+            sum += f64::from(*v);
+        }
+        let inv = (1.0 / sum) as f32;
+        // SAFETY: features per the contract.
+        unsafe { scale_round_f16(sc, inv) };
+    }
+
     /// # Safety
     /// AVX2, FMA and F16C must be enabled in the inlining function.
     #[inline(always)]
@@ -819,19 +957,72 @@ mod simd {
                 }
                 i += 8;
             }
+            // Each pair's lanes summed in order, eight pairs at a time (`lane_sums8`).
+            let pairs = acc.as_flattened();
+            let mut sums = [[0.0f32; 8]; 2];
+            for (g, dst) in sums.iter_mut().enumerate().take((H * K).div_ceil(8)) {
+                let v = std::array::from_fn(|j| {
+                    pairs.get(8 * g + j).copied().unwrap_or(_mm256_setzero_ps())
+                });
+                *dst = lane_sums8(v);
+            }
+            let sums = sums.as_flattened();
             let mut out = [[0.0f32; K]; H];
             for a in 0..H {
                 for b in 0..K {
-                    let mut lanes = [0.0f32; 8];
-                    _mm256_storeu_ps(lanes.as_mut_ptr(), acc[a][b]);
                     let tail: f32 = q[a][body..]
                         .iter()
                         .zip(&k[b][body..])
                         .map(|(x, y)| x * y.to_f32())
                         .sum();
-                    out[a][b] = lanes.iter().sum::<f32>() + tail;
+                    out[a][b] = sums[a * K + b] + tail;
                 }
             }
+            out
+        }
+    }
+
+    /// `v[p]`'s eight lanes summed in lane order for each `p`, as `lanes.iter().sum::<f32>()`
+    /// does it (from the same empty-sum value), by a transpose and seven vertical adds.
+    ///
+    /// # Safety
+    /// AVX must be enabled in the inlining function.
+    #[inline(always)]
+    unsafe fn lane_sums8(v: [__m256; 8]) -> [f32; 8] {
+        // SAFETY: register-only intrinsics and one 8-float store; features per the contract.
+        unsafe {
+            let t: [__m256; 8] = std::array::from_fn(|j| {
+                let (x, y) = (v[j / 2 * 2], v[j / 2 * 2 + 1]);
+                if j % 2 == 0 {
+                    _mm256_unpacklo_ps(x, y) // x0 y0 x1 y1 | x4 y4 x5 y5
+                } else {
+                    _mm256_unpackhi_ps(x, y) // x2 y2 x3 y3 | x6 y6 x7 y7
+                }
+            });
+            // s[4h + i]: lanes i and i + 4 of vectors 4h..4h + 4.
+            let s = [
+                _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+                _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+                _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+                _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+                _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+                _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+                _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+                _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+            ];
+            let empty: f32 = [0.0f32; 0].iter().sum();
+            let mut sum = _mm256_set1_ps(empty);
+            for lane in 0..8 {
+                let (lo, hi) = (s[lane % 4], s[4 + lane % 4]);
+                let l = if lane < 4 {
+                    _mm256_permute2f128_ps::<0x20>(lo, hi)
+                } else {
+                    _mm256_permute2f128_ps::<0x31>(lo, hi)
+                };
+                sum = _mm256_add_ps(sum, l);
+            }
+            let mut out = [0.0f32; 8];
+            _mm256_storeu_ps(out.as_mut_ptr(), sum);
             out
         }
     }
@@ -1150,6 +1341,86 @@ mod tests {
                         assert_eq!(d4[a][b].to_bits(), one[0][0].to_bits(), "head {a} key {b}");
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn simd_softmax_and_f16_rounding_give_the_portable_bits() {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::is_x86_feature_detected!("f16c")
+        {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn both(x: &mut [f32], y: &mut [f32], s: f32) {
+                softmax_f16::<true>(x);
+                scale_round_f16::<true>(y, s);
+            }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn exp8(x: [f32; 8]) -> [f32; 8] {
+                use std::arch::x86_64::*;
+                let mut out = [0.0f32; 8];
+                // SAFETY: 8 floats each way; features enabled here.
+                unsafe {
+                    let e = simd::exp_neg8(_mm256_loadu_ps(x.as_ptr()));
+                    _mm256_storeu_ps(out.as_mut_ptr(), e);
+                }
+                out
+            }
+            let mut x = -100.0f32;
+            while x <= 0.0 {
+                let xs: [f32; 8] = std::array::from_fn(|j| x - j as f32 * 0.000_03);
+                // SAFETY: features detected above.
+                let got = unsafe { exp8(xs) };
+                for j in 0..8 {
+                    assert_eq!(got[j].to_bits(), exp_neg(xs[j]).to_bits(), "x = {}", xs[j]);
+                }
+                x += 0.000_71;
+            }
+            let odd = [
+                f32::NEG_INFINITY,
+                f32::NAN,
+                -87.0,
+                -87.000_01,
+                0.0,
+                -0.0,
+                -1e-30,
+                -88.0,
+            ];
+            // SAFETY: features detected above.
+            let got = unsafe { exp8(odd) };
+            for j in 0..8 {
+                assert_eq!(
+                    got[j].to_bits(),
+                    exp_neg(odd[j]).to_bits(),
+                    "x = {}",
+                    odd[j]
+                );
+            }
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            for n in [1usize, 5, 8, 9, 16, 100, 515, 1027] {
+                // Scores spread over ~120 (so some fall below exp_neg's -87 cut and some
+                // probabilities are f16 subnormals), and raw values spread past f16's range.
+                let scores: Vec<f32> = (0..n)
+                    .map(|i| ((i * 7919 + n) % 4001) as f32 * -0.03 + (i % 3) as f32 * 0.5)
+                    .collect();
+                let raw: Vec<f32> = (0..n)
+                    .map(|i| ((i * 104_729 + 7) % 20_011) as f32 * 7.37 - 70_000.0)
+                    .collect();
+                let (mut x_simd, mut y_simd) = (scores.clone(), raw.clone());
+                // SAFETY: features detected above.
+                unsafe { both(&mut x_simd, &mut y_simd, 0.0625) };
+                let (mut x_plain, mut y_plain) = (scores.clone(), raw.clone());
+                softmax_f16::<false>(&mut x_plain);
+                scale_round_f16::<false>(&mut y_plain, 0.0625);
+                assert_eq!(bits(&x_simd), bits(&x_plain), "softmax, n = {n}");
+                assert_eq!(bits(&y_simd), bits(&y_plain), "rounding, n = {n}");
+                let total: f32 = x_plain.iter().sum();
+                assert!(
+                    (total - 1.0).abs() < 1e-2,
+                    "n = {n}: probabilities sum to {total}"
+                );
             }
         }
     }
