@@ -1,6 +1,8 @@
 //! Paged attention at the default model's shapes (4 query heads, 1 KV head, head dim 256, f16
-//! cache, tiles of 16): 16 decoding sequences at 512 tokens of context, and one 128-query prefill
-//! chunk at 1,024 tokens of context. `cargo bench -p tessera-model --bench attention`.
+//! cache, tiles of 16): 16 decoding sequences at 512 tokens of context (one layer, its 8 MB of
+//! K/V warm in cache, and 18 layers in turn, read from memory as in a model's step), and one
+//! 128-query prefill chunk at 1,024 tokens of context.
+//! `cargo bench -p tessera-model --bench attention`.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -80,6 +82,35 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(16 * 512));
     g.bench_function("decode_16x512", |b| {
         b.iter(|| attend_all(&threads, &pool, &chunks, heads, &q, &mut out, &mut scratch))
+    });
+
+    // The same per layer, but 18 layers' worth of K/V (144 MB) visited in turn, so each call
+    // reads its K/V from memory as a model's step does rather than from a warm cache.
+    let layers: Vec<(KvPool, Vec<Vec<TileId>>)> = (0..18).map(|_| filled(16, 512)).collect();
+    let layer_chunks: Vec<Vec<ChunkAttention>> = layers
+        .iter()
+        .map(|(_, tables)| {
+            tables
+                .iter()
+                .enumerate()
+                .map(|(i, t)| ChunkAttention {
+                    tiles: t,
+                    in_group: 0,
+                    start_pos: 511,
+                    first_row: i,
+                    len: 1,
+                    window: None,
+                })
+                .collect()
+        })
+        .collect();
+    g.throughput(Throughput::Elements(18 * 16 * 512));
+    g.bench_function("decode_16x512_18_layers", |b| {
+        b.iter(|| {
+            for ((pool, _), chunks) in layers.iter().zip(&layer_chunks) {
+                attend_all(&threads, pool, chunks, heads, &q, &mut out, &mut scratch)
+            }
+        })
     });
 
     let (pool, tables) = filled(1, 1024);

@@ -296,6 +296,9 @@ fn run_task_body<const SIMD: bool>(
             start: tile_start,
             ..shape
         };
+        if direct {
+            prefetch_next_tile(pool, Side::K, c, ti, last_pos, base);
+        }
         let rows = tile_rows(pool, Side::K, c, ti, n_slots, direct, &mut s.k);
         match rows {
             TileRows::F16(k) => scores_tile::<SIMD, u16>(&tile, k, &s.m, &mut s.scores, &lo),
@@ -323,6 +326,9 @@ fn run_task_body<const SIMD: bool>(
             start: tile_start,
             ..shape
         };
+        if direct {
+            prefetch_next_tile(pool, Side::V, c, ti, last_pos, base);
+        }
         let rows = tile_rows(pool, Side::V, c, ti, n_slots, direct, &mut s.v);
         match rows {
             TileRows::F16(v) => values_tile::<SIMD, u16>(&tile, v, &s.scores, &mut s.acc, &lo),
@@ -377,6 +383,44 @@ fn tile_rows<'a>(
         Side::V => pool.read_values(tile, g, n_slots, dst),
     }
     TileRows::F32(dst)
+}
+
+/// Asks for tile `ti + 1`'s f16 K or V rows, into L2, while tile `ti` is computed. A decode
+/// reads each row once from memory (a step's K/V is far larger than the caches), and the
+/// hardware prefetchers alone left it streaming at ~5 GB/s per thread: criterion
+/// `decode_16x512_18_layers` 14.1 -> 7.8-8.6 ms. Into L1 gained less (12.3-13.0 ms); two tiles
+/// ahead no more (8.9-9.1 ms).
+#[inline(always)]
+fn prefetch_next_tile(
+    pool: &KvPool,
+    side: Side,
+    c: &ChunkAttention,
+    ti: usize,
+    last_pos: usize,
+    base: usize,
+) {
+    let ts = pool.layout().tile_size;
+    if (ti + 1) * ts > last_pos || ti + 1 >= c.tiles.len() {
+        return;
+    }
+    let Some((_, n_slots)) = visible_tile(c, ti + 1, ts, last_pos, base) else {
+        return;
+    };
+    let (tile, g) = (c.tiles[ti + 1], c.in_group);
+    let rows = match side {
+        Side::K => pool.keys_f16(tile, g, n_slots),
+        Side::V => pool.values_f16(tile, g, n_slots),
+    };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(rows) = rows {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        for line in rows.chunks(32) {
+            // SAFETY: a prefetch of an address inside a live slice; it never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = rows;
 }
 
 /// One tile's place in a task: what the per-tile loops need.
