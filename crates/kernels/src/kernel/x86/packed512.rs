@@ -78,12 +78,13 @@ unsafe fn dot_chunks<const K: usize>(init: __m512i, w: &[__m512i; K], qs: *const
 }
 
 /// How many records ahead the legacy passes prefetch: a pass over sixteen activation rows spends
-/// long enough on a record that two ahead is a memory latency too few (Q8_0 262144x640, one
-/// process alternating the two: m = 16 14.4 -> 12.7 ms, m = 64 51.5 -> 48 ms; over 4 or 8 rows
-/// four ahead is no better than two).
+/// long enough on a record that two ahead is a memory latency too few. Into L2, eight ahead:
+/// Q8_0 262144x640 at m = 16, 5 alternated runs, 11.2 -> 9.8 ms (12 and 16 ahead gave the
+/// same). Over 4 or 8 rows four ahead was no better than two, nor two ahead for Q4_K/Q6_K's
+/// larger records than one.
 const fn prefetch_records(n: usize) -> usize {
     if n >= 16 {
-        4
+        8
     } else {
         2
     }
