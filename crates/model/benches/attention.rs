@@ -53,6 +53,22 @@ fn filled(seqs: usize, len: usize) -> (KvPool, Vec<Vec<TileId>>) {
     (pool, tables)
 }
 
+/// One decode query per sequence, at the last position of its 512 tokens.
+fn decode_chunks(tables: &[Vec<TileId>]) -> Vec<ChunkAttention<'_>> {
+    tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ChunkAttention {
+            tiles: t,
+            in_group: 0,
+            start_pos: 511,
+            first_row: i,
+            len: 1,
+            window: None,
+        })
+        .collect()
+}
+
 fn bench(c: &mut Criterion) {
     let threads = Threads::new(2);
     let heads = Heads {
@@ -65,18 +81,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention");
 
     let (pool, tables) = filled(16, 512);
-    let chunks: Vec<ChunkAttention> = tables
-        .iter()
-        .enumerate()
-        .map(|(i, t)| ChunkAttention {
-            tiles: t,
-            in_group: 0,
-            start_pos: 511,
-            first_row: i,
-            len: 1,
-            window: None,
-        })
-        .collect();
+    let chunks = decode_chunks(&tables);
     let q = values(16 * 4 * HD, 1);
     let mut out = vec![0f32; q.len()];
     g.throughput(Throughput::Elements(16 * 512));
@@ -89,20 +94,7 @@ fn bench(c: &mut Criterion) {
     let layers: Vec<(KvPool, Vec<Vec<TileId>>)> = (0..18).map(|_| filled(16, 512)).collect();
     let layer_chunks: Vec<Vec<ChunkAttention>> = layers
         .iter()
-        .map(|(_, tables)| {
-            tables
-                .iter()
-                .enumerate()
-                .map(|(i, t)| ChunkAttention {
-                    tiles: t,
-                    in_group: 0,
-                    start_pos: 511,
-                    first_row: i,
-                    len: 1,
-                    window: None,
-                })
-                .collect()
-        })
+        .map(|(_, tables)| decode_chunks(tables))
         .collect();
     g.throughput(Throughput::Elements(18 * 16 * 512));
     g.bench_function("decode_16x512_18_layers", |b| {

@@ -680,32 +680,48 @@ fn dots<const SIMD: bool, E: KvElem>(
     out
 }
 
+/// `exp_neg`'s constants, shared by its scalar and SIMD forms (which must agree to the bit).
+mod exp_consts {
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    /// ln 2 split so that `n * LN2_HI` is exact for the `n` that occur.
+    pub const LN2_HI: f32 = 0.693_145_75;
+    pub const LN2_LO: f32 = 1.428_606_8e-6;
+    /// 1.5 * 2^23: added to a float of magnitude below 2^22 it rounds it to an integer (ties to
+    /// even) and leaves that integer in the low mantissa bits.
+    pub const MAGIC: f32 = 12_582_912.0;
+    /// Below this, e^x is under f32's normal range and `exp_neg` gives 0.
+    pub const FLOOR: f32 = -87.0;
+    /// Taylor coefficients of e^r, highest degree first (Horner's order).
+    pub const POLY: [f32; 8] = [
+        1.0 / 5040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ];
+}
+
 /// `e^x` for `x <= 0` (softmax arguments after the max is taken off) to within a few ulp:
 /// `x = n ln 2 + r` with `|r| <= ln 2 / 2`, `e^r` by its Taylor polynomial to degree 7, `2^n`
 /// through the exponent bits. Inputs below -87 (results under f32's normal range) give 0.
 /// Written as plain arithmetic so loops over it vectorize inside the AVX2 entry point.
 #[inline(always)]
 pub(crate) fn exp_neg(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // Adding 1.5 * 2^23 rounds to an integer (ties to even) and leaves it in the low bits, so
-    // `n` and `2^n` come from float additions and integer operations on the bits: no float to
-    // int conversion, whose saturating form does not vectorize.
-    const MAGIC: f32 = 12_582_912.0;
-    let small = x < -87.0;
-    let x = x.max(-87.0);
+    use exp_consts::*;
+    // `n` and `2^n` come from float additions (MAGIC) and integer operations on the bits: no
+    // float to int conversion, whose saturating form does not vectorize.
+    let small = x < FLOOR;
+    let x = x.max(FLOOR);
     let t = x * LOG2E + MAGIC;
     let n = t - MAGIC;
     let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
-    let mut p: f32 = 1.0 / 5040.0;
-    p = p.mul_add(r, 1.0 / 720.0);
-    p = p.mul_add(r, 1.0 / 120.0);
-    p = p.mul_add(r, 1.0 / 24.0);
-    p = p.mul_add(r, 1.0 / 6.0);
-    p = p.mul_add(r, 0.5);
-    p = p.mul_add(r, 1.0);
-    p = p.mul_add(r, 1.0);
+    let mut p = POLY[0];
+    for &c in &POLY[1..] {
+        p = p.mul_add(r, c);
+    }
     // n in -126..=0: its bits are t's minus MAGIC's.
     let e = t.to_bits().wrapping_sub(MAGIC.to_bits()).wrapping_add(127);
     let scale = f32::from_bits(e << 23);
@@ -855,39 +871,29 @@ mod simd {
     /// AVX2 and FMA must be enabled in the inlining function.
     #[inline(always)]
     pub(super) unsafe fn exp_neg8(x: __m256) -> __m256 {
+        use super::exp_consts::*;
         // SAFETY: register-only intrinsics; features per the contract.
         unsafe {
-            let floor = _mm256_set1_ps(-87.0);
+            let floor = _mm256_set1_ps(FLOOR);
             let small = _mm256_cmp_ps::<_CMP_LT_OQ>(x, floor);
-            // `f32::max(x, -87)` gives -87 for a NaN x; `max_ps` returns its second operand.
+            // `f32::max(x, FLOOR)` gives FLOOR for a NaN x; `max_ps` returns its second operand.
             let x = _mm256_max_ps(x, floor);
-            let magic = _mm256_set1_ps(12_582_912.0);
-            let t = _mm256_add_ps(
-                _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
-                magic,
-            );
+            let magic = _mm256_set1_ps(MAGIC);
+            let t = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(LOG2E)), magic);
             let n = _mm256_sub_ps(t, magic);
             let r = _mm256_fmadd_ps(
                 n,
-                _mm256_set1_ps(-1.428_606_8e-6),
-                _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693_145_75), x),
+                _mm256_set1_ps(-LN2_LO),
+                _mm256_fmadd_ps(n, _mm256_set1_ps(-LN2_HI), x),
             );
-            let mut p = _mm256_set1_ps(1.0 / 5040.0);
-            for c in [
-                1.0 / 720.0,
-                1.0 / 120.0,
-                1.0 / 24.0,
-                1.0 / 6.0,
-                0.5,
-                1.0,
-                1.0,
-            ] {
+            let mut p = _mm256_set1_ps(POLY[0]);
+            for &c in &POLY[1..] {
                 p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
             }
             let e = _mm256_add_epi32(
                 _mm256_sub_epi32(
                     _mm256_castps_si256(t),
-                    _mm256_set1_epi32(12_582_912.0f32.to_bits() as i32),
+                    _mm256_set1_epi32(MAGIC.to_bits() as i32),
                 ),
                 _mm256_set1_epi32(127),
             );
@@ -1202,20 +1208,13 @@ mod tests {
     fn exp_neg_takes_n_and_2_to_the_n_from_the_bits_exactly() {
         // The same polynomial with n from `round_ties_even` and 2^n from an integer cast.
         let reference = |x: f32| -> f32 {
-            let small = x < -87.0;
-            let x = x.max(-87.0);
-            let n = (x * std::f32::consts::LOG2_E).round_ties_even();
-            let r = n.mul_add(-1.428_606_8e-6, n.mul_add(-0.693_145_75, x));
-            let mut p: f32 = 1.0 / 5040.0;
-            for c in [
-                1.0 / 720.0,
-                1.0 / 120.0,
-                1.0 / 24.0,
-                1.0 / 6.0,
-                0.5,
-                1.0,
-                1.0,
-            ] {
+            use exp_consts::*;
+            let small = x < FLOOR;
+            let x = x.max(FLOOR);
+            let n = (x * LOG2E).round_ties_even();
+            let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
+            let mut p = POLY[0];
+            for &c in &POLY[1..] {
                 p = p.mul_add(r, c);
             }
             let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
