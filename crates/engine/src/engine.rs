@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::request::{
     EngineError, Event, FinishReason, GenerateRequest, RequestState, StopCheck, TokenLogprob, Usage,
 };
-use crate::scheduler::{AddError, Scheduler, SchedulerConfig, StepPlan};
+use crate::scheduler::{AddError, ScheduledChunk, Scheduler, SchedulerConfig, StepPlan};
 use crate::sequence::{SeqId, Sequence};
 use crate::stats::EngineStats;
 use crate::step_cost::StepCost;
@@ -536,14 +536,13 @@ impl<M: Model> Engine<M> {
             let n_rows = c.logits.rows(c.len);
             let rows = &logits[row * vocab..(row + n_rows) * vocab];
             row += n_rows;
-            let Some(seq) = self.sched.get(c.seq) else {
+            if self.sched.get(c.seq).is_none() {
                 continue;
-            };
-            let completes = c.start + c.len == seq.tokens.len();
+            }
             if c.logits == LogitsWanted::All {
                 self.collect_prompt_logprobs(c.seq, c.start, c.len, rows);
             }
-            if !completes || n_rows == 0 {
+            if !self.completes(c) || n_rows == 0 {
                 self.sched.commit(c.seq, c.len, None);
                 continue;
             }
@@ -559,6 +558,14 @@ impl<M: Model> Engine<M> {
             self.sample_and_emit(c.seq, c.len, last, pre);
         }
         self.logits = logits;
+    }
+
+    /// Whether chunk `c` computes its sequence's last known token, so the step draws the next
+    /// one (a prompt's last chunk, or a decode); false for a sequence gone since the plan.
+    fn completes(&self, c: &ScheduledChunk) -> bool {
+        self.sched
+            .get(c.seq)
+            .is_some_and(|seq| c.start + c.len == seq.tokens.len())
     }
 
     /// Draws the next token (and its logprobs) of every chunk that completes its sequence's
@@ -577,11 +584,7 @@ impl<M: Model> Engine<M> {
         for (ci, c) in plan.chunks.iter().enumerate() {
             let n_rows = c.logits.rows(c.len);
             row += n_rows;
-            let Some(seq) = self.sched.get(c.seq) else {
-                continue;
-            };
-            if n_rows == 0 || c.start + c.len != seq.tokens.len() || self.forks.contains_key(&c.seq)
-            {
+            if n_rows == 0 || !self.completes(c) || self.forks.contains_key(&c.seq) {
                 continue;
             }
             let Some(r) = self.reqs.get_mut(&c.seq) else {
