@@ -2,7 +2,8 @@
 //!
 //! Order of operations (as llama.cpp and vLLM do): logit bias and penalties on the raw logits,
 //! then greedy if temperature is 0; otherwise temperature, top-k, top-p, min-p, and a draw from
-//! the sequence's own seeded generator. Each sequence owns its `Sampler`, so a seeded request's
+//! the sequence's own seeded generator. (top-p and min-p each keep the most likely candidates
+//! by the same probabilities, so the code may apply them in either order.) Each sequence owns its `Sampler`, so a seeded request's
 //! draws do not depend on what else runs in the batch.
 
 use std::collections::HashMap;
@@ -111,7 +112,7 @@ pub struct Sampler {
 pub struct SampleScratch {
     /// The logits with bias and penalties applied, when a request has them.
     row: Vec<f32>,
-    /// Candidate (id, logit) pairs.
+    /// Candidate (id, scaled logit) pairs; their probabilities once the softmax is applied.
     cand: Vec<(u32, f32)>,
     /// Nucleus candidates at its edge, the only ones that need sorting.
     edge: Vec<(u32, f32)>,
@@ -201,6 +202,8 @@ impl Sampler {
         let norm = self.candidates(logits, inv_t, top, s);
         let by_logit_desc =
             |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        // Leading candidates that are in the nucleus whatever the rounding of the walk below.
+        let mut sure = 0;
         if top_k > 0 {
             let k = top_k.min(s.cand.len());
             if k < s.cand.len() {
@@ -209,6 +212,7 @@ impl Sampler {
             }
             s.cand.sort_unstable_by(by_logit_desc);
         } else {
+            sure = s.cand.len();
             s.edge.sort_unstable_by(by_logit_desc);
             s.cand.extend_from_slice(&s.edge);
         }
@@ -229,6 +233,8 @@ impl Sampler {
         if min_p > 0.0 {
             // The top token has probability 1 / sum relative to the others' exp(l - max).
             let floor = min_p * (1.0 / sum);
+            // With min_p <= 1 the top token (probability 1 / sum) always stays; `best` only
+            // guards against a degenerate sum (0 or NaN).
             let best =
                 s.cand.iter().copied().reduce(
                     |a, b| {
@@ -239,6 +245,7 @@ impl Sampler {
                         }
                     },
                 );
+            sure = s.cand[..sure].iter().filter(|c| c.1 >= floor).count();
             s.cand.retain(|c| c.1 >= floor);
             if s.cand.is_empty() {
                 s.cand.extend(best);
@@ -249,7 +256,9 @@ impl Sampler {
             let mut keep = s.cand.len();
             for (i, c) in s.cand.iter().enumerate() {
                 acc += c.1;
-                if acc >= top_p {
+                // The sure candidates hold less than top_p of the mass by the histogram's sums;
+                // summed here in id order the rounding may differ, and must not cut them.
+                if acc >= top_p && i + 1 >= sure {
                     keep = i + 1;
                     break;
                 }
@@ -700,6 +709,75 @@ mod tests {
                 check_draws(logits, p, 20_000);
             }
         }
+    }
+
+    #[test]
+    fn the_nucleus_is_a_most_likely_prefix_at_bucket_boundaries() {
+        // Vocabularies the size of the default model's, and top_p just above the mass of each
+        // of the top histogram buckets: there the walk's own sum (in id order over the tokens
+        // above the edge) and the histogram's may disagree by rounding.
+        let n = 262_144;
+        let mut seed = 12_345u64;
+        let mut rnd = move || {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let key = |w: f32| (w.to_bits() >> BUCKET_SHIFT) as usize;
+        let mut scratch = SampleScratch::default();
+        let mut tried = 0;
+        for spread in [5.0f32, 7.5, 9.0, 11.0, 13.5, 16.0, 19.0, 24.0] {
+            let logits: Vec<f32> = (0..n).map(|_| rnd() * spread).collect();
+            let top = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let w: Vec<f32> = logits.iter().map(|&l| exp_neg(l - top)).collect();
+            // The boundaries as `candidates` sums them.
+            let total = lane_sum(&w);
+            let mut mass = vec![0.0f32; BUCKETS];
+            for &x in &w {
+                mass[key(x)] += x;
+            }
+            let mut cum = 0.0f32;
+            let mut boundaries = Vec::new();
+            for b in (0..BUCKETS).rev() {
+                if mass[b] > 0.0 {
+                    cum += mass[b];
+                    boundaries.push(cum / total);
+                }
+            }
+            for &p in boundaries.iter().filter(|&&p| p < 0.99) {
+                for k in 1..6 {
+                    let top_p = p + k as f32 * 2e-6 * p;
+                    let mut s = Sampler::new(
+                        SamplingParams {
+                            temperature: 1.0,
+                            top_p,
+                            ..Default::default()
+                        },
+                        3,
+                    );
+                    s.sample(&logits, &mut scratch);
+                    let mut kept = vec![false; n];
+                    for c in &scratch.cand {
+                        kept[c.0 as usize] = true;
+                    }
+                    let (mut kept_min, mut left_max) = (f32::INFINITY, f32::NEG_INFINITY);
+                    for (i, &l) in logits.iter().enumerate() {
+                        if kept[i] {
+                            kept_min = kept_min.min(l);
+                        } else {
+                            left_max = left_max.max(l);
+                        }
+                    }
+                    assert!(
+                        kept_min >= left_max,
+                        "spread {spread}, top_p {top_p}: kept down to {kept_min}, left out {left_max}"
+                    );
+                    tried += 1;
+                }
+            }
+        }
+        assert!(tried >= 60, "only {tried} cases tried");
     }
 
     #[test]
