@@ -227,8 +227,9 @@ unsafe fn run_task_avx2(
     run_task_body::<true>(pool, c, h, task, q, out, s);
 }
 
-/// The task; `SIMD` only in the AVX2 + FMA entry point, where `dots` and `axpy_block` use
-/// 256-bit intrinsics (same operations per lane as their portable forms, so the same bits).
+/// The task; `SIMD` only in the AVX2 + FMA entry point, where `dots`, `axpy_block`, the softmax
+/// and the f16 rounding use SIMD intrinsics (same operations per lane as their portable forms,
+/// so the same bits).
 #[inline(always)]
 fn run_task_body<const SIMD: bool>(
     pool: &KvPool,
@@ -415,9 +416,12 @@ fn prefetch_tile(
     #[cfg(target_arch = "x86_64")]
     if let Some(rows) = rows {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        for line in rows.chunks(32) {
-            // SAFETY: a prefetch of an address inside a live slice; it never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
+        // Every cache line the rows touch, the first and last partly filled ones included.
+        let start = rows.as_ptr() as usize & !63;
+        let end = rows.as_ptr_range().end as usize;
+        for line in (start..end).step_by(64) {
+            // SAFETY: a prefetch is a hint and never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line as *const i8) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -689,7 +693,7 @@ mod exp_consts {
     /// 1.5 * 2^23: added to a float of magnitude below 2^22 it rounds it to an integer (ties to
     /// even) and leaves that integer in the low mantissa bits.
     pub const MAGIC: f32 = 12_582_912.0;
-    /// Below this, e^x is under f32's normal range and `exp_neg` gives 0.
+    /// Below this `exp_neg` gives 0 (e^-87 is near the bottom of f32's normal range).
     pub const FLOOR: f32 = -87.0;
     /// Taylor coefficients of e^r, highest degree first (Horner's order).
     pub const POLY: [f32; 8] = [
@@ -706,7 +710,8 @@ mod exp_consts {
 
 /// `e^x` for `x <= 0` (softmax arguments after the max is taken off) to within a few ulp:
 /// `x = n ln 2 + r` with `|r| <= ln 2 / 2`, `e^r` by its Taylor polynomial to degree 7, `2^n`
-/// through the exponent bits. Inputs below -87 (results under f32's normal range) give 0.
+/// through the exponent bits. Inputs below -87 (results near the bottom of f32's normal range)
+/// give 0.
 /// Written as plain arithmetic so loops over it vectorize inside the AVX2 entry point.
 #[inline(always)]
 pub(crate) fn exp_neg(x: f32) -> f32 {
@@ -820,8 +825,8 @@ fn axpy_block<'v, const N: usize, const SIMD: bool, E: KvElem + 'v>(
     }
 }
 
-/// 256-bit forms of `dots` and `axpy_block`: the same fused multiply-add per lane in the same
-/// order as the portable code, with the accumulators held in registers.
+/// SIMD forms of `dots`, `axpy_block`, `softmax_f16` and `scale_round_f16`: the same operations
+/// per lane in the same order as the portable code, with the accumulators held in registers.
 #[cfg(target_arch = "x86_64")]
 mod simd {
     use std::arch::x86_64::*;
