@@ -65,6 +65,7 @@ pub struct Client {
     model: String,
     endpoint: Endpoint,
     temperature: f32,
+    top_p: Option<f32>,
 }
 
 impl Client {
@@ -77,6 +78,7 @@ impl Client {
             model,
             endpoint: cfg.endpoint,
             temperature: cfg.temperature,
+            top_p: cfg.top_p,
         })
     }
 
@@ -96,6 +98,9 @@ impl Client {
         };
         if let Some(obj) = body.as_object_mut() {
             obj.insert(input.0.to_string(), input.1);
+            if let Some(p) = self.top_p {
+                obj.insert("top_p".to_string(), json!(p));
+            }
         }
         body
     }
@@ -292,6 +297,28 @@ mod tests {
         assert!((o.ttft.expect("ttft") - 0.100).abs() < 1e-9);
         let itl: Vec<u64> = o.itl.iter().map(|s| (s * 1000.0).round() as u64).collect();
         assert_eq!(itl, vec![30, 40]);
+    }
+
+    #[test]
+    fn top_p_is_sent_only_when_set() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: crate::config::BenchArgs,
+        }
+        let client = |argv: &[&str]| {
+            let mut full = vec!["bench"];
+            full.extend_from_slice(argv);
+            let cfg = <Cli as clap::Parser>::try_parse_from(full)
+                .expect("valid argv")
+                .args
+                .validate()
+                .expect("valid config");
+            Client::new(&cfg, "m".into()).expect("client")
+        };
+        let body = client(&["--top-p", "0.9"]).body("hi", 4);
+        assert_eq!(body["top_p"].as_f64().map(|p| p as f32), Some(0.9));
+        assert!(client(&[]).body("hi", 4).get("top_p").is_none());
     }
 
     #[test]

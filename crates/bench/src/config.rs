@@ -126,6 +126,9 @@ pub struct BenchArgs {
     /// Sampling temperature sent with every request.
     #[arg(long, value_name = "T", default_value_t = 0.0)]
     pub temperature: f32,
+    /// Nucleus sampling: `top_p` sent with every request (not sent when absent).
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
     /// Per-request timeout in seconds (connection to last byte).
     #[arg(long, value_name = "SECS", default_value_t = 600.0)]
     pub timeout: f64,
@@ -166,6 +169,7 @@ pub struct BenchConfig {
     pub arrival: Arrival,
     pub long_prompts: Option<LongPrompts>,
     pub temperature: f32,
+    pub top_p: Option<f32>,
     pub timeout: Duration,
     /// Unmeasured requests sent one at a time before the run.
     pub warmup: u32,
@@ -234,6 +238,11 @@ impl BenchArgs {
                 self.temperature,
             ));
         }
+        if let Some(p) = self.top_p {
+            if !(p.is_finite() && p > 0.0 && p <= 1.0) {
+                return Err(out_of_range("top-p", "in (0, 1]", p));
+            }
+        }
         let duration = self
             .duration
             .map(|d| positive_seconds("duration", d))
@@ -271,6 +280,7 @@ impl BenchArgs {
             arrival: self.arrival,
             long_prompts,
             temperature: self.temperature,
+            top_p: self.top_p,
             timeout: positive_seconds("timeout", self.timeout)?,
             warmup: self.warmup,
         })
@@ -375,6 +385,8 @@ mod tests {
             (&["--duration=-1"], "duration"),
             (&["--long-prompt-every", "0"], "long-prompt-every"),
             (&["--timeout", "NaN"], "timeout"),
+            (&["--top-p", "0"], "top-p"),
+            (&["--top-p", "1.5"], "top-p"),
         ];
         for (argv, flag) in cases {
             match parse(argv).validate() {

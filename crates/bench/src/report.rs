@@ -34,6 +34,8 @@ pub struct ConfigEcho {
     pub arrival: String,
     pub duration_s: Option<f64>,
     pub temperature: f32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f32>,
     pub warmup_requests: u32,
     pub long_prompts: Option<LongPrompts>,
 }
@@ -239,6 +241,7 @@ fn echo(cfg: &BenchConfig, model: &str) -> ConfigEcho {
         arrival: cfg.arrival.to_string(),
         duration_s: cfg.duration.map(|d| d.as_secs_f64()),
         temperature: cfg.temperature,
+        top_p: cfg.top_p,
         warmup_requests: cfg.warmup,
         long_prompts: cfg.long_prompts,
     }
