@@ -462,3 +462,21 @@ pub(crate) fn run(threads: &Threads, jobs: &[PackedJob], isa: Isa) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_offset_sums_follow_each_formats_offset() {
+        // `ActQ8_0::neg_offset_sums` is indexed 0, 1, 2 for Q8_0, Q5_0, Q4_0 by the kernels.
+        let a = ActQ8_0::new(0.5, [3; QK8_0], -77);
+        for (i, f) in [Format::Q8_0, Format::Q5_0, Format::Q4_0]
+            .into_iter()
+            .enumerate()
+        {
+            let off = offset(f).expect("a legacy format has an offset");
+            assert_eq!(a.neg_offset_sums[i], -off * a.sum, "{f:?}");
+        }
+    }
+}

@@ -51,7 +51,24 @@ pub struct ActQ8_0 {
     pub d: f32,
     /// Sum of `qs`, used to apply the weight offset once per block.
     pub sum: i32,
+    /// `-offset * sum` for the packed kernels' unsigned weights (offsets 128, 16 and 8 for
+    /// Q8_0, Q5_0 and Q4_0, in that order), so they broadcast it from memory instead of
+    /// computing and moving it into a vector register for every block and row (Q8_0
+    /// 262144x640 at m = 16: 9.6 -> 9.0 ms).
+    pub neg_offset_sums: [i32; 3],
     pub qs: [i8; QK8_0],
+}
+
+impl ActQ8_0 {
+    /// The block of quants `qs` with scale `d`: their sum and its offset multiples.
+    pub fn new(d: f32, qs: [i8; QK8_0], sum: i32) -> ActQ8_0 {
+        ActQ8_0 {
+            d,
+            sum,
+            neg_offset_sums: [-128 * sum, -16 * sum, -8 * sum],
+            qs,
+        }
+    }
 }
 
 /// Two consecutive activation blocks laid out for 512-bit kernels: 64 contiguous quants stored
@@ -82,7 +99,7 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 const _: () = assert!(std::mem::size_of::<ActQ8_0x2>() == 128);
 const _: () = assert!(std::mem::size_of::<BlockQ4_0>() == 18);
 const _: () = assert!(std::mem::size_of::<BlockQ5_0>() == 22);
-const _: () = assert!(std::mem::size_of::<ActQ8_0>() == 40);
+const _: () = assert!(std::mem::size_of::<ActQ8_0>() == 52);
 
 // SAFETY: repr(C) structs of byte arrays: alignment 1, no padding, any bit pattern valid.
 unsafe impl PodBlock for BlockQ8_0 {}
@@ -143,11 +160,7 @@ pub(crate) fn quantize_act_q8_0_scalar(x: &[f32], out: &mut [ActQ8_0]) {
     for (chunk, block) in x.chunks_exact(QK8_0).zip(out.iter_mut()) {
         let (d, qs) = quantize_block_q8_0(chunk);
         let sum = qs.iter().map(|&q| i32::from(q)).sum();
-        *block = ActQ8_0 {
-            d: f16_to_f32(d),
-            sum,
-            qs,
-        };
+        *block = ActQ8_0::new(f16_to_f32(d), qs, sum);
     }
 }
 

@@ -215,11 +215,7 @@ pub(crate) unsafe fn quantize_act_q8_0(x: &[f32], out: &mut [crate::quant::ActQ8
                 _mm256_add_epi32(q[0], q[1]),
                 _mm256_add_epi32(q[2], q[3]),
             ));
-            *block = ActQ8_0 {
-                d: f16_to_f32(f32_to_f16(d)),
-                sum,
-                qs: pack_i8(q),
-            };
+            *block = ActQ8_0::new(f16_to_f32(f32_to_f16(d)), pack_i8(q), sum);
         }
     }
 }

@@ -25,8 +25,8 @@ use super::legacy::high_bits_x16;
 use super::{drive_passes, prefetch_record, Pass, Q4, Q5, Q8};
 use crate::dtype::Format;
 use crate::packed::{
-    offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
-    Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
+    record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES, Q6K_PAIRS,
+    Q6K_QUANTS, Q6K_SCALES,
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
 
@@ -100,7 +100,6 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
         _ => Format::Q4_0,
     };
     let rec = record_bytes(format);
-    let off = offset(format).unwrap_or(0);
     let blocks = job.blocks;
     let PackedActs::Q8_0(all) = job.acts else {
         unreachable!("legacy packed kernel with Q8_K activations")
@@ -121,7 +120,11 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
                 let xs: [&ActQ8_0; N] = std::array::from_fn(|j| &*acts[j].add(b));
                 // Q8_0 multiplies signed quants; the 4/5-bit formats take the offset off here.
                 let mut isum: [__m256i; N] = std::array::from_fn(|j| {
-                    _mm256_set1_epi32(if F == Q8 { 0 } else { -off * xs[j].sum })
+                    _mm256_set1_epi32(if F == Q8 {
+                        0
+                    } else {
+                        xs[j].neg_offset_sums[usize::from(F)]
+                    })
                 });
                 let q = r.add(32);
                 if F == Q8 {

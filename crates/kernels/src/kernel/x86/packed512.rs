@@ -127,7 +127,9 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
             let w = unpack::<F>(r.add(32));
             for j in 0..N {
                 let x = &*acts[j].add(b);
-                let corr = _mm512_set1_epi32(-off * x.sum);
+                // `-off * x.sum`, stored with the block (`Q8`, `Q5`, `Q4` are its indices).
+                debug_assert_eq!(x.neg_offset_sums[usize::from(F)], -off * x.sum);
+                let corr = _mm512_set1_epi32(x.neg_offset_sums[usize::from(F)]);
                 let isum = dot_chunks(corr, &w, x.qs.as_ptr().cast::<i32>());
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d));
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
