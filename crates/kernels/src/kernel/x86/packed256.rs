@@ -287,15 +287,15 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                 }
                 let d = half_scales(r, h);
                 for j in 0..N {
-                    let bs = &xs[j].bsums;
+                    // bsums 2k and 2k + 1 as one i32 (little-endian i16 pair).
+                    let pairs = xs[j].bsums.as_ptr().cast::<i32>();
                     let mut corr = _mm256_setzero_si256();
                     for k in 0..8 {
-                        let pair =
-                            (bs[2 * k] as u16 as u32) | ((bs[2 * k + 1] as u16 as u32) << 16);
+                        let pair = std::ptr::read_unaligned(pairs.add(k));
                         let scales = _mm256_loadu_si256(r.add(Q6K_PAIRS + 64 * k + 32 * h).cast());
                         corr = _mm256_add_epi32(
                             corr,
-                            _mm256_madd_epi16(scales, _mm256_set1_epi32(pair as i32)),
+                            _mm256_madd_epi16(scales, _mm256_set1_epi32(pair)),
                         );
                     }
                     let total = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(corr));

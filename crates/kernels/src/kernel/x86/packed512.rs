@@ -233,14 +233,14 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
             }
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
             for j in 0..N {
-                let bs = &xs[j].bsums;
+                // bsums 2k and 2k + 1 as one i32 (little-endian i16 pair), broadcast from memory.
+                let pairs = xs[j].bsums.as_ptr().cast::<i32>();
                 let mut corr = _mm512_setzero_si512();
                 for k in 0..8 {
-                    let pair = (bs[2 * k] as u16 as u32) | ((bs[2 * k + 1] as u16 as u32) << 16);
                     corr = _mm512_dpwssd_epi32(
                         corr,
                         _mm512_loadu_si512(r.add(Q6K_PAIRS + 64 * k).cast()),
-                        _mm512_set1_epi32(pair as i32),
+                        _mm512_set1_epi32(std::ptr::read_unaligned(pairs.add(k))),
                     );
                 }
                 let total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32::<5>(corr));
