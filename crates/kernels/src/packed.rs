@@ -41,8 +41,8 @@ use crate::hugebuf::HugeBuf;
 use crate::kernel::Isa;
 use crate::quant::kquants::{k4_scales_mins, q4_k_quants, q6_k_quants};
 use crate::quant::{
-    self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, ActQ8_0, BlockQ4K, BlockQ4_0,
-    BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
+    self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, legacy::PACKED_OFFSETS, ActQ8_0,
+    BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
 };
 use crate::threads::Threads;
 
@@ -76,9 +76,9 @@ impl PackedBytes {
 /// Quant offset of a packable format (`q = u - offset`).
 pub(crate) fn offset(format: Format) -> Option<i32> {
     match format {
-        Format::Q8_0 => Some(128),
-        Format::Q5_0 => Some(16),
-        Format::Q4_0 => Some(8),
+        Format::Q8_0 => Some(PACKED_OFFSETS[0]),
+        Format::Q5_0 => Some(PACKED_OFFSETS[1]),
+        Format::Q4_0 => Some(PACKED_OFFSETS[2]),
         _ => None,
     }
 }

@@ -51,13 +51,16 @@ pub struct ActQ8_0 {
     pub d: f32,
     /// Sum of `qs`, used to apply the weight offset once per block.
     pub sum: i32,
-    /// `-offset * sum` for the packed kernels' unsigned weights (offsets 128, 16 and 8 for
-    /// Q8_0, Q5_0 and Q4_0, in that order), so they broadcast it from memory instead of
-    /// computing and moving it into a vector register for every block and row (Q8_0
-    /// 262144x640 at m = 16: 9.6 -> 9.0 ms).
+    /// `-offset * sum` for each of [`PACKED_OFFSETS`], so the packed kernels broadcast it from
+    /// memory instead of computing and moving it into a vector register for every block and
+    /// row (Q8_0 262144x640 at m = 16: 9.6 -> 9.0 ms).
     pub neg_offset_sums: [i32; 3],
     pub qs: [i8; QK8_0],
 }
+
+/// The quant offsets of the packed legacy formats Q8_0, Q5_0 and Q4_0, in that order: their
+/// weights are stored unsigned, `u = q + offset`.
+pub(crate) const PACKED_OFFSETS: [i32; 3] = [128, 16, 8];
 
 impl ActQ8_0 {
     /// The block of quants `qs` with scale `d`: their sum and its offset multiples.
@@ -65,7 +68,7 @@ impl ActQ8_0 {
         ActQ8_0 {
             d,
             sum,
-            neg_offset_sums: [-128 * sum, -16 * sum, -8 * sum],
+            neg_offset_sums: PACKED_OFFSETS.map(|o| -o * sum),
             qs,
         }
     }

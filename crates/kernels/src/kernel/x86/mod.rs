@@ -37,7 +37,7 @@ pub(crate) mod ops;
 const Q8: u8 = 0;
 const Q5: u8 = 1;
 const Q4: u8 = 2;
-// They index `ActQ8_0::neg_offset_sums` (tested against `packed::offset` in `packed`).
+// They index `ActQ8_0::neg_offset_sums` and `quant::legacy::PACKED_OFFSETS`.
 const _: () = assert!(Q8 == 0 && Q5 == 1 && Q4 == 2);
 
 /// Asks for the record `ahead` records after `r` (of `rec` bytes) to be brought into L2 while
