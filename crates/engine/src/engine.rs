@@ -65,6 +65,26 @@ impl Model for model::Transformer {
 /// A token drawn for a sequence and its logprobs, if asked for.
 type Drawn = (u32, Option<TokenLogprob>);
 
+/// Draws the next token from `row` and, when `top` asks for them, its logprobs with the `top`
+/// most likely alternatives.
+fn draw(
+    sampler: &mut model::Sampler,
+    row: &[f32],
+    top: Option<usize>,
+    scratch: &mut model::SampleScratch,
+) -> Drawn {
+    let token = sampler.sample(row, scratch);
+    let logprob = top.map(|n| {
+        let (logprob, top) = model::sampler::logprobs(row, token, n);
+        TokenLogprob {
+            token,
+            logprob,
+            top,
+        }
+    });
+    (token, logprob)
+}
+
 /// A sequence's sampler handed to the pool's threads for one step's draws.
 struct SamplerPtr(*mut model::Sampler);
 // SAFETY: each pointer is dereferenced by exactly one job while the engine waits in
@@ -612,21 +632,12 @@ impl<M: Model> Engine<M> {
                 let Some((_, sampler, range, top)) = jobs.get(i) else {
                     break;
                 };
-                let row = &logits[range.clone()];
                 // SAFETY: each job's sampler belongs to a different request (only the chunk
                 // that completes a sequence's tokens draws), each job index is claimed once,
                 // and `self.reqs` is not touched until `run` returns.
                 let sampler = unsafe { &mut *sampler.0 };
-                let token = sampler.sample(row, &mut s);
-                let logprob = top.map(|n| {
-                    let (lp, top) = model::sampler::logprobs(row, token, n);
-                    TokenLogprob {
-                        token,
-                        logprob: lp,
-                        top,
-                    }
-                });
-                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some((token, logprob));
+                let drawn = draw(sampler, &logits[range.clone()], *top, &mut s);
+                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(drawn);
             }
         });
         for ((ci, ..), r) in jobs.iter().zip(results) {
@@ -685,18 +696,12 @@ impl<M: Model> Engine<M> {
         }
         let (token, logprob) = match pre {
             Some(d) => d,
-            None => {
-                let token = r.sampler.sample(logits, &mut self.sample_scratch);
-                let logprob = r.req.logprobs.map(|n| {
-                    let (lp, top) = model::sampler::logprobs(logits, token, n);
-                    TokenLogprob {
-                        token,
-                        logprob: lp,
-                        top,
-                    }
-                });
-                (token, logprob)
-            }
+            None => draw(
+                &mut r.sampler,
+                logits,
+                r.req.logprobs,
+                &mut self.sample_scratch,
+            ),
         };
         r.sampler.accept(token);
         self.sched.commit(id, computed, Some(token));
