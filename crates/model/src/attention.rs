@@ -1013,7 +1013,9 @@ mod simd {
                 }
                 i += 8;
             }
-            // Each pair's lanes summed in order, eight pairs at a time (`lane_sums8`).
+            // Each pair's lanes summed in order, eight pairs at a time (`lane_sums8`), into room
+            // for the 16 pairs of the largest block (`dots4`).
+            const { assert!(H * K <= 16, "dots_block: more pairs than lane-sum room") };
             let pairs = acc.as_flattened();
             let mut sums = [[0.0f32; 8]; 2];
             for (g, dst) in sums.iter_mut().enumerate().take((H * K).div_ceil(8)) {
