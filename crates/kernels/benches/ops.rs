@@ -29,6 +29,9 @@ fn ops(c: &mut Criterion) {
                 }
             })
         });
+        g.bench_function(BenchmarkId::new("rms_norm_rows", 640), |b| {
+            b.iter(|| kernels::rms_norm_rows(&hidden, &w, 1e-6, &mut out))
+        });
         let ffn = data(rows * 2048, 3);
         let other = data(rows * 2048, 4);
         g.throughput(Throughput::Elements((rows * 2048) as u64));

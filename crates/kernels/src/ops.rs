@@ -40,9 +40,91 @@ pub fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
 
 /// `1 / sqrt(mean(x^2) + eps)`, the squares summed in f64 as ggml does.
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
-    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
-    let mean = (sum / x.len().max(1) as f64) as f32;
+    scale_of(square_sums::<1>(x, x.len())[0], x.len(), eps)
+}
+
+fn scale_of(sum: f64, d: usize, eps: f32) -> f32 {
+    let mean = (sum / d.max(1) as f64) as f32;
     1.0 / (mean + eps).sqrt()
+}
+
+/// The f64 sums of squares of the `R` rows of `d` values at the start of `x`, each in element
+/// order as one row alone is summed. A row's sum is a chain of dependent additions; taking rows
+/// side by side lets `R` chains overlap, with the same bits.
+#[inline(always)]
+fn square_sums<const R: usize>(x: &[f32], d: usize) -> [f64; R] {
+    let rows: [&[f32]; R] = std::array::from_fn(|j| &x[j * d..(j + 1) * d]);
+    let mut acc = [0.0f64; R];
+    for i in 0..d {
+        for (a, row) in acc.iter_mut().zip(&rows) {
+            let v = row[i];
+            *a += f64::from(v * v);
+        }
+    }
+    acc
+}
+
+/// Rows whose sums [`rms_norm_rows`] runs side by side.
+const ROWS_AT_ONCE: usize = 8;
+
+/// The scales of the (at most `ROWS_AT_ONCE`) `d`-value rows of `x`, as [`rms_norm`] computes
+/// them, into the start of `scales`.
+fn group_scales(x: &[f32], d: usize, eps: f32, scales: &mut [f32; ROWS_AT_ONCE]) {
+    let n = x.len() / d;
+    let mut r = 0;
+    if n == ROWS_AT_ONCE {
+        let sums = square_sums::<ROWS_AT_ONCE>(x, d);
+        for (s, sum) in scales.iter_mut().zip(sums) {
+            *s = scale_of(sum, d, eps);
+        }
+        r = n;
+    }
+    while r + 2 <= n {
+        let sums = square_sums::<2>(&x[r * d..], d);
+        scales[r] = scale_of(sums[0], d, eps);
+        scales[r + 1] = scale_of(sums[1], d, eps);
+        r += 2;
+    }
+    if r < n {
+        scales[r] = rms_scale(&x[r * d..(r + 1) * d], eps);
+    }
+}
+
+/// [`rms_norm`] of each `weight.len()`-value row of `x` into the same row of `out`: the same
+/// bits as row by row, with the sums of squares of eight rows run side by side.
+pub fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let d = weight.len();
+    assert!(
+        d > 0 && x.len().is_multiple_of(d) && out.len() == x.len(),
+        "rms_norm_rows: shapes"
+    );
+    let mut scales = [0.0f32; ROWS_AT_ONCE];
+    for (xg, og) in x
+        .chunks(ROWS_AT_ONCE * d)
+        .zip(out.chunks_mut(ROWS_AT_ONCE * d))
+    {
+        group_scales(xg, d, eps, &mut scales);
+        for ((xr, or), &scale) in xg.chunks_exact(d).zip(og.chunks_exact_mut(d)).zip(&scales) {
+            for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
+                *o = (v * scale) * w;
+            }
+        }
+    }
+}
+
+/// [`rms_norm_rows`] of `x` into itself (the same bits).
+pub fn rms_norm_rows_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    let d = weight.len();
+    assert!(d > 0 && x.len().is_multiple_of(d), "rms_norm_rows: shapes");
+    let mut scales = [0.0f32; ROWS_AT_ONCE];
+    for g in x.chunks_mut(ROWS_AT_ONCE * d) {
+        group_scales(g, d, eps, &mut scales);
+        for (row, &scale) in g.chunks_exact_mut(d).zip(&scales) {
+            for (v, &w) in row.iter_mut().zip(weight) {
+                *v = (*v * scale) * w;
+            }
+        }
+    }
 }
 
 /// In-place softmax; an empty slice is left alone, `-inf` entries become 0.
@@ -194,5 +276,30 @@ pub fn axpy_f16(a: f32, x: &[u16], y: &mut [f32]) {
     }
     for (o, &h) in y.iter_mut().zip(x) {
         *o += a * half::f16::from_bits(h).to_f32();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn side_by_side_square_sums_keep_each_rows_order() {
+        // Each row starts with 1e8, whose square 1e16 leaves no room in f64 for the ones after
+        // it one by one; summed the other way the ones add up first.
+        let d = 40;
+        let x: Vec<f32> = (0..8 * d)
+            .map(|i| if i % d == 0 { 1e8 } else { 1.0 })
+            .collect();
+        let sums = square_sums::<8>(&x, d);
+        for (j, &sum) in sums.iter().enumerate() {
+            let row = &x[j * d..(j + 1) * d];
+            let in_order = row.iter().fold(0.0f64, |a, &v| a + f64::from(v * v));
+            let reversed = row.iter().rev().fold(0.0f64, |a, &v| a + f64::from(v * v));
+            assert_eq!(sum.to_bits(), in_order.to_bits(), "row {j}");
+            // The data can tell the orders apart, so the check above means something.
+            assert_ne!(in_order.to_bits(), reversed.to_bits(), "row {j}");
+        }
+        assert_eq!(square_sums::<2>(&x, d), [sums[0], sums[1]]);
     }
 }

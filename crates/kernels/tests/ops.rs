@@ -24,6 +24,59 @@ fn rms_norm_scales_to_unit_rms_then_applies_weight() {
 }
 
 #[test]
+fn rows_give_the_bits_of_row_by_row_for_every_group_shape() {
+    // Squares spanning many binades, so a different summation order would round differently.
+    let mut rng = Rng::new(5);
+    let d = 96;
+    let w: Vec<f32> = (0..d).map(|_| 1.0 + rng.unit()).collect();
+    for n in 1..=19 {
+        let x: Vec<f32> = (0..n * d)
+            .map(|i| rng.unit() * 10f32.powi((i % 13) as i32 - 6))
+            .collect();
+        let mut want = vec![0.0; n * d];
+        for (xr, or) in x.chunks_exact(d).zip(want.chunks_exact_mut(d)) {
+            rms_norm(xr, &w, 1e-6, or);
+        }
+        let mut got = vec![0.0; n * d];
+        rms_norm_rows(&x, &w, 1e-6, &mut got);
+        let mut inplace = x.clone();
+        rms_norm_rows_in_place(&mut inplace, &w, 1e-6);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "{n} rows");
+        assert_eq!(bits(&inplace), bits(&want), "{n} rows in place");
+    }
+}
+
+#[test]
+fn in_place_gives_the_bits_of_the_copy() {
+    let w: Vec<f32> = (0..8).map(|i| 0.5 + i as f32 / 7.0).collect();
+    let x: Vec<f32> = (0..24)
+        .map(|i| ((i * 37) % 11) as f32 / 3.0 - 1.7)
+        .collect();
+    let mut out = vec![0.0; 24];
+    rms_norm_rows(&x, &w, 1e-6, &mut out);
+    let mut y = x.clone();
+    rms_norm_rows_in_place(&mut y, &w, 1e-6);
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&y), bits(&out));
+    assert_ne!(bits(&y), bits(&x));
+}
+
+#[test]
+fn each_row_is_normalized_on_its_own() {
+    let w = [1.0f32; 2];
+    let mut out = [0.0; 4];
+    rms_norm_rows(&[3.0, 4.0, 100.0, 0.0], &w, 0.0, &mut out);
+    // rms(3, 4) = sqrt(12.5); rms(100, 0) = sqrt(5000).
+    let r0 = 12.5f32.sqrt();
+    let r1 = 5000.0f32.sqrt();
+    let want = [3.0 / r0, 4.0 / r0, 100.0 / r1, 0.0];
+    for (o, e) in out.iter().zip(want) {
+        assert!((o - e).abs() < 1e-6, "{out:?}");
+    }
+}
+
+#[test]
 fn softmax_is_a_distribution_that_preserves_order_and_ignores_neg_infinity() {
     let mut x = vec![1.0f32, 3.0, 2.0, f32::NEG_INFINITY, 50.0, -50.0];
     softmax(&mut x);

@@ -53,15 +53,15 @@ fn filled(seqs: usize, len: usize) -> (KvPool, Vec<Vec<TileId>>) {
     (pool, tables)
 }
 
-/// One decode query per sequence, at the last position of its 512 tokens.
-fn decode_chunks(tables: &[Vec<TileId>]) -> Vec<ChunkAttention<'_>> {
+/// One decode query per sequence, at the last position of its `len` tokens.
+fn decode_chunks(tables: &[Vec<TileId>], len: usize) -> Vec<ChunkAttention<'_>> {
     tables
         .iter()
         .enumerate()
         .map(|(i, t)| ChunkAttention {
             tiles: t,
             in_group: 0,
-            start_pos: 511,
+            start_pos: len - 1,
             first_row: i,
             len: 1,
             window: None,
@@ -81,7 +81,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("attention");
 
     let (pool, tables) = filled(16, 512);
-    let chunks = decode_chunks(&tables);
+    let chunks = decode_chunks(&tables, 512);
     let q = values(16 * 4 * HD, 1);
     let mut out = vec![0f32; q.len()];
     g.throughput(Throughput::Elements(16 * 512));
@@ -89,21 +89,24 @@ fn bench(c: &mut Criterion) {
         b.iter(|| attend_all(&threads, &pool, &chunks, heads, &q, &mut out, &mut scratch))
     });
 
-    // The same per layer, but 18 layers' worth of K/V (144 MB) visited in turn, so each call
-    // reads its K/V from memory as a model's step does rather than from a warm cache.
-    let layers: Vec<(KvPool, Vec<Vec<TileId>>)> = (0..18).map(|_| filled(16, 512)).collect();
-    let layer_chunks: Vec<Vec<ChunkAttention>> = layers
-        .iter()
-        .map(|(_, tables)| decode_chunks(tables))
-        .collect();
-    g.throughput(Throughput::Elements(18 * 16 * 512));
-    g.bench_function("decode_16x512_18_layers", |b| {
-        b.iter(|| {
-            for ((pool, _), chunks) in layers.iter().zip(&layer_chunks) {
-                attend_all(&threads, pool, chunks, heads, &q, &mut out, &mut scratch)
-            }
-        })
-    });
+    // The same per layer, but 18 layers' worth of K/V (144 MB at 512 tokens) visited in turn,
+    // so each call reads its K/V from memory as a model's step does rather than from a warm
+    // cache; and at 128 tokens, where each sequence's few tiles make starting a task costly.
+    for len in [512, 128] {
+        let layers: Vec<(KvPool, Vec<Vec<TileId>>)> = (0..18).map(|_| filled(16, len)).collect();
+        let layer_chunks: Vec<Vec<ChunkAttention>> = layers
+            .iter()
+            .map(|(_, tables)| decode_chunks(tables, len))
+            .collect();
+        g.throughput(Throughput::Elements(18 * 16 * len as u64));
+        g.bench_function(format!("decode_16x{len}_18_layers"), |b| {
+            b.iter(|| {
+                for ((pool, _), chunks) in layers.iter().zip(&layer_chunks) {
+                    attend_all(&threads, pool, chunks, heads, &q, &mut out, &mut scratch)
+                }
+            })
+        });
+    }
 
     let (pool, tables) = filled(1, 1024);
     let chunk = [ChunkAttention {

@@ -19,9 +19,9 @@ use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::batch::{Batch, LogitsWanted};
 use crate::config::{Activation, ModelConfig, RopeStyle};
 use crate::kv::{KvLayout, KvPool, TileId};
-use crate::ops::{rms_norm_rows, rms_norm_rows_in_place};
 use crate::weights::{Matrix, ModelWeights};
 use crate::ModelError;
+use kernels::{rms_norm_rows, rms_norm_rows_in_place};
 
 /// Activations of one forward pass, reused across passes.
 #[derive(Default)]

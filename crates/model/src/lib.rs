@@ -10,7 +10,6 @@ pub mod config;
 pub mod eval;
 pub mod forward;
 pub mod kv;
-pub mod ops;
 pub mod sampler;
 pub mod session;
 #[doc(hidden)]
