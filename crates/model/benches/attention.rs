@@ -80,14 +80,16 @@ fn bench(c: &mut Criterion) {
     let mut scratch: Vec<Mutex<AttnScratch>> = Vec::new();
     let mut g = c.benchmark_group("attention");
 
-    let (pool, tables) = filled(16, 512);
-    let chunks = decode_chunks(&tables, 512);
     let q = values(16 * 4 * HD, 1);
     let mut out = vec![0f32; q.len()];
-    g.throughput(Throughput::Elements(16 * 512));
-    g.bench_function("decode_16x512", |b| {
-        b.iter(|| attend_all(&threads, &pool, &chunks, heads, &q, &mut out, &mut scratch))
-    });
+    for len in [512, 128] {
+        let (pool, tables) = filled(16, len);
+        let chunks = decode_chunks(&tables, len);
+        g.throughput(Throughput::Elements(16 * len as u64));
+        g.bench_function(format!("decode_16x{len}"), |b| {
+            b.iter(|| attend_all(&threads, &pool, &chunks, heads, &q, &mut out, &mut scratch))
+        });
+    }
 
     // The same per layer, but 18 layers' worth of K/V (144 MB at 512 tokens) visited in turn,
     // so each call reads its K/V from memory as a model's step does rather than from a warm

@@ -18,6 +18,7 @@
 //! Visibility: a query at position p sees key positions `lo(p)..=p`, where `lo(p) = 0` on a
 //! global layer and `p + 1 - window` on a sliding-window layer (llama.cpp's "standard" SWA).
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -287,8 +288,15 @@ fn run_task_body<const SIMD: bool>(
     // tile once and reuse it (`tile_rows`).
     let direct = SIMD && nq <= DIRECT_F16_QUERIES;
 
-    // Pass 1: scores, tile by tile (`scores_tile`).
+    // Pass 1: scores, tile by tile (`scores_tile`). A decode reads each K/V row once, from
+    // memory: while a tile is computed, the next one (after the last K tile, the first V tile) is
+    // asked for a share at a time (`Ahead`).
     let tiles = base / ts..=last_pos / ts;
+    let last = last_pos / ts;
+    let ahead = |side, ti| match direct {
+        true => Ahead::of(f16_rows(pool, side, c, ti, last_pos, base)),
+        false => Ahead::none(),
+    };
     for ti in tiles.clone() {
         let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
             continue;
@@ -297,18 +305,16 @@ fn run_task_body<const SIMD: bool>(
             start: tile_start,
             ..shape
         };
-        if direct {
-            // The next K tile, or after the last one the first V tile.
-            match ti < last_pos / ts {
-                true => prefetch_tile(pool, Side::K, c, ti + 1, last_pos, base),
-                false => prefetch_tile(pool, Side::V, c, base / ts, last_pos, base),
-            }
-        }
+        let next = match ti < last {
+            true => ahead(Side::K, ti + 1),
+            false => ahead(Side::V, base / ts),
+        };
         let rows = tile_rows(pool, Side::K, c, ti, n_slots, direct, &mut s.k);
         match rows {
-            TileRows::F16(k) => scores_tile::<SIMD, u16>(&tile, k, &s.m, &mut s.scores, &lo),
-            TileRows::F32(k) => scores_tile::<SIMD, f32>(&tile, k, &s.m, &mut s.scores, &lo),
+            TileRows::F16(k) => scores_tile::<SIMD, u16>(&tile, k, &s.m, &mut s.scores, &lo, &next),
+            TileRows::F32(k) => scores_tile::<SIMD, f32>(&tile, k, &s.m, &mut s.scores, &lo, &next),
         }
+        next.upto(1, 1);
     }
 
     // Pass 2: softmax over each query's visible keys (sum in f64, as ggml), probabilities
@@ -331,14 +337,20 @@ fn run_task_body<const SIMD: bool>(
             start: tile_start,
             ..shape
         };
-        if direct && ti < last_pos / ts {
-            prefetch_tile(pool, Side::V, c, ti + 1, last_pos, base);
-        }
+        let next = match ti < last {
+            true => ahead(Side::V, ti + 1),
+            false => Ahead::none(),
+        };
         let rows = tile_rows(pool, Side::V, c, ti, n_slots, direct, &mut s.v);
         match rows {
-            TileRows::F16(v) => values_tile::<SIMD, u16>(&tile, v, &s.scores, &mut s.acc, &lo),
-            TileRows::F32(v) => values_tile::<SIMD, f32>(&tile, v, &s.scores, &mut s.acc, &lo),
+            TileRows::F16(v) => {
+                values_tile::<SIMD, u16>(&tile, v, &s.scores, &mut s.acc, &lo, &next)
+            }
+            TileRows::F32(v) => {
+                values_tile::<SIMD, f32>(&tile, v, &s.scores, &mut s.acc, &lo, &next)
+            }
         }
+        next.upto(1, 1);
     }
     for t in 0..nq {
         let row = c.first_row + task.t0 + t;
@@ -390,42 +402,79 @@ fn tile_rows<'a>(
     TileRows::F32(dst)
 }
 
-/// Asks for tile `ti`'s f16 K or V rows, into L2, while the tile before it is computed. A
-/// decode reads each row once from memory (a step's K/V is far larger than the caches), and the
-/// hardware prefetchers alone left it streaming at ~5 GB/s per thread: criterion
-/// `decode_16x512_18_layers` 14.1 -> 7.8-8.6 ms. Into L1 gained less (12.3-13.0 ms); two tiles
-/// ahead no more (8.9-9.1 ms).
-#[inline(always)]
-fn prefetch_tile(
-    pool: &KvPool,
+/// Tile `ti`'s visible K or V rows as f16 bits, if the pool stores f16 and a query sees them.
+fn f16_rows<'a>(
+    pool: &'a KvPool,
     side: Side,
     c: &ChunkAttention,
     ti: usize,
     last_pos: usize,
     base: usize,
-) {
-    let ts = pool.layout().tile_size;
-    let Some((_, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
-        return;
-    };
+) -> Option<&'a [u16]> {
+    let (_, n_slots) = visible_tile(c, ti, pool.layout().tile_size, last_pos, base)?;
     let (tile, g) = (c.tiles[ti], c.in_group);
-    let rows = match side {
+    match side {
         Side::K => pool.keys_f16(tile, g, n_slots),
         Side::V => pool.values_f16(tile, g, n_slots),
-    };
-    #[cfg(target_arch = "x86_64")]
-    if let Some(rows) = rows {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        // Every cache line the rows touch, the first and last partly filled ones included.
-        let start = rows.as_ptr() as usize & !63;
-        let end = rows.as_ptr_range().end as usize;
-        for line in (start..end).step_by(64) {
-            // SAFETY: a prefetch is a hint and never faults, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(line as *const i8) };
+    }
+}
+
+/// The cache lines of the next tile's f16 rows, asked for into L2 a share at a time as the
+/// loops over the current tile progress (`upto`). A decode reads its K/V from memory, and the
+/// hardware prefetchers alone left it streaming at ~5 GB/s per thread; a whole tile's
+/// prefetches issued at once stall the loads behind them. Criterion `attention/decode_16x512_18_layers`
+/// (cold K/V): 11.2-11.6 ms with the whole next tile asked for at the start of each tile,
+/// 5.8-6.4 ms spread; `decode_16x128_18_layers` 2.4-2.8 -> 1.6-1.9 ms. Into L1 gained less,
+/// and asking for every tile of the task up front was worse (12.2-12.6 ms).
+struct Ahead {
+    /// First line's address and the end of the rows (0, 0 when there is nothing to fetch).
+    start: usize,
+    end: usize,
+    /// The next line not yet asked for.
+    next: Cell<usize>,
+}
+
+impl Ahead {
+    /// Nothing to ask for.
+    fn none() -> Ahead {
+        Ahead {
+            start: 0,
+            end: 0,
+            next: Cell::new(0),
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = rows;
+
+    fn of(rows: Option<&[u16]>) -> Ahead {
+        let Some(r) = rows else {
+            return Ahead::none();
+        };
+        let start = r.as_ptr() as usize & !63;
+        Ahead {
+            start,
+            end: r.as_ptr_range().end as usize,
+            next: Cell::new(start),
+        }
+    }
+
+    /// Asks for the lines of the first `num / den` of the rows not yet asked for (the last,
+    /// partly filled line included when `num == den`).
+    #[inline(always)]
+    fn upto(&self, num: usize, den: usize) {
+        let target = self.start + (self.end - self.start) * num / den.max(1);
+        let mut line = self.next.get();
+        #[cfg(target_arch = "x86_64")]
+        while line < target {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            // SAFETY: a prefetch is a hint and never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line as *const i8) };
+            line += 64;
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            line = line.max(target);
+        }
+        self.next.set(line);
+    }
 }
 
 /// One tile's place in a task: what the per-tile loops need.
@@ -474,6 +523,7 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
     qr: &[f32],
     scores: &mut [f32],
     lo: &impl Fn(usize) -> usize,
+    next: &Ahead,
 ) {
     let n_slots = keys.len() / t.kv_dim;
     let (hd, nh) = (t.hd, t.nh);
@@ -504,6 +554,7 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
                     let ks: [&[E]; simd::KEYS4] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
                     // SAFETY: `four` checked AVX-512 F/VL (`wide_simd`); `SIMD` means
                     // AVX2/FMA/F16C.
+                    next.upto(pos + nk - t.start, n_slots);
                     let d = unsafe { simd::dots4::<E>(qs, ks) };
                     for (j, dj) in d.iter().enumerate() {
                         let row = (qi * nh + hi + j) * t.span + pos - t.base;
@@ -528,6 +579,7 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
             while pos < s_hi {
                 let nk = (s_hi - pos).min(KEYS_PER_BLOCK);
                 let ks: [&[E]; KEYS_PER_BLOCK] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
+                next.upto(pos + nk - t.start, n_slots);
                 let d = dots::<SIMD, E>(qs, ks);
                 for (j, dj) in d.iter().enumerate().take(n_pairs) {
                     let row = (qi * nh + hi + j) * t.span + pos - t.base;
@@ -550,6 +602,7 @@ fn values_tile<const SIMD: bool, E: KvElem>(
     scores: &[f32],
     acc_all: &mut [f32],
     lo: &impl Fn(usize) -> usize,
+    next: &Ahead,
 ) {
     let n_slots = vals.len() / t.kv_dim;
     let (hd, nh, span) = (t.hd, t.nh, t.span);
@@ -578,6 +631,7 @@ fn values_tile<const SIMD: bool, E: KvElem>(
                 hd,
                 base: t.base,
                 positions: s_lo..s_hi,
+                next,
             };
             match n {
                 4 => axpy_block::<4, SIMD, E>(acc, weights, &blk, values),
@@ -758,13 +812,15 @@ fn exp_sum(x: &mut [f32], max: f32) -> f64 {
 }
 
 /// Shapes of one `axpy_block` call.
-struct Block {
+struct Block<'a> {
     /// Distance between the heads' score rows.
     span: usize,
     hd: usize,
     /// Key position of score index 0.
     base: usize,
     positions: std::ops::Range<usize>,
+    /// The next tile's lines, asked for a share per slice of the head's values.
+    next: &'a Ahead,
 }
 
 /// For `N` heads sharing one KV head: `acc[h] += w[h][pos] * v(pos)` over the positions in
@@ -1162,6 +1218,7 @@ mod simd {
                 }
             }
             d += WIDE;
+            b.next.upto(d, hd);
         }
     }
 
@@ -1203,6 +1260,7 @@ mod simd {
                 }
             }
             d += 16;
+            b.next.upto(d, hd);
         }
     }
 }
@@ -1308,6 +1366,7 @@ mod tests {
                 hd,
                 base: 0,
                 positions: 0..n_pos,
+                next: &Ahead::none(),
             };
             let mut acc_simd = row(7, 3 * hd);
             let mut acc_plain = acc_simd.clone();
@@ -1474,6 +1533,27 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn ahead_asks_for_each_line_once_and_the_last_partial_one() {
+        // 200 f16 values from 6 bytes into a line: 400 bytes over 7 lines.
+        let buf = vec![0u16; 300];
+        let at = (64 - (buf.as_ptr() as usize % 64)) % 64 / 2 + 3;
+        let rows = &buf[at..at + 200];
+        let a = Ahead::of(Some(rows));
+        let first = rows.as_ptr() as usize & !63;
+        assert_eq!(a.next.get(), first);
+        a.upto(1, 2);
+        let half = a.next.get();
+        assert!(half > first && half < rows.as_ptr_range().end as usize);
+        a.upto(1, 4);
+        assert_eq!(a.next.get(), half, "a smaller share asks for nothing more");
+        a.upto(1, 1);
+        assert_eq!((a.next.get() - first) / 64, 7);
+        let none = Ahead::none();
+        none.upto(1, 1);
+        assert_eq!(none.next.get(), 0);
     }
 
     #[test]
