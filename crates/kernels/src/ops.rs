@@ -159,7 +159,8 @@ pub fn gelu_tanh_exact(x: &mut [f32]) {
     }
 }
 
-/// ggml's table: GELU of every f16 input, rounded to f16.
+/// ggml's table: GELU of every f16 input, rounded to f16; one padding entry after it, so a
+/// four-byte gather at the last index stays inside.
 fn gelu_table() -> &'static [u16] {
     static TABLE: OnceLock<Vec<u16>> = OnceLock::new();
     TABLE.get_or_init(|| {
@@ -167,6 +168,7 @@ fn gelu_table() -> &'static [u16] {
             .map(|bits| {
                 half::f16::from_f32(gelu_tanh_scalar(half::f16::from_bits(bits).to_f32())).to_bits()
             })
+            .chain([0])
             .collect()
     })
 }
@@ -177,10 +179,15 @@ pub fn gelu_tanh(x: &mut [f32]) {
     let table = gelu_table();
     #[cfg(target_arch = "x86_64")]
     if simd() {
-        // SAFETY: AVX2/FMA/F16C detected; the table has 65536 entries.
+        // SAFETY: AVX2/FMA/F16C detected.
         unsafe { crate::kernel::x86::ops::gelu_table(x, table) };
         return;
     }
+    gelu_with_table(x, table);
+}
+
+/// [`gelu_tanh`]'s element by element form.
+pub(crate) fn gelu_with_table(x: &mut [f32], table: &[u16]) {
     for v in x.iter_mut() {
         *v = if *v <= -10.0 {
             0.0
@@ -301,5 +308,39 @@ mod tests {
             assert_ne!(in_order.to_bits(), reversed.to_bits(), "row {j}");
         }
         assert_eq!(square_sums::<2>(&x, d), [sums[0], sums[1]]);
+    }
+
+    #[test]
+    fn gelu_gives_the_element_by_element_bits_at_the_edges() {
+        let mut x = vec![
+            -10.0,
+            10.0,
+            f32::from_bits((-10.0f32).to_bits() - 1),
+            f32::from_bits(10.0f32.to_bits() - 1),
+            -0.0,
+            0.0,
+            1e-9,
+            -1e-9,
+            65504.0,
+            -65504.0,
+            70000.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            3.25,
+            -2.5,
+            0.1,
+        ];
+        x.extend((0..4000).map(|i| (i as f32 - 2000.0) * 0.00613));
+        let mut want = x.clone();
+        gelu_with_table(&mut want, gelu_table());
+        let mut got = x.clone();
+        gelu_tanh(&mut got);
+        for ((g, w), v) in got.iter().zip(&want).zip(&x) {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "gelu({v}) = {g} against {w}"
+            );
+        }
     }
 }

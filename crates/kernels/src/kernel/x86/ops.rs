@@ -91,45 +91,41 @@ pub(crate) unsafe fn axpy_f16(alpha: f32, x: &[u16], y: &mut [f32]) {
     }
 }
 
-/// ggml-style GELU through an f16 table; see `crate::ops::gelu_tanh`.
+/// ggml-style GELU through an f16 table; see `crate::ops::gelu_tanh`. Eight values at a time:
+/// F16C rounds them to f16 (the table indices), one gather reads the eight entries (four bytes at
+/// each index, the entry in the low half), and two compares pick 0 or the input outside
+/// (-10, 10) as the scalar code's branches do.
 ///
 /// # Safety
-/// AVX2 and F16C must be available; `table.len() == 65536`.
+/// AVX2 and F16C must be available.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn gelu_table(x: &mut [f32], table: &[u16]) {
-    let mut idx = [0u16; 8];
-    let mut res = [0u16; 8];
-    for chunk in x.chunks_mut(8) {
-        let n = chunk.len();
-        let mut vals = [0f32; 8];
-        vals[..n].copy_from_slice(chunk);
-        // SAFETY: 8-element local arrays; unaligned load/store.
-        unsafe {
-            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(vals.as_ptr()));
-            _mm_storeu_si128(idx.as_mut_ptr().cast(), h);
-        }
-        for i in 0..8 {
-            res[i] = table[usize::from(idx[i])];
-        }
-        let mut out = [0f32; 8];
-        // SAFETY: as above.
-        unsafe {
-            _mm256_storeu_ps(
-                out.as_mut_ptr(),
-                _mm256_cvtph_ps(_mm_loadu_si128(res.as_ptr().cast())),
-            )
-        };
-        for i in 0..n {
-            let v = vals[i];
-            chunk[i] = if v <= -10.0 {
-                0.0
-            } else if v >= 10.0 {
-                v
-            } else {
-                out[i]
-            };
+    // A four-byte read at the last index must stay inside the table.
+    assert!(
+        table.len() > 1 << 16,
+        "gelu_table: the table needs a padding entry"
+    );
+    let (chunks, tail) = x.as_chunks_mut::<8>();
+    // SAFETY: each load and store covers one 8-float chunk; gather indices are f16 bits (below
+    // 2^16), so each 4-byte read lies inside the padded table (asserted); AVX2/F16C per the
+    // contract.
+    unsafe {
+        let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
+        let low_half = _mm256_set1_epi32(0xFFFF);
+        for c in chunks {
+            let v = _mm256_loadu_ps(c.as_ptr());
+            let idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v));
+            let g = _mm256_i32gather_epi32::<2>(table.as_ptr().cast(), idx);
+            let g = _mm256_and_si256(g, low_half);
+            let h = _mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256::<1>(g));
+            let looked_up = _mm256_cvtph_ps(h);
+            let above = _mm256_cmp_ps::<_CMP_GE_OQ>(v, hi);
+            let below = _mm256_cmp_ps::<_CMP_LE_OQ>(v, lo);
+            let r = _mm256_andnot_ps(below, _mm256_blendv_ps(looked_up, v, above));
+            _mm256_storeu_ps(c.as_mut_ptr(), r);
         }
     }
+    crate::ops::gelu_with_table(tail, table);
 }
 
 /// `round_half_even(v * s)` of eight values as i32, by the same float operations as the scalar
