@@ -64,6 +64,16 @@ fn square_sums<const R: usize>(x: &[f32], d: usize) -> [f64; R] {
     acc
 }
 
+/// [`square_sums`] of eight rows, in SIMD lanes where the CPU has AVX2 (the same bits).
+fn square_sums8(x: &[f32], d: usize) -> [f64; 8] {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: AVX2 detected; `x` holds eight rows (the callers' groups).
+        return unsafe { crate::kernel::x86::ops::square_sums8(x, d) };
+    }
+    square_sums::<8>(x, d)
+}
+
 /// Rows whose sums [`rms_norm_rows`] runs side by side.
 const ROWS_AT_ONCE: usize = 8;
 
@@ -73,7 +83,7 @@ fn group_scales(x: &[f32], d: usize, eps: f32, scales: &mut [f32; ROWS_AT_ONCE])
     let n = x.len() / d;
     let mut r = 0;
     if n == ROWS_AT_ONCE {
-        let sums = square_sums::<ROWS_AT_ONCE>(x, d);
+        let sums = square_sums8(x, d);
         for (s, sum) in scales.iter_mut().zip(sums) {
             *s = scale_of(sum, d, eps);
         }
@@ -299,6 +309,15 @@ mod tests {
             .map(|i| if i % d == 0 { 1e8 } else { 1.0 })
             .collect();
         let sums = square_sums::<8>(&x, d);
+        assert_eq!(square_sums8(&x, d), sums, "SIMD lanes");
+        // Row lengths with a tail past the eight-element steps, and none at all; values of many
+        // magnitudes.
+        for n in [43, 7, 16] {
+            let y: Vec<f32> = (0..8 * n)
+                .map(|i| ((i * 7919) % 1013) as f32 * 10f32.powi((i % 9) as i32 - 4))
+                .collect();
+            assert_eq!(square_sums8(&y, n), square_sums::<8>(&y, n), "rows of {n}");
+        }
         for (j, &sum) in sums.iter().enumerate() {
             let row = &x[j * d..(j + 1) * d];
             let in_order = row.iter().fold(0.0f64, |a, &v| a + f64::from(v * v));

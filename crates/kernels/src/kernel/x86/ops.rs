@@ -216,6 +216,79 @@ pub(crate) unsafe fn quantize_act_q8_0(x: &[f32], out: &mut [crate::quant::ActQ8
     }
 }
 
+/// `crate::ops::square_sums::<8>` eight lanes wide: lane `j` of the f64 sums is row `j`'s. Eight
+/// elements of each row are loaded and transposed, so that each add takes element `i` of all
+/// eight rows. Per row the same squares (in f32) added in the same order from the same zero:
+/// the same bits, without eight scalar chains.
+///
+/// # Safety
+/// AVX2 must be available; `x` holds eight rows of `d` values.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn square_sums8(x: &[f32], d: usize) -> [f64; 8] {
+    assert!(x.len() >= 8 * d, "square_sums8: shapes");
+    let body = d - d % 8;
+    let mut out = [0.0f64; 8];
+    // SAFETY: loads read x[j * d + i..+8] for j < 8, i + 8 <= body <= d, inside `x` (asserted);
+    // AVX2 per the contract.
+    unsafe {
+        let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let mut i = 0;
+        while i < body {
+            let r: [__m256; 8] = std::array::from_fn(|j| {
+                let v = _mm256_loadu_ps(x.as_ptr().add(j * d + i));
+                _mm256_mul_ps(v, v)
+            });
+            for col in transpose8(r) {
+                lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(col)));
+                hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(col)));
+            }
+            i += 8;
+        }
+        _mm256_storeu_pd(out.as_mut_ptr(), lo);
+        _mm256_storeu_pd(out.as_mut_ptr().add(4), hi);
+    }
+    for (j, o) in out.iter_mut().enumerate() {
+        for &v in &x[j * d + body..(j + 1) * d] {
+            *o += f64::from(v * v);
+        }
+    }
+    out
+}
+
+/// The 8x8 transpose: vector `k` of the result holds element `k` of each input, in input order.
+#[inline(always)]
+unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    // SAFETY: register-only intrinsics; AVX enabled by the caller.
+    unsafe {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(s0, s4),
+            _mm256_permute2f128_ps::<0x20>(s1, s5),
+            _mm256_permute2f128_ps::<0x20>(s2, s6),
+            _mm256_permute2f128_ps::<0x20>(s3, s7),
+            _mm256_permute2f128_ps::<0x31>(s0, s4),
+            _mm256_permute2f128_ps::<0x31>(s1, s5),
+            _mm256_permute2f128_ps::<0x31>(s2, s6),
+            _mm256_permute2f128_ps::<0x31>(s3, s7),
+        ]
+    }
+}
+
 /// AVX2 form of `quant::kquants::quantize_row_q8_k` (the same bits for finite inputs).
 ///
 /// # Safety
