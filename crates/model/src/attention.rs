@@ -257,7 +257,6 @@ fn run_task_body<const SIMD: bool>(
     let span = last_pos + 1 - base;
 
     grow(&mut s.scores, nq * nh * span);
-    grow(&mut s.acc, nq * nh * hd).fill(0.0);
     // Scaled queries rounded to f16, as llama.cpp's f16 K·Q product sees them.
     let qr = grow(&mut s.m, nq * nh * hd);
     for t in 0..nq {
@@ -328,7 +327,16 @@ fn run_task_body<const SIMD: bool>(
         }
     }
 
-    // Pass 3: weighted sum of V, tile by tile (`values_tile`).
+    // Pass 3: weighted sum of V, tile by tile (`values_tile`), straight into the output when the
+    // task has every head of its queries (their rows are then one run of `out`).
+    let first_out = (c.first_row + task.t0) * q_dim;
+    let acc = if nh == h.n_heads {
+        // SAFETY: this task alone owns rows t0..t1 of its chunk, all heads.
+        unsafe { out.slice(first_out, nq * q_dim) }
+    } else {
+        grow(&mut s.acc, nq * nh * hd)
+    };
+    acc.fill(0.0);
     for ti in tiles {
         let Some((tile_start, n_slots)) = visible_tile(c, ti, ts, last_pos, base) else {
             continue;
@@ -343,20 +351,18 @@ fn run_task_body<const SIMD: bool>(
         };
         let rows = tile_rows(pool, Side::V, c, ti, n_slots, direct, &mut s.v);
         match rows {
-            TileRows::F16(v) => {
-                values_tile::<SIMD, u16>(&tile, v, &s.scores, &mut s.acc, &lo, &next)
-            }
-            TileRows::F32(v) => {
-                values_tile::<SIMD, f32>(&tile, v, &s.scores, &mut s.acc, &lo, &next)
-            }
+            TileRows::F16(v) => values_tile::<SIMD, u16>(&tile, v, &s.scores, acc, &lo, &next),
+            TileRows::F32(v) => values_tile::<SIMD, f32>(&tile, v, &s.scores, acc, &lo, &next),
         }
         next.upto(1, 1);
     }
-    for t in 0..nq {
-        let row = c.first_row + task.t0 + t;
-        // SAFETY: this task alone owns heads h0..h1 of rows t0..t1 of its chunk.
-        let dst = unsafe { out.slice(row * q_dim + task.h0 * hd, nh * hd) };
-        dst.copy_from_slice(&s.acc[t * nh * hd..(t + 1) * nh * hd]);
+    if nh < h.n_heads {
+        for t in 0..nq {
+            let row = c.first_row + task.t0 + t;
+            // SAFETY: this task alone owns heads h0..h1 of rows t0..t1 of its chunk.
+            let dst = unsafe { out.slice(row * q_dim + task.h0 * hd, nh * hd) };
+            dst.copy_from_slice(&s.acc[t * nh * hd..(t + 1) * nh * hd]);
+        }
     }
 }
 
