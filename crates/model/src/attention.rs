@@ -428,10 +428,10 @@ fn f16_rows<'a>(
 /// The cache lines of the next tile's f16 rows, asked for into L2 a share at a time as the
 /// loops over the current tile progress (`upto`). A decode reads its K/V from memory, and the
 /// hardware prefetchers alone left it streaming at ~5 GB/s per thread; a whole tile's
-/// prefetches issued at once stall the loads behind them. Criterion `attention/decode_16x512_18_layers`
-/// (cold K/V): 11.2-11.6 ms with the whole next tile asked for at the start of each tile,
-/// 5.8-6.4 ms spread; `decode_16x128_18_layers` 2.4-2.8 -> 1.6-1.9 ms. Into L1 gained less,
-/// and asking for every tile of the task up front was worse (12.2-12.6 ms).
+/// prefetches issued at once stall the loads behind them. Criterion attention (cold K/V):
+/// `decode_16x512_18_layers` 11.2-11.6 ms with the whole next tile asked for at the start of
+/// each tile, 5.8-6.4 ms spread; `decode_16x128_18_layers` 2.4-2.8 -> 1.6-1.9 ms. Into L1
+/// gained less, and asking for every tile of the task up front was worse (12.2-12.6 ms).
 struct Ahead {
     /// First line's address and the end of the rows (0, 0 when there is nothing to fetch).
     start: usize,
@@ -558,9 +558,9 @@ fn scores_tile<const SIMD: bool, E: KvElem>(
                 while pos < s_hi {
                     let nk = (s_hi - pos).min(simd::KEYS4);
                     let ks: [&[E]; simd::KEYS4] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
+                    next.upto(pos + nk - t.start, n_slots);
                     // SAFETY: `four` checked AVX-512 F/VL (`wide_simd`); `SIMD` means
                     // AVX2/FMA/F16C.
-                    next.upto(pos + nk - t.start, n_slots);
                     let d = unsafe { simd::dots4::<E>(qs, ks) };
                     for (j, dj) in d.iter().enumerate() {
                         let row = (qi * nh + hi + j) * t.span + pos - t.base;
