@@ -53,9 +53,10 @@ pub struct ServeArgs {
     /// decode-only step: the prefill tokens of such steps are capped from measured step times,
     /// which bounds the streams' inter-token latency tail; while more requests wait for their
     /// first token than there are streams, the allowance grows by that ratio. 0 = no cap (only
-    /// --max-batch-tokens). The default leaves room for the cost estimate's lag on long prompts:
-    /// measured, 1.75 keeps the streams' ITL p99 within 2.5x its p50 (docs/BENCHMARKS.md).
-    #[arg(long, default_value_t = 1.75)]
+    /// --max-batch-tokens). The default leaves room for the cost estimate's error on long
+    /// prompts (their chunks get dearer the deeper they go): measured, 1.5 keeps the streams'
+    /// ITL p99 within 2.5x its p50 (docs/BENCHMARKS.md).
+    #[arg(long, default_value_t = 1.5)]
     max_itl_slowdown: f64,
     /// Most requests allowed to wait; beyond it requests get 429 with Retry-After.
     #[arg(long, default_value_t = 256)]

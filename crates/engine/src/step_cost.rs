@@ -22,7 +22,10 @@ pub struct StepCost {
     slowdown: f64,
     /// Time of a decode-only step, and the number of decoders it was measured with.
     decode_step: Option<(f64, usize)>,
-    per_prefill_token: Option<f64>,
+    /// Moving averages of `x * y` and `x * x` over steps that carried `x` prefill tokens and
+    /// took `y` seconds more than the baseline: their ratio is the per-token cost fitted by
+    /// least squares, which large chunks dominate.
+    prefill_fit: Option<(f64, f64)>,
     /// Decoding steps that carried prefill since the last decode-only one.
     since_decode_only: u32,
 }
@@ -44,7 +47,7 @@ impl StepCost {
         StepCost {
             slowdown,
             decode_step: None,
-            per_prefill_token: None,
+            prefill_fit: None,
             since_decode_only: 0,
         }
     }
@@ -75,8 +78,18 @@ impl StepCost {
         } else {
             0.0
         };
-        let per_token = (secs - base).max(0.0) / prefill as f64;
-        self.per_prefill_token = Some(ema(self.per_prefill_token, per_token));
+        let (x, y) = (prefill as f64, (secs - base).max(0.0));
+        let old = self.prefill_fit;
+        self.prefill_fit = Some((ema(old.map(|f| f.0), x * y), ema(old.map(|f| f.1), x * x)));
+    }
+
+    /// Seconds per prefill token: the least-squares slope of extra step time on prefill tokens
+    /// over recent steps. Averaging each step's own ratio instead let the many small chunks
+    /// (cheap per token while a small batch still waits on memory) hide what the large ones
+    /// cost, and steps at the cap ran well over `slowdown`.
+    fn per_prefill_token(&self) -> Option<f64> {
+        self.prefill_fit
+            .and_then(|(xy, xx)| (xx > 0.0).then_some(xy / xx))
     }
 
     /// Whether a baseline measured with `measured` decoders does not describe `now` decoders.
@@ -97,7 +110,7 @@ impl StepCost {
         let Some((d, _)) = fresh else {
             return Some(0);
         };
-        let Some(p) = self.per_prefill_token else {
+        let Some(p) = self.per_prefill_token() else {
             return Some(min.min(max));
         };
         let pressure = (backlog as f64 / decoders.max(1) as f64).max(1.0);
@@ -221,6 +234,24 @@ mod tests {
         fast.observe(4, 0, f64::NAN);
         fast.observe(4, 10, -1.0);
         assert_eq!(fast.decode_step_secs(), Some(0.5));
+    }
+
+    #[test]
+    fn large_chunks_set_the_per_token_cost() {
+        // Small chunks ride nearly free on a step still waiting on memory (0.1 ms a token);
+        // large ones pay 2 ms a token. Averaging each step's own ratio (about 1 ms) would let a
+        // capped step run to twice its budget; the least-squares slope stays near 2 ms.
+        let mut c = StepCost::new(2.0);
+        for _ in 0..20 {
+            c.observe(8, 0, 0.030);
+            c.observe(8, 2, 0.030 + 2.0 * 0.0001);
+            c.observe(8, 30, 0.030 + 30.0 * 0.002);
+        }
+        let cap = c.cap(8, 1, 1, 512).unwrap_or(0);
+        assert!(
+            (15..=16).contains(&cap),
+            "cap {cap}: 30 ms of budget at ~2 ms a token"
+        );
     }
 
     #[test]
