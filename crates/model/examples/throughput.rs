@@ -1,12 +1,17 @@
 //! Model-level benchmark (no server): prefill and decode throughput of one model.
 //!
 //! `cargo run --release -p tessera-model --example throughput -- [MODEL] [--threads N]
-//!  [--batches 1,4,16,64] [--prompt 512] [--decode 128] [--context 16] [--json FILE]`
+//!  [--batches 1,4,16,64] [--prompt 512] [--decode 128] [--context 16] [--rounds 1]
+//!  [--json FILE]`
 //!
 //! Reports, like llama-bench's pp512 / tg128 and llama-batched-bench:
 //! - prefill tok/s of one `--prompt`-token prompt (one forward pass per 512-token chunk);
 //! - decode tok/s of `--decode` steps for each batch size B (B sequences, one token each per step,
 //!   each with a `--context`-token prompt already in the cache), counted over all B sequences.
+//!
+//! With `--rounds N` the batch sizes are measured in turn N times, so a drift in the machine's
+//! load touches them alike; it then prints each size's median and, for each size B, the median
+//! over rounds of batch B / batch 1 (when 1 is among the sizes).
 
 use std::time::Instant;
 
@@ -20,6 +25,7 @@ struct Args {
     decode: usize,
     /// Prompt tokens each decoding sequence has in the cache before the timed steps.
     context: usize,
+    rounds: usize,
     json: Option<String>,
 }
 
@@ -31,6 +37,7 @@ fn parse() -> Result<Args, String> {
         prompt: 512,
         decode: 128,
         context: 16,
+        rounds: 1,
         json: None,
     };
     let mut it = std::env::args().skip(1);
@@ -42,6 +49,7 @@ fn parse() -> Result<Args, String> {
             "--prompt" => a.prompt = num(val("--prompt")?)?,
             "--decode" => a.decode = num(val("--decode")?)?,
             "--context" => a.context = num(val("--context")?)?.max(1),
+            "--rounds" => a.rounds = num(val("--rounds")?)?.max(1),
             "--json" => a.json = Some(val("--json")?),
             "--batches" => {
                 a.batches = val("--batches")?
@@ -95,30 +103,43 @@ fn main() {
     );
     results.push(format!("\"pp{}\": {pp:.2}", args.prompt));
 
-    // Decode at each batch size.
-    for &b in &args.batches {
-        let ctx = args.context + args.decode + 1;
-        let mut s = Session::new(&tf, b, ctx, 16);
-        for i in 0..b {
-            let p: Vec<u32> = (0..args.context).map(|j| token(i * 16 + j)).collect();
-            s.prefill(&mut tf, i, &p, 512).expect("prefill runs");
+    // Decode at each batch size, the sizes in turn for each round.
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); args.batches.len()];
+    for round in 0..args.rounds {
+        for (bi, &b) in args.batches.iter().enumerate() {
+            let tg = decode_rate(&mut tf, b, &args, &token, &mut logits);
+            let tag = if args.rounds > 1 {
+                format!(" (round {})", round + 1)
+            } else {
+                String::new()
+            };
+            println!(
+                "decode   batch {b:>3} x {} steps   {tg:>8.1} tok/s{tag}",
+                args.decode
+            );
+            rates[bi].push(tg);
         }
-        let toks: Vec<[u32; 1]> = (0..b).map(|i| [token(i)]).collect();
-        let t = Instant::now();
-        for _ in 0..args.decode {
-            let work: Vec<(usize, &[u32], LogitsWanted)> = toks
+    }
+    let one = args.batches.iter().position(|&b| b == 1);
+    for (bi, &b) in args.batches.iter().enumerate() {
+        let med = median(&rates[bi]);
+        if args.rounds > 1 {
+            println!("median   batch {b:>3}                 {med:>8.1} tok/s");
+        }
+        results.push(format!("\"tg{}_b{b}\": {med:.2}", args.decode));
+        if let Some(o) = one.filter(|&o| o != bi && args.rounds > 1) {
+            let ratios: Vec<f64> = rates[bi]
                 .iter()
-                .enumerate()
-                .map(|(i, tk)| (i, &tk[..], LogitsWanted::Last))
+                .zip(&rates[o])
+                .map(|(x, y)| x / y)
                 .collect();
-            s.run(&mut tf, &work, &mut logits).expect("decode runs");
+            let list: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            println!(
+                "ratio    batch {b:>3} / batch 1         {:>8.2}x median of {}",
+                median(&ratios),
+                list.join(" ")
+            );
         }
-        let tg = (b * args.decode) as f64 / t.elapsed().as_secs_f64();
-        println!(
-            "decode   batch {b:>3} x {} steps   {tg:>8.1} tok/s",
-            args.decode
-        );
-        results.push(format!("\"tg{}_b{b}\": {tg:.2}", args.decode));
     }
     if let Some(path) = args.json {
         let body = format!(
@@ -130,5 +151,43 @@ fn main() {
             eprintln!("error: writing {path}: {e}");
             std::process::exit(1);
         }
+    }
+}
+
+/// Decode tok/s of `args.decode` steps over `b` sequences, each with `args.context` tokens
+/// already in the cache.
+fn decode_rate(
+    tf: &mut model::Transformer,
+    b: usize,
+    args: &Args,
+    token: &impl Fn(usize) -> u32,
+    logits: &mut Vec<f32>,
+) -> f64 {
+    let ctx = args.context + args.decode + 1;
+    let mut s = Session::new(tf, b, ctx, 16);
+    for i in 0..b {
+        let p: Vec<u32> = (0..args.context).map(|j| token(i * 16 + j)).collect();
+        s.prefill(tf, i, &p, 512).expect("prefill runs");
+    }
+    let toks: Vec<[u32; 1]> = (0..b).map(|i| [token(i)]).collect();
+    let t = Instant::now();
+    for _ in 0..args.decode {
+        let work: Vec<(usize, &[u32], LogitsWanted)> = toks
+            .iter()
+            .enumerate()
+            .map(|(i, tk)| (i, &tk[..], LogitsWanted::Last))
+            .collect();
+        s.run(tf, &work, logits).expect("decode runs");
+    }
+    (b * args.decode) as f64 / t.elapsed().as_secs_f64()
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
 }
