@@ -23,19 +23,13 @@ fn simd() -> bool {
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     assert_eq!(x.len(), weight.len(), "rms_norm: weight length");
     assert_eq!(x.len(), out.len(), "rms_norm: out length");
-    let scale = rms_scale(x, eps);
-    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
-        *o = (v * scale) * w;
-    }
+    rms_norm_rows(x, weight, eps, out);
 }
 
 /// [`rms_norm`] of `x` into itself (the same bits).
 pub fn rms_norm_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
     assert_eq!(x.len(), weight.len(), "rms_norm: weight length");
-    let scale = rms_scale(x, eps);
-    for (v, &w) in x.iter_mut().zip(weight) {
-        *v = (*v * scale) * w;
-    }
+    rms_norm_rows_in_place(x, weight, eps);
 }
 
 /// `1 / sqrt(mean(x^2) + eps)`, the squares summed in f64 as ggml does.
