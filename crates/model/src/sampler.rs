@@ -3,8 +3,8 @@
 //! Order of operations (as llama.cpp and vLLM do): logit bias and penalties on the raw logits,
 //! then greedy if temperature is 0; otherwise temperature, top-k, top-p, min-p, and a draw from
 //! the sequence's own seeded generator. (top-p and min-p each keep the most likely candidates
-//! by the same probabilities, so the code may apply them in either order.) Each sequence owns its `Sampler`, so a seeded request's
-//! draws do not depend on what else runs in the batch.
+//! by the same probabilities, so the code may apply them in either order.) Each sequence owns
+//! its `Sampler`, so a seeded request's draws do not depend on what else runs in the batch.
 
 use std::collections::HashMap;
 
@@ -235,16 +235,7 @@ impl Sampler {
             let floor = min_p * (1.0 / sum);
             // With min_p <= 1 the top token (probability 1 / sum) always stays; `best` only
             // guards against a degenerate sum (0 or NaN).
-            let best =
-                s.cand.iter().copied().reduce(
-                    |a, b| {
-                        if by_logit_desc(&a, &b).is_le() {
-                            a
-                        } else {
-                            b
-                        }
-                    },
-                );
+            let best = s.cand.iter().copied().min_by(by_logit_desc);
             sure = s.cand[..sure].iter().filter(|c| c.1 >= floor).count();
             s.cand.retain(|c| c.1 >= floor);
             if s.cand.is_empty() {
