@@ -271,6 +271,12 @@ impl<M: Model> Engine<M> {
         !self.sched.is_idle()
     }
 
+    /// Idle-time work: faults in up to `bytes` more of the KV pool (`KvPool::populate`), so
+    /// that serving does not pay for the kernel clearing fresh pages. True while some is left.
+    pub fn warm_kv(&mut self, bytes: usize) -> bool {
+        self.pool.populate(bytes)
+    }
+
     /// Queues a request; refusals are sent as an `Event::Error` on its channel.
     pub fn submit(&mut self, id: SeqId, req: GenerateRequest, events: UnboundedSender<Event>) {
         self.queue(id, req, events);

@@ -23,6 +23,12 @@ impl Session {
         Self::with_layout(KvLayout::new(model.config(), tile_size), n_seqs, max_len)
     }
 
+    /// Faults the whole KV pool in (see `KvPool::populate`), as a server's pool is after its
+    /// first minutes.
+    pub fn populate(&mut self) {
+        while self.pool.populate(usize::MAX) {}
+    }
+
     /// A session over a given KV layout (e.g. another `KvDtype`).
     pub fn with_layout(layout: KvLayout, n_seqs: usize, max_len: usize) -> Session {
         let per_seq = max_len.div_ceil(layout.tile_size);
