@@ -144,6 +144,67 @@ impl Threads {
         });
     }
 
+    /// As [`Threads::for_each_range`], but each thread starts on a home share of the ranges —
+    /// thread `t` of `n` the `t`-th `1/n` of them, in order — and only then helps with what the
+    /// others have left, taking their next ranges in turn. Each range goes to exactly one call,
+    /// with the index (`0..n()`) of the share being worked, which no two calls running at the same
+    /// time have (for per-thread scratch).
+    ///
+    /// Steps repeat the same shapes, so a thread keeps writing the same part of each output from
+    /// one step to the next, and the cache lines stay with the core that wrote them. Where the
+    /// machine places the two threads in different L3 domains (a virtual machine's CPUs on two
+    /// core complexes), a line last written by the other core costs a cross-complex transfer,
+    /// and claiming every range from one shared counter moves that counter's line back and
+    /// forth as well. Each home counter is touched by others only once their own share is done.
+    pub fn for_each_range_affine(
+        &self,
+        len: usize,
+        chunk: usize,
+        f: &(dyn Fn(usize, std::ops::Range<usize>) + Sync),
+    ) {
+        /// One home counter per cache line.
+        #[repr(align(128))]
+        struct Counter(std::sync::atomic::AtomicUsize);
+        const MAX: usize = 16;
+        let chunk = chunk.max(1);
+        let n_chunks = len.div_ceil(chunk);
+        let n = self.n;
+        let range = |c: usize| c * chunk..((c + 1) * chunk).min(len);
+        if n_chunks <= 1 || n == 1 {
+            (0..n_chunks).for_each(|c| f(0, range(c)));
+            return;
+        }
+        if n > MAX {
+            // Homes would not fit the stack array: one shared counter, as `for_each_range`.
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            return self.run(&|t| loop {
+                let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if c >= n_chunks {
+                    break;
+                }
+                f(t, range(c));
+            });
+        }
+        // Thread t's share: chunks bound(t)..bound(t + 1); its counter holds the next one.
+        let bound = |t: usize| n_chunks * t / n;
+        let next: [Counter; MAX] =
+            std::array::from_fn(|t| Counter(std::sync::atomic::AtomicUsize::new(bound(t.min(n)))));
+        self.run(&|t| {
+            for k in 0..n {
+                let home = (t + k) % n;
+                loop {
+                    let c = next[home]
+                        .0
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if c >= bound(home + 1) {
+                        break;
+                    }
+                    f(t, range(c));
+                }
+            }
+        });
+    }
+
     /// Runs `f(i)` exactly once for every `i in 0..n()` — in parallel on the pool's threads where
     /// they are available — and returns when all calls have finished. `f(0)` runs on the caller;
     /// other indices may too (see the module docs). A panic in any call is re-raised here.

@@ -106,30 +106,60 @@ fn a_nested_run_from_inside_a_job_completes_on_the_calling_thread() {
 #[test]
 fn for_each_range_covers_every_index_once_in_chunk_sized_ranges() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    for n in [1usize, 2, 3] {
+    for n in [1usize, 2, 3, 17] {
         let pool = Threads::new(n);
-        for (len, chunk) in [
-            (0usize, 4usize),
-            (1, 4),
-            (10, 3),
-            (64, 16),
-            (100, 7),
-            (5, 0),
-        ] {
-            let hits: Vec<AtomicUsize> = (0..len).map(|_| AtomicUsize::new(0)).collect();
-            let calls = AtomicUsize::new(0);
-            pool.for_each_range(len, chunk, &|r| {
-                assert!(r.len() <= chunk.max(1) || len <= chunk.max(1), "{r:?}");
-                calls.fetch_add(1, Ordering::Relaxed);
-                for i in r {
-                    hits[i].fetch_add(1, Ordering::Relaxed);
+        for affine in [false, true] {
+            for (len, chunk) in [
+                (0usize, 4usize),
+                (1, 4),
+                (2, 1),
+                (10, 3),
+                (64, 16),
+                (100, 7),
+                (1000, 1),
+                (5, 0),
+            ] {
+                let hits: Vec<AtomicUsize> = (0..len).map(|_| AtomicUsize::new(0)).collect();
+                let calls = AtomicUsize::new(0);
+                let f = |_t: usize, r: std::ops::Range<usize>| {
+                    assert!(r.len() <= chunk.max(1) || len <= chunk.max(1), "{r:?}");
+                    assert_eq!(r.start % chunk.max(1), 0, "{r:?}");
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    for i in r {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                };
+                if affine {
+                    pool.for_each_range_affine(len, chunk, &f);
+                } else {
+                    pool.for_each_range(len, chunk, &|r| f(0, r));
                 }
-            });
-            assert!(
-                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
-                "len {len} chunk {chunk}"
-            );
-            assert_eq!(calls.load(Ordering::Relaxed), len.div_ceil(chunk.max(1)));
+                assert!(
+                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                    "n {n} affine {affine} len {len} chunk {chunk}"
+                );
+                assert_eq!(calls.load(Ordering::Relaxed), len.div_ceil(chunk.max(1)));
+            }
         }
+    }
+}
+
+#[test]
+fn affine_ranges_start_each_thread_at_a_home_share() {
+    // Index t begins at the start of share t, whichever thread runs it (the caller takes an
+    // index a worker has not begun), so every thread's first range starts a share: 0 or 32.
+    // (With one shared counter the second thread would begin wherever the first had got to.)
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    let pool = Threads::new(2);
+    for _ in 0..50 {
+        let firsts: Mutex<HashMap<std::thread::ThreadId, usize>> = Mutex::new(HashMap::new());
+        pool.for_each_range_affine(64, 4, &|_, r| {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            let mut m = firsts.lock().expect("not poisoned");
+            m.entry(std::thread::current().id()).or_insert(r.start);
+        });
+        let m = firsts.into_inner().expect("not poisoned");
+        assert!(m.values().all(|&s| s == 0 || s == 32), "{m:?}");
     }
 }

@@ -19,7 +19,6 @@
 //! global layer and `p + 1 - window` on a sliding-window layer (llama.cpp's "standard" SWA).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use kernels::Threads;
@@ -146,22 +145,21 @@ pub fn attend_all(
             t0 = t1;
         }
     }
-    // Largest first, so the small ones fill in at the end. A (query, head) is computed whole by
-    // one task whatever the split and the order, so results do not change.
+    // Largest first: each home share below starts with its largest, and a thread done with its
+    // own takes the others' next ones, so small tasks fill in at the end. A (query, head) is
+    // computed whole by one task whatever the split and the order, so results do not change.
     tasks.sort_by_key(|t| std::cmp::Reverse(cost(&chunks[t.chunk], t.t0, t.t1)));
     while scratch.len() < threads.n() {
         scratch.push(Mutex::new(AttnScratch::default()));
     }
-    let next = AtomicUsize::new(0);
     let out_ptr = SharedOut(out.as_mut_ptr(), out.len());
-    threads.run(&|worker| {
-        let mut s = scratch[worker].lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(task) = tasks.get(i) else {
-                break;
-            };
-            run_task(pool, &chunks[task.chunk], heads, *task, q, &out_ptr, &mut s);
+    // Home shares (`Threads::for_each_range_affine`): in decode a thread attends the same
+    // sequences step after step, the ones whose rows it normed, roped and stored.
+    threads.for_each_range_affine(tasks.len(), 1, &|w, r| {
+        let mut s = scratch[w].lock().unwrap_or_else(|e| e.into_inner());
+        for i in r {
+            let task = tasks[i];
+            run_task(pool, &chunks[task.chunk], heads, task, q, &out_ptr, &mut s);
         }
     });
 }

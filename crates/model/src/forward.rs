@@ -421,6 +421,8 @@ fn par_rows(threads: &Threads, n: usize, f: &(dyn Fn(std::ops::Range<usize>) + S
             f(0..n);
         }
     } else {
-        threads.for_each_range(n, n.div_ceil(threads.n()), f);
+        // Home shares: a thread takes the same rows step after step (it wrote their K/V and
+        // attends them too; see `Threads::for_each_range_affine`).
+        threads.for_each_range_affine(n, n.div_ceil(threads.n()), &|_, r| f(r));
     }
 }
