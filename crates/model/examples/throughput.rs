@@ -13,6 +13,9 @@
 //! load touches them alike; it then prints each size's median and, for each size B, the median
 //! over rounds of batch B / batch 1 (when 1 is among the sizes).
 //!
+//! Each round's lines also give the core-to-core round trip measured just before (see
+//! `round_trip_ns`): it tells which of the machine's two states the round ran in.
+//!
 //! Each measurement's KV pool is faulted in before its clock starts, as a server's pool is once
 //! it has warmed (the engine does it while idle) and as llama.cpp clears its KV buffer when it
 //! creates a context; a fresh pool would add the kernel's page clearing to the first steps.
@@ -114,7 +117,11 @@ fn main() {
         for (bi, &b) in args.batches.iter().enumerate() {
             let tg = decode_rate(&mut tf, b, &args, &token, &mut logits);
             let tag = if args.rounds > 1 {
-                format!(" (round {})", round + 1)
+                format!(
+                    " (round {}, core-to-core {:.0} ns)",
+                    round + 1,
+                    round_trip_ns()
+                )
             } else {
                 String::new()
             };
@@ -186,6 +193,40 @@ fn decode_rate(
         s.run(tf, &work, logits).expect("decode runs");
     }
     (b * args.decode) as f64 / t.elapsed().as_secs_f64()
+}
+
+/// Median time for one cache line to go to another thread and back (spinning on an atomic), in
+/// ns: the machine's state at the time. A virtual machine's two CPUs on one core complex take
+/// ~55 ns here, on two ~350 ns — and on two, each has its own memory link, so single-sequence
+/// decode (bound by memory) runs ~35% faster while batches, which share data between the
+/// threads every step, run slower. It is printed with each round so rounds can be compared
+/// like with like.
+fn round_trip_ns() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const N: u64 = 20_000;
+    let flag = AtomicU64::new(0);
+    let mut t = Vec::with_capacity(5);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            for i in 0..5 * N {
+                while flag.load(Ordering::Acquire) != 2 * i + 1 {
+                    std::hint::spin_loop();
+                }
+                flag.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        for rep in 0..5 {
+            let start = Instant::now();
+            for i in rep * N..(rep + 1) * N {
+                flag.store(2 * i + 1, Ordering::Release);
+                while flag.load(Ordering::Acquire) != 2 * i + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+            t.push(start.elapsed().as_secs_f64() * 1e9 / N as f64);
+        }
+    });
+    median(&t)
 }
 
 fn median(v: &[f64]) -> f64 {
