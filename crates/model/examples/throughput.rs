@@ -13,8 +13,9 @@
 //! load touches them alike; it then prints each size's median and, for each size B, the median
 //! over rounds of batch B / batch 1 (when 1 is among the sizes).
 //!
-//! Each round's lines also give the core-to-core round trip measured just before (see
-//! `round_trip_ns`): it tells which of the machine's two states the round ran in.
+//! Each round's lines also give the core-to-core round trip measured just before and just after
+//! each measurement (see `round_trip_ns`): it tells which of the machine's two states it ran
+//! in, and the batch B / batch 1 ratio is also given over the rounds run wholly in each state.
 //!
 //! Each measurement's KV pool is faulted in before its clock starts, as a server's pool is once
 //! it has warmed (the engine does it while idle) and as llama.cpp clears its KV buffer when it
@@ -113,14 +114,19 @@ fn main() {
 
     // Decode at each batch size, the sizes in turn for each round.
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); args.batches.len()];
+    // Per size and round: on two core complexes or one, if the same before and after.
+    let mut states: Vec<Vec<Option<bool>>> = vec![Vec::new(); args.batches.len()];
     for round in 0..args.rounds {
         for (bi, &b) in args.batches.iter().enumerate() {
+            let before = round_trip_ns();
             let tg = decode_rate(&mut tf, b, &args, &token, &mut logits);
+            let after = round_trip_ns();
+            let two = |ns: f64| ns >= TWO_COMPLEXES_NS;
+            states[bi].push((two(before) == two(after)).then_some(two(before)));
             let tag = if args.rounds > 1 {
                 format!(
-                    " (round {}, core-to-core {:.0} ns)",
-                    round + 1,
-                    round_trip_ns()
+                    " (round {}, core-to-core {before:.0} / {after:.0} ns)",
+                    round + 1
                 )
             } else {
                 String::new()
@@ -151,6 +157,20 @@ fn main() {
                 median(&ratios),
                 list.join(" ")
             );
+            // The same over the rounds whose two measurements ran in one state.
+            for (two, name) in [(false, "one core complex"), (true, "two core complexes")] {
+                let same: Vec<f64> = (0..ratios.len())
+                    .filter(|&r| states[bi][r] == Some(two) && states[o][r] == Some(two))
+                    .map(|r| ratios[r])
+                    .collect();
+                if !same.is_empty() {
+                    println!(
+                        "ratio    batch {b:>3} / batch 1, {name}: {:.2}x median of {} rounds",
+                        median(&same),
+                        same.len()
+                    );
+                }
+            }
         }
     }
     if let Some(path) = args.json {
@@ -194,6 +214,9 @@ fn decode_rate(
     }
     (b * args.decode) as f64 / t.elapsed().as_secs_f64()
 }
+
+/// A round trip at least this long means the two threads ran on two core complexes.
+const TWO_COMPLEXES_NS: f64 = 150.0;
 
 /// Median time for one cache line to go to another thread and back (spinning on an atomic), in
 /// ns: the machine's state at the time. A virtual machine's two CPUs on one core complex take
