@@ -350,20 +350,24 @@ impl KvPool {
 mod tests {
     use super::*;
 
+    /// One global group of two layers.
+    fn two_layers(tile_size: usize, kv_dim: usize, dtype: KvDtype) -> KvLayout {
+        KvLayout {
+            tile_size,
+            kv_dim,
+            groups: vec![KvGroup {
+                layers: vec![0, 1],
+                window: None,
+            }],
+            layer_slot: vec![(0, 0), (0, 1)],
+            dtype,
+        }
+    }
+
     #[test]
     fn copy_tile_copies_every_layer_of_the_tile_in_every_storage_type() {
         for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
-            let layout = KvLayout {
-                tile_size: 4,
-                kv_dim: 64,
-                groups: vec![KvGroup {
-                    layers: vec![0, 1],
-                    window: None,
-                }],
-                layer_slot: vec![(0, 0), (0, 1)],
-                dtype,
-            };
-            let mut pool = KvPool::new(layout, 3);
+            let mut pool = KvPool::new(two_layers(4, 64, dtype), 3);
             let row = |l: usize, s: usize, kv: f32| -> Vec<f32> {
                 (0..64)
                     .map(|i| kv + (l * 100 + s * 10 + i) as f32 / 64.0)
@@ -395,18 +399,8 @@ mod tests {
 
     #[test]
     fn populating_in_steps_ends_and_keeps_what_the_pool_holds() {
-        let layout = KvLayout {
-            tile_size: 16,
-            kv_dim: 256,
-            groups: vec![KvGroup {
-                layers: vec![0, 1],
-                window: None,
-            }],
-            layer_slot: vec![(0, 0), (0, 1)],
-            dtype: KvDtype::F16,
-        };
         // 200 tiles of 16 KiB each for K and for V: 3.1 MiB apiece, so steps cross the K/V seam.
-        let mut pool = KvPool::new(layout, 200);
+        let mut pool = KvPool::new(two_layers(16, 256, KvDtype::F16), 200);
         let row: Vec<f32> = (0..256).map(|i| i as f32 / 8.0).collect();
         pool.store(TileId(3), 1, 5, &row, &row);
         pool.store(TileId(199), 0, 15, &row, &row);
