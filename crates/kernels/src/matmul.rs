@@ -334,7 +334,7 @@ fn chunk_rows(rows: usize, threads: usize) -> usize {
 
 fn run_parallel<K: DotKernel>(threads: &Threads, k: &K, job: &SharedJob<K::W, K::A>) {
     let rows = job.0.rows;
-    threads.for_each_range_affine(rows, chunk_rows(rows, threads.n()), &|_, range| {
+    threads.for_each_range(rows, chunk_rows(rows, threads.n()), &|_, range| {
         // SAFETY: validated job; each row range goes to exactly one call, so its rows are
         // written by one thread only.
         unsafe { k.rows(&job.0, range) }

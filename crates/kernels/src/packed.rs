@@ -441,7 +441,7 @@ impl PackedJob<'_> {
 
 /// Runs packed matmuls over the pool in one parallel region: the row groups of all jobs, in
 /// order, are cut into chunks, each thread working through a home share of them first
-/// (`Threads::for_each_range_affine`: a thread writes the same outputs step after step).
+/// (`Threads::for_each_range`: a thread writes the same outputs step after step).
 pub(crate) fn run(threads: &Threads, jobs: &[PackedJob], isa: Isa) {
     let n_groups: usize = jobs.iter().map(|j| j.rows / PACK_ROWS).sum();
     let per_chunk = if threads.n() == 1 {
@@ -449,7 +449,7 @@ pub(crate) fn run(threads: &Threads, jobs: &[PackedJob], isa: Isa) {
     } else {
         n_groups.div_ceil(threads.n() * 8).max(1)
     };
-    threads.for_each_range_affine(n_groups, per_chunk, &|_, range| {
+    threads.for_each_range(n_groups, per_chunk, &|_, range| {
         let mut start = 0;
         for job in jobs {
             let end = start + job.rows / PACK_ROWS;

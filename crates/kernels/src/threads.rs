@@ -8,8 +8,9 @@
 //! Each job index `i >= 1` is *claimed* exactly once, either by worker `i` or — if that worker has
 //! not started it by the time the caller finishes its own part — by the caller, who then runs it
 //! itself. On a machine shared with other processes a descheduled worker therefore costs nothing
-//! extra: the caller never waits for a thread that has not begun. (Kernels that split work with a
-//! shared counter find nothing left to do in such a late index.)
+//! extra: the caller never waits for a thread that has not begun. (With
+//! [`Threads::for_each_range`] the caller's own index helps with the other shares once its own
+//! is done, so such a late index finds nothing left to do.)
 //!
 //! Invariants:
 //! - At most one job is in flight: `run` holds `dispatch` for its whole duration. A `run` that
@@ -117,38 +118,12 @@ impl Threads {
         self.n
     }
 
-    /// Cuts `0..len` into ranges of `chunk` (the last shorter) and calls `f` once per range, the
-    /// ranges claimed one at a time from a shared counter by the pool's threads (on the caller
-    /// alone when there is only one). Each range goes to exactly one call.
-    pub fn for_each_range(
-        &self,
-        len: usize,
-        chunk: usize,
-        f: &(dyn Fn(std::ops::Range<usize>) + Sync),
-    ) {
-        let chunk = chunk.max(1);
-        let n_chunks = len.div_ceil(chunk);
-        if n_chunks <= 1 {
-            if len > 0 {
-                f(0..len);
-            }
-            return;
-        }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        self.run(&|_| loop {
-            let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if c >= n_chunks {
-                break;
-            }
-            f(c * chunk..((c + 1) * chunk).min(len));
-        });
-    }
-
-    /// As [`Threads::for_each_range`], but each thread starts on a home share of the ranges —
-    /// thread `t` of `n` the `t`-th `1/n` of them, in order — and only then helps with what the
-    /// others have left, taking their next ranges in turn. Each range goes to exactly one call,
-    /// with the index (`0..n()`) of the share being worked, which no two calls running at the same
-    /// time have (for per-thread scratch).
+    /// Cuts `0..len` into ranges of `chunk` (the last shorter) and calls `f` once per range, on
+    /// the pool's threads (on the caller alone when there is only one). Each thread starts on a
+    /// home share of the ranges — thread `t` of `n` the `t`-th `1/n` of them, in order — and
+    /// only then helps with what the others have left, taking their next ranges in turn. Each
+    /// range goes to exactly one call, with the index (`0..n()`) of the share being worked,
+    /// which no two calls running at the same time have (for per-thread scratch).
     ///
     /// Steps repeat the same shapes, so a thread keeps writing the same part of each output from
     /// one step to the next, and the cache lines stay with the core that wrote them. Where the
@@ -156,7 +131,7 @@ impl Threads {
     /// core complexes), a line last written by the other core costs a cross-complex transfer,
     /// and claiming every range from one shared counter moves that counter's line back and
     /// forth as well. Each home counter is touched by others only once their own share is done.
-    pub fn for_each_range_affine(
+    pub fn for_each_range(
         &self,
         len: usize,
         chunk: usize,
@@ -164,7 +139,7 @@ impl Threads {
     ) {
         /// One home counter per cache line.
         #[repr(align(128))]
-        struct Counter(std::sync::atomic::AtomicUsize);
+        struct Counter(AtomicUsize);
         const MAX: usize = 16;
         let chunk = chunk.max(1);
         let n_chunks = len.div_ceil(chunk);
@@ -175,10 +150,10 @@ impl Threads {
             return;
         }
         if n > MAX {
-            // Homes would not fit the stack array: one shared counter, as `for_each_range`.
-            let next = std::sync::atomic::AtomicUsize::new(0);
+            // Homes would not fit the stack array: one shared counter.
+            let next = AtomicUsize::new(0);
             return self.run(&|t| loop {
-                let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let c = next.fetch_add(1, Ordering::Relaxed);
                 if c >= n_chunks {
                     break;
                 }
@@ -188,14 +163,12 @@ impl Threads {
         // Thread t's share: chunks bound(t)..bound(t + 1); its counter holds the next one.
         let bound = |t: usize| n_chunks * t / n;
         let next: [Counter; MAX] =
-            std::array::from_fn(|t| Counter(std::sync::atomic::AtomicUsize::new(bound(t.min(n)))));
+            std::array::from_fn(|t| Counter(AtomicUsize::new(bound(t.min(n)))));
         self.run(&|t| {
             for k in 0..n {
                 let home = (t + k) % n;
                 loop {
-                    let c = next[home]
-                        .0
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let c = next[home].0.fetch_add(1, Ordering::Relaxed);
                     if c >= bound(home + 1) {
                         break;
                     }

@@ -108,38 +108,32 @@ fn for_each_range_covers_every_index_once_in_chunk_sized_ranges() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     for n in [1usize, 2, 3, 17] {
         let pool = Threads::new(n);
-        for affine in [false, true] {
-            for (len, chunk) in [
-                (0usize, 4usize),
-                (1, 4),
-                (2, 1),
-                (10, 3),
-                (64, 16),
-                (100, 7),
-                (1000, 1),
-                (5, 0),
-            ] {
-                let hits: Vec<AtomicUsize> = (0..len).map(|_| AtomicUsize::new(0)).collect();
-                let calls = AtomicUsize::new(0);
-                let f = |_t: usize, r: std::ops::Range<usize>| {
-                    assert!(r.len() <= chunk.max(1) || len <= chunk.max(1), "{r:?}");
-                    assert_eq!(r.start % chunk.max(1), 0, "{r:?}");
-                    calls.fetch_add(1, Ordering::Relaxed);
-                    for i in r {
-                        hits[i].fetch_add(1, Ordering::Relaxed);
-                    }
-                };
-                if affine {
-                    pool.for_each_range_affine(len, chunk, &f);
-                } else {
-                    pool.for_each_range(len, chunk, &|r| f(0, r));
+        for (len, chunk) in [
+            (0usize, 4usize),
+            (1, 4),
+            (2, 1),
+            (10, 3),
+            (64, 16),
+            (100, 7),
+            (1000, 1),
+            (5, 0),
+        ] {
+            let hits: Vec<AtomicUsize> = (0..len).map(|_| AtomicUsize::new(0)).collect();
+            let calls = AtomicUsize::new(0);
+            let f = |_t: usize, r: std::ops::Range<usize>| {
+                assert!(r.len() <= chunk.max(1) || len <= chunk.max(1), "{r:?}");
+                assert_eq!(r.start % chunk.max(1), 0, "{r:?}");
+                calls.fetch_add(1, Ordering::Relaxed);
+                for i in r {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
                 }
-                assert!(
-                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
-                    "n {n} affine {affine} len {len} chunk {chunk}"
-                );
-                assert_eq!(calls.load(Ordering::Relaxed), len.div_ceil(chunk.max(1)));
-            }
+            };
+            pool.for_each_range(len, chunk, &f);
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "n {n} len {len} chunk {chunk}"
+            );
+            assert_eq!(calls.load(Ordering::Relaxed), len.div_ceil(chunk.max(1)));
         }
     }
 }
@@ -154,7 +148,7 @@ fn affine_ranges_start_each_thread_at_a_home_share() {
     let pool = Threads::new(2);
     for _ in 0..50 {
         let firsts: Mutex<HashMap<std::thread::ThreadId, usize>> = Mutex::new(HashMap::new());
-        pool.for_each_range_affine(64, 4, &|_, r| {
+        pool.for_each_range(64, 4, &|_, r| {
             std::thread::sleep(std::time::Duration::from_micros(50));
             let mut m = firsts.lock().expect("not poisoned");
             m.entry(std::thread::current().id()).or_insert(r.start);

@@ -221,7 +221,7 @@ const TWO_COMPLEXES_NS: f64 = 150.0;
 /// Median time for one cache line to go to another thread and back (spinning on an atomic), in
 /// ns: the machine's state at the time. A virtual machine's two CPUs on one core complex take
 /// ~55 ns here, on two ~350 ns — and on two, each has its own memory link, so single-sequence
-/// decode (bound by memory) runs ~35% faster while batches, which share data between the
+/// decode (bound by memory) runs ~30% faster while batches, which share data between the
 /// threads every step, run slower. It is printed with each round so rounds can be compared
 /// like with like.
 fn round_trip_ns() -> f64 {

@@ -153,9 +153,9 @@ pub fn attend_all(
         scratch.push(Mutex::new(AttnScratch::default()));
     }
     let out_ptr = SharedOut(out.as_mut_ptr(), out.len());
-    // Home shares (`Threads::for_each_range_affine`): in decode a thread attends the same
+    // Home shares (`Threads::for_each_range`): in decode a thread attends the same
     // sequences step after step, the ones whose rows it normed, roped and stored.
-    threads.for_each_range_affine(tasks.len(), 1, &|w, r| {
+    threads.for_each_range(tasks.len(), 1, &|w, r| {
         let mut s = scratch[w].lock().unwrap_or_else(|e| e.into_inner());
         for i in r {
             let task = tasks[i];

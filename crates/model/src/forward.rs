@@ -422,7 +422,7 @@ fn par_rows(threads: &Threads, n: usize, f: &(dyn Fn(std::ops::Range<usize>) + S
         }
     } else {
         // Home shares: a thread takes the same rows step after step (it wrote their K/V and
-        // attends them too; see `Threads::for_each_range_affine`).
-        threads.for_each_range_affine(n, n.div_ceil(threads.n()), &|_, r| f(r));
+        // attends them too; see `Threads::for_each_range`).
+        threads.for_each_range(n, n.div_ceil(threads.n()), &|_, r| f(r));
     }
 }
