@@ -117,9 +117,14 @@ fn parse_kv_dtype(s: &str) -> Result<KvDtype, String> {
 }
 
 /// The default KV memory: a quarter of MemAvailable, clamped to 256 MiB ..= 1 GiB (1 GiB holds
-/// 58k tokens of Gemma 3 270M at f16; the pool is zeroed, so it is resident from the start).
+/// 58k tokens of Gemma 3 270M at f16; the engine makes it resident while idle).
 fn default_kv_memory() -> usize {
-    let available = std::fs::read_to_string("/proc/meminfo")
+    (mem_available().unwrap_or(2 << 30) / 4).clamp(256 << 20, 1 << 30)
+}
+
+/// MemAvailable from /proc/meminfo, in bytes (None elsewhere).
+fn mem_available() -> Option<usize> {
+    std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| {
             m.lines()
@@ -128,8 +133,6 @@ fn default_kv_memory() -> usize {
                 .and_then(|kb| kb.parse::<usize>().ok())
         })
         .map(|kb| kb * 1024)
-        .unwrap_or(2 << 30);
-    (available / 4).clamp(256 << 20, 1 << 30)
 }
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -155,7 +158,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
             ""
         }
     );
+    // The engine faults the pool in while idle; a pool over half the available memory is left
+    // to fault in as it is used, as the OS may have promised more than it can back.
+    let warm_kv = mem_available().is_none_or(|m| kv_bytes <= m / 2);
+    if !warm_kv {
+        tracing::info!("KV cache over half the available memory: its pages are faulted in as used");
+    }
     let engine_cfg = EngineConfig {
+        warm_kv,
         tile_size: args.tile_size,
         kv_bytes,
         kv_dtype: args.kv_dtype,

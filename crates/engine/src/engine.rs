@@ -135,6 +135,9 @@ pub struct EngineConfig {
     /// decode-only step (the prefill cap follows from measured step times, see `step_cost`);
     /// 0 turns the cap off, leaving `max_batch_tokens` as the only limit.
     pub itl_slowdown: f64,
+    /// Fault the KV pool in while idle (`Engine::warm_kv`). Off leaves its pages to be faulted
+    /// in as tiles are first written: for a pool larger than the memory there is to back it.
+    pub warm_kv: bool,
 }
 
 impl Default for EngineConfig {
@@ -151,6 +154,7 @@ impl Default for EngineConfig {
             release_window_tiles: true,
             kv_dtype: KvDtype::F16,
             itl_slowdown: 1.5,
+            warm_kv: true,
         }
     }
 }
@@ -194,6 +198,8 @@ pub struct Engine<M: Model> {
     cost: StepCost,
     /// Choices of an `n` > 1 request waiting for their first member's prompt, by that member.
     forks: HashMap<SeqId, Vec<SeqId>>,
+    /// Whether idle turns still fault the KV pool in (`EngineConfig::warm_kv`, until done).
+    warming: bool,
 }
 
 impl<M: Model> Engine<M> {
@@ -237,6 +243,7 @@ impl<M: Model> Engine<M> {
             arrivals: 0,
             cost: StepCost::new(cfg.itl_slowdown),
             forks: HashMap::new(),
+            warming: cfg.warm_kv,
         })
     }
 
@@ -272,9 +279,11 @@ impl<M: Model> Engine<M> {
     }
 
     /// Idle-time work: faults in up to `bytes` more of the KV pool (`KvPool::populate`), so
-    /// that serving does not pay for the kernel clearing fresh pages. True while some is left.
+    /// that serving does not pay for the kernel clearing fresh pages. True while some is left
+    /// (never when `EngineConfig::warm_kv` is off).
     pub fn warm_kv(&mut self, bytes: usize) -> bool {
-        self.pool.populate(bytes)
+        self.warming = self.warming && self.pool.populate(bytes);
+        self.warming
     }
 
     /// Queues a request; refusals are sent as an `Event::Error` on its channel.

@@ -257,3 +257,32 @@ fn invalid_requests_are_refused_with_a_reason() {
     let id = h.submit(greedy(prompt(1, 5), 4));
     assert!(h.outcome(id).accepted);
 }
+
+#[test]
+fn warming_the_kv_pool_ends_leaves_requests_unchanged_and_can_be_turned_off() {
+    let warmed = |warm_kv: bool| {
+        let m = FakeModel::new(Some(10));
+        // Thousands of tiles: many 4 KiB turns of warming where the OS supports it.
+        let cfg = engine::EngineConfig {
+            warm_kv,
+            ..fake_config(&m, TS, 4096)
+        };
+        let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
+        let mut turns = 0;
+        while h.engine.warm_kv(1 << 12) {
+            turns += 1;
+            assert!(turns < 1_000_000, "warming ends");
+        }
+        assert!(!h.engine.warm_kv(1 << 12), "done stays done");
+        let id = run_one(&mut h, greedy(start_prompt(7), 6));
+        (turns, h.outcome(id).tokens.clone())
+    };
+    let (turns_on, on) = warmed(true);
+    let (turns_off, off) = warmed(false);
+    assert_eq!(turns_off, 0, "off: nothing to do from the start");
+    assert_eq!(on, off);
+    assert_eq!(on.len(), 6);
+    if cfg!(target_os = "linux") && turns_on == 0 {
+        eprintln!("this kernel refuses MADV_POPULATE_WRITE: warming was a no-op");
+    }
+}
