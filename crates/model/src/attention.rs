@@ -154,7 +154,7 @@ pub fn attend_all(
     }
     let out_ptr = SharedOut(out.as_mut_ptr(), out.len());
     // Home shares (`Threads::for_each_range`): in decode a thread attends the same
-    // sequences step after step, the ones whose rows it normed, roped and stored.
+    // sequences step after step, the ones whose query rows it normed and roped.
     threads.for_each_range(tasks.len(), 1, &|w, r| {
         let mut s = scratch[w].lock().unwrap_or_else(|e| e.into_inner());
         for i in r {

@@ -421,8 +421,8 @@ fn par_rows(threads: &Threads, n: usize, f: &(dyn Fn(std::ops::Range<usize>) + S
             f(0..n);
         }
     } else {
-        // Home shares: a thread takes the same rows step after step (it wrote their K/V and
-        // attends them too; see `Threads::for_each_range`).
+        // Home shares: a thread takes the same rows step after step, and in decode attends
+        // the same sequences (see `Threads::for_each_range`).
         threads.for_each_range(n, n.div_ceil(threads.n()), &|_, r| f(r));
     }
 }
