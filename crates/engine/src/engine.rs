@@ -286,6 +286,11 @@ impl<M: Model> Engine<M> {
         self.warming
     }
 
+    /// Whether idle turns still have KV pool to warm (`warm_kv`).
+    pub fn warming(&self) -> bool {
+        self.warming
+    }
+
     /// Queues a request; refusals are sent as an `Event::Error` on its channel.
     pub fn submit(&mut self, id: SeqId, req: GenerateRequest, events: UnboundedSender<Event>) {
         self.queue(id, req, events);

@@ -213,7 +213,6 @@ const WARM_BYTES: usize = 8 << 20;
 fn run_loop<M: Model>(mut engine: Engine<M>, rx: Receiver<Command>) {
     let mut deadline: Option<Instant> = None;
     let mut connected = true;
-    let mut warming = true;
     loop {
         // Block for work when idle (after warming the KV pool, a slice per turn); otherwise take
         // whatever arrived since the last step.
@@ -221,10 +220,12 @@ fn run_loop<M: Model>(mut engine: Engine<M>, rx: Receiver<Command>) {
             if deadline.is_some() || !connected {
                 return;
             }
-            if warming {
+            if engine.warming() {
                 match rx.try_recv() {
                     Ok(cmd) => apply(&mut engine, cmd, &mut deadline),
-                    Err(mpsc::TryRecvError::Empty) => warming = engine.warm_kv(WARM_BYTES),
+                    Err(mpsc::TryRecvError::Empty) => {
+                        engine.warm_kv(WARM_BYTES);
+                    }
                     Err(mpsc::TryRecvError::Disconnected) => return,
                 }
                 continue;
