@@ -118,8 +118,8 @@ fn parse_kv_dtype(s: &str) -> Result<KvDtype, String> {
 
 /// The default KV memory: a quarter of MemAvailable, clamped to 256 MiB ..= 1 GiB (1 GiB holds
 /// 58k tokens of Gemma 3 270M at f16; the engine makes it resident while idle).
-fn default_kv_memory() -> usize {
-    (mem_available().unwrap_or(2 << 30) / 4).clamp(256 << 20, 1 << 30)
+fn default_kv_memory(available: Option<usize>) -> usize {
+    (available.unwrap_or(2 << 30) / 4).clamp(256 << 20, 1 << 30)
 }
 
 /// MemAvailable from /proc/meminfo, in bytes (None elsewhere).
@@ -147,7 +147,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
-    let kv_bytes = args.kv_memory.unwrap_or_else(default_kv_memory);
+    let available = mem_available();
+    let kv_bytes = args
+        .kv_memory
+        .unwrap_or_else(|| default_kv_memory(available));
     tracing::info!(
         "KV cache: {} MiB of {:?}{}",
         kv_bytes >> 20,
@@ -160,7 +163,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     );
     // The engine faults the pool in while idle; a pool over half the available memory is left
     // to fault in as it is used, as the OS may have promised more than it can back.
-    let warm_kv = mem_available().is_none_or(|m| kv_bytes <= m / 2);
+    let warm_kv = available.is_none_or(|m| kv_bytes <= m / 2);
     if !warm_kv {
         tracing::info!("KV cache over half the available memory: its pages are faulted in as used");
     }
