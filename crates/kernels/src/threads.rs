@@ -122,8 +122,9 @@ impl Threads {
     /// the pool's threads (on the caller alone when there is only one). Each thread starts on a
     /// home share of the ranges — thread `t` of `n` the `t`-th `1/n` of them, in order — and
     /// only then helps with what the others have left, taking their next ranges in turn. Each
-    /// range goes to exactly one call, with the index (`0..n()`) of the share being worked,
-    /// which no two calls running at the same time have (for per-thread scratch).
+    /// range goes to exactly one call, with the index `t` (`0..n()`) of the pool's call that
+    /// runs it — also when it helps with another share — which no two calls running at the same
+    /// time have (for per-thread scratch).
     ///
     /// Steps repeat the same shapes, so a thread keeps writing the same part of each output from
     /// one step to the next, and the cache lines stay with the core that wrote them. Where the

@@ -139,7 +139,7 @@ fn for_each_range_covers_every_index_once_in_chunk_sized_ranges() {
 }
 
 #[test]
-fn affine_ranges_start_each_thread_at_a_home_share() {
+fn each_thread_starts_at_its_home_share() {
     // Index t begins at the start of share t, whichever thread runs it (the caller takes an
     // index a worker has not begun), so every thread's first range starts a share: 0 or 32.
     // (With one shared counter the second thread would begin wherever the first had got to.)
