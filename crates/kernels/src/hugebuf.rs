@@ -28,6 +28,20 @@ unsafe impl Plain for half::f16 {}
 // SAFETY: `BlockQ8_0` is repr(C) of a [u8; 2] scale and [i8; 32] quants: no padding, any bits.
 unsafe impl Plain for crate::quant::BlockQ8_0 {}
 
+/// The bytes of a slice of plain values (native byte order).
+pub fn plain_bytes<T: Plain>(s: &[T]) -> &[u8] {
+    // SAFETY: `Plain` values have no padding, so every byte of the slice is initialised; a
+    // `u8` slice needs no alignment and covers exactly the slice's memory.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
+/// The bytes of a slice of plain values, writable: any bytes written make valid values.
+pub fn plain_bytes_mut<T: Plain>(s: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `plain_bytes`, and every bit pattern is a valid `T` (`Plain`), so writes
+    // through the byte view cannot make an invalid value; `&mut` makes it the only view.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
 enum Storage<T> {
     Map(memmap2::MmapMut),
     Heap(Vec<T>),

@@ -40,9 +40,7 @@ pub fn perplexity(
     let n_chunks = tokens.len() / n_ctx;
     let first = n_ctx / 2;
     let vocab = model.config().vocab_size;
-    let layout = KvLayout::new(model.config(), 16)
-        .with_dtype(kv_dtype)
-        .map_err(ModelError::Invalid)?;
+    let layout = KvLayout::new(model.config(), 16).with_dtype(kv_dtype)?;
     let mut session = Session::with_layout(layout, 1, n_ctx);
     let (mut sum, mut sum_sq, mut count) = (0.0f64, 0.0f64, 0usize);
     let mut chunk_nll = Vec::with_capacity(n_chunks);

@@ -20,6 +20,7 @@ use kernels::quant::{BlockQ8_0, QK8_0};
 use kernels::HugeBuf;
 
 use crate::config::ModelConfig;
+use crate::ModelError;
 
 /// Index of a tile in the pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -119,12 +120,12 @@ impl KvLayout {
     }
 
     /// The same layout with another storage type; Q8_0 needs rows of whole 32-value blocks.
-    pub fn with_dtype(mut self, dtype: KvDtype) -> Result<KvLayout, String> {
+    pub fn with_dtype(mut self, dtype: KvDtype) -> Result<KvLayout, ModelError> {
         if dtype == KvDtype::Q8_0 && !self.kv_dim.is_multiple_of(QK8_0) {
-            return Err(format!(
+            return Err(ModelError::invalid(format!(
                 "q8_0 KV needs a K/V row of a multiple of 32 values, not {}",
                 self.kv_dim
-            ));
+            )));
         }
         self.dtype = dtype;
         Ok(self)
@@ -209,6 +210,24 @@ impl Store {
         }
     }
 
+    /// The bytes of `len` values from offset `at` (multiples of 32 for Q8_0).
+    fn raw(&self, at: usize, len: usize) -> &[u8] {
+        match self {
+            Store::F32(v) => kernels::plain_bytes(&v[at..at + len]),
+            Store::F16(v) => kernels::plain_bytes(&v[at..at + len]),
+            Store::Q8(v) => kernels::plain_bytes(&v[at / QK8_0..(at + len) / QK8_0]),
+        }
+    }
+
+    /// `raw`, writable.
+    fn raw_mut(&mut self, at: usize, len: usize) -> &mut [u8] {
+        match self {
+            Store::F32(v) => kernels::plain_bytes_mut(&mut v[at..at + len]),
+            Store::F16(v) => kernels::plain_bytes_mut(&mut v[at..at + len]),
+            Store::Q8(v) => kernels::plain_bytes_mut(&mut v[at / QK8_0..(at + len) / QK8_0]),
+        }
+    }
+
     /// `len` values from offset `at` as f16 bits, if stored as f16.
     fn f16_bits(&self, at: usize, len: usize) -> Option<&[u16]> {
         match self {
@@ -227,6 +246,17 @@ impl Store {
         }
     }
 }
+
+/// First bytes of an exported tile.
+const TILE_MAGIC: &[u8; 4] = b"TKVT";
+/// Version of the exported tile layout; bumped whenever the bytes would mean something else.
+const TILE_FORMAT_VERSION: u16 = 1;
+/// magic (4), version (2), storage type (1), reserved (1), tile size, layers, row length (4 each).
+const TILE_HEADER: usize = 20;
+
+// Exported values are written in native byte order, which is the documented little-endian.
+#[cfg(not(target_endian = "little"))]
+compile_error!("KvPool::export_tile writes native byte order and documents little-endian");
 
 /// The preallocated K/V storage. It never grows after construction.
 pub struct KvPool {
@@ -316,6 +346,71 @@ impl KvPool {
         self.v.copy(s, d, len);
     }
 
+    /// The header of an exported tile: what a tile's bytes must match to be imported.
+    fn tile_header(&self) -> [u8; TILE_HEADER] {
+        let l = &self.layout;
+        let mut h = [0u8; TILE_HEADER];
+        h[..4].copy_from_slice(TILE_MAGIC);
+        h[4..6].copy_from_slice(&TILE_FORMAT_VERSION.to_le_bytes());
+        h[6] = match l.dtype {
+            KvDtype::F32 => 0,
+            KvDtype::F16 => 1,
+            KvDtype::Q8_0 => 2,
+        };
+        for (i, v) in [l.tile_size, l.layers_per_group(), l.kv_dim]
+            .into_iter()
+            .enumerate()
+        {
+            h[8 + 4 * i..12 + 4 * i].copy_from_slice(&(v as u32).to_le_bytes());
+        }
+        h
+    }
+
+    /// Bytes `export_tile` writes per tile.
+    pub fn exported_tile_bytes(&self) -> usize {
+        TILE_HEADER + self.layout.tile_bytes()
+    }
+
+    /// Appends tile `tile`'s contents to `out`: a header (magic `TKVT`, format version, storage
+    /// type, tile size, layers per group, K/V row length), then K and then V of every layer of
+    /// the tile as stored (`[layer_in_group][slot][kv_dim]`, little-endian values; Q8_0 as its
+    /// 34-byte blocks). Any pool with the same header reads it back with `import_tile`.
+    pub fn export_tile(&self, tile: TileId, out: &mut Vec<u8>) {
+        let (at, len) = (self.offset(tile, 0, 0), self.layout.tile_elems());
+        out.reserve(self.exported_tile_bytes());
+        out.extend_from_slice(&self.tile_header());
+        out.extend_from_slice(self.k.raw(at, len));
+        out.extend_from_slice(self.v.raw(at, len));
+    }
+
+    /// Overwrites tile `tile` with bytes from `export_tile`. Bytes of another format version,
+    /// storage type or geometry, or of the wrong length, are refused and the tile is untouched.
+    pub fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), ModelError> {
+        if tile.0 as usize >= self.n_tiles {
+            return Err(ModelError::invalid(format!(
+                "tile {} is outside the pool of {}",
+                tile.0, self.n_tiles
+            )));
+        }
+        if bytes.len() != self.exported_tile_bytes() {
+            return Err(ModelError::invalid(format!(
+                "an exported tile of this pool has {} bytes, not {}",
+                self.exported_tile_bytes(),
+                bytes.len()
+            )));
+        }
+        if bytes[..TILE_HEADER] != self.tile_header() {
+            return Err(ModelError::invalid(
+                "the tile's header (format version, storage type or geometry) differs from the pool's",
+            ));
+        }
+        let (at, len) = (self.offset(tile, 0, 0), self.layout.tile_elems());
+        let (k, v) = bytes[TILE_HEADER..].split_at(self.layout.tile_bytes() / 2);
+        self.k.raw_mut(at, len).copy_from_slice(k);
+        self.v.raw_mut(at, len).copy_from_slice(v);
+        Ok(())
+    }
+
     /// K of the first `n` slots of one tile and layer, as f32 `[n][kv_dim]`.
     #[inline]
     pub fn read_keys(&self, tile: TileId, in_group: usize, n: usize, out: &mut [f32]) {
@@ -395,6 +490,79 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_exported_tile_imports_into_another_pool_bit_for_bit() {
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0] {
+            let mut a = KvPool::new(two_layers(4, 64, dtype), 3);
+            let mut b = KvPool::new(two_layers(4, 64, dtype), 5);
+            for l in 0..2 {
+                for s in 0..4 {
+                    let row: Vec<f32> = (0..64)
+                        .map(|i| (l * 1000 + s * 64 + i) as f32 * 0.37)
+                        .collect();
+                    a.store(
+                        TileId(2),
+                        l,
+                        s,
+                        &row,
+                        &row.iter().map(|x| -x).collect::<Vec<_>>(),
+                    );
+                }
+            }
+            let mut bytes = Vec::new();
+            a.export_tile(TileId(2), &mut bytes);
+            assert_eq!(bytes.len(), a.exported_tile_bytes());
+            assert_eq!(&bytes[..4], b"TKVT");
+            b.import_tile(TileId(4), &bytes)
+                .expect("same layout imports");
+            let mut again = Vec::new();
+            b.export_tile(TileId(4), &mut again);
+            assert_eq!(bytes, again, "{dtype:?}");
+            for l in 0..2 {
+                let (mut ka, mut kb) = (vec![0.0; 4 * 64], vec![0.0; 4 * 64]);
+                a.read_keys(TileId(2), l, 4, &mut ka);
+                b.read_keys(TileId(4), l, 4, &mut kb);
+                assert_eq!(ka, kb, "{dtype:?} layer {l}");
+                a.read_values(TileId(2), l, 4, &mut ka);
+                b.read_values(TileId(4), l, 4, &mut kb);
+                assert_eq!(ka, kb, "{dtype:?} layer {l}");
+            }
+        }
+    }
+
+    #[test]
+    fn tiles_of_another_layout_or_length_are_refused_and_change_nothing() {
+        let mut src = Vec::new();
+        KvPool::new(two_layers(4, 64, KvDtype::F16), 1).export_tile(TileId(0), &mut src);
+        let mut pool = KvPool::new(two_layers(4, 64, KvDtype::F32), 2);
+        let row = vec![1.5; 64];
+        pool.store(TileId(1), 0, 0, &row, &row);
+        let mut before = Vec::new();
+        pool.export_tile(TileId(1), &mut before);
+        let other_geometry = {
+            let mut b = Vec::new();
+            KvPool::new(two_layers(8, 32, KvDtype::F32), 1).export_tile(TileId(0), &mut b);
+            b
+        };
+        let mut newer = before.clone();
+        newer[4] += 1;
+        for (what, bytes) in [
+            ("another storage type", &src[..]),
+            ("another geometry of the same size", &other_geometry[..]),
+            ("another format version", &newer[..]),
+            ("a truncated tile", &before[..before.len() - 1]),
+        ] {
+            assert!(pool.import_tile(TileId(1), bytes).is_err(), "{what}");
+        }
+        assert!(
+            pool.import_tile(TileId(9), &before).is_err(),
+            "a tile outside the pool"
+        );
+        let mut after = Vec::new();
+        pool.export_tile(TileId(1), &mut after);
+        assert_eq!(before, after);
     }
 
     #[test]
