@@ -10,6 +10,7 @@ pub mod config;
 pub mod eval;
 pub mod forward;
 pub mod kv;
+pub mod logits;
 pub mod sampler;
 pub mod session;
 #[doc(hidden)]
@@ -23,6 +24,7 @@ pub use config::{Arch, ModelConfig};
 pub use forward::Transformer;
 pub use kernels::Threads;
 pub use kv::{KvDtype, KvLayout, KvPool, TileId};
+pub use logits::{LogitBias, LogitsProcessor, Penalties, ProcessorChain, TokenFilter};
 pub use sampler::{SampleScratch, Sampler, SamplingParams};
 pub use session::Session;
 pub use tokenizer::Tokenizer;
