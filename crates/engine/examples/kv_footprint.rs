@@ -43,7 +43,7 @@ fn main() {
             let m = model::load(std::path::Path::new(&path), 2).map_err(|e| e.to_string())?;
             Ok((m.transformer, m.tokenizer))
         })
-        .unwrap_or_else(|e| fail(&e));
+        .unwrap_or_else(|e| fail(&e.to_string()));
         let mut prompt = handle.tokenizer().encode(&text, true, false);
         while prompt.len() < n_tokens {
             let again = prompt[1..].to_vec();

@@ -13,16 +13,22 @@ use std::time::{Duration, Instant};
 use tokenizer::Tokenizer;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-use crate::engine::{Engine, EngineConfig, Model};
+use crate::admission::{Admission, WaitSlot};
+use crate::config::EngineConfig;
+use crate::engine::{Engine, Member};
+use crate::error::StartError;
 use crate::request::{EngineError, Event, GenerateRequest};
+use crate::runner::{IntoRunner, Runner};
 use crate::sequence::SeqId;
 use crate::stats::EngineStats;
 
-type Member = (SeqId, GenerateRequest, UnboundedSender<Event>);
+/// Why the loader given to `EngineHandle::spawn` failed.
+pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
 
 enum Command {
-    /// One request, or the choices of one prompt, computed once (see `Engine::submit_group`).
-    SubmitGroup(Vec<Member>),
+    /// One request, or the choices of one prompt, computed once (see `Engine::submit_admitted`),
+    /// with their places in the admission count.
+    SubmitGroup(Vec<Member>, Vec<WaitSlot>),
     Abort(SeqId),
     /// Stop accepting; finish in-flight work until the deadline, then abort the rest and exit.
     Shutdown(Instant),
@@ -51,38 +57,38 @@ pub struct EngineHandle {
     stats: Arc<EngineStats>,
     tokenizer: Tokenizer,
     info: ModelInfo,
-    max_waiting: usize,
+    admission: Admission,
     accepting: Arc<AtomicBool>,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
 impl EngineHandle {
-    /// Starts the engine thread, which calls `load` to get the model and tokenizer. Returns once
-    /// the model is loaded, or with the load error.
-    pub fn spawn<M, F>(cfg: EngineConfig, load: F) -> Result<EngineHandle, String>
+    /// Starts the engine thread, which calls `load` to get the model and tokenizer and makes
+    /// the model its runner (with the KV storage `cfg` asks for). Returns once the model is
+    /// loaded, or with the first error.
+    pub fn spawn<M, F>(cfg: EngineConfig, load: F) -> Result<EngineHandle, StartError>
     where
-        M: Model,
-        F: FnOnce() -> Result<(M, Tokenizer), String> + Send + 'static,
+        M: IntoRunner,
+        F: FnOnce() -> Result<(M, Tokenizer), LoadError> + Send + 'static,
     {
         cfg.validate()?;
         let (tx, rx) = mpsc::channel::<Command>();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(Tokenizer, ModelInfo), String>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(Tokenizer, ModelInfo), StartError>>();
         let stats = Arc::new(EngineStats::default());
         let thread_stats = stats.clone();
         let thread_cfg = cfg.clone();
         let thread = std::thread::Builder::new()
             .name("tessera-engine".into())
             .spawn(move || {
-                let (model, tokenizer) = match load() {
-                    Ok(m) => m,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let engine = match Engine::new(model, tokenizer.clone(), &thread_cfg, thread_stats)
-                {
-                    Ok(e) => e,
+                let started = load()
+                    .map_err(StartError::Load)
+                    .and_then(|(model, tokenizer)| {
+                        let runner = model.into_runner(&thread_cfg.kv_spec())?;
+                        Engine::new(runner, tokenizer.clone(), &thread_cfg, thread_stats)
+                            .map(|e| (e, tokenizer))
+                    });
+                let (engine, tokenizer) = match started {
+                    Ok(v) => v,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
                         return;
@@ -99,7 +105,7 @@ impl EngineHandle {
                 }
                 run_loop(engine, rx);
             })
-            .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+            .map_err(StartError::Thread)?;
         let (tokenizer, info) = match ready_rx.recv() {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
@@ -108,7 +114,7 @@ impl EngineHandle {
             }
             Err(_) => {
                 let _ = thread.join();
-                return Err("the engine thread died while loading the model".into());
+                return Err(StartError::Died);
             }
         };
         Ok(EngineHandle {
@@ -117,7 +123,7 @@ impl EngineHandle {
             stats,
             tokenizer,
             info,
-            max_waiting: cfg.max_waiting,
+            admission: Admission::new(cfg.max_waiting),
             accepting: Arc::new(AtomicBool::new(true)),
             thread: Arc::new(Mutex::new(Some(thread))),
         })
@@ -141,7 +147,7 @@ impl EngineHandle {
         if reqs.is_empty() {
             return Ok(Vec::new());
         }
-        self.reserve(reqs.len())?;
+        let slots = self.reserve(reqs.len())?;
         let (members, streams): (Vec<Member>, Vec<RequestStream>) = reqs
             .into_iter()
             .map(|req| {
@@ -150,26 +156,22 @@ impl EngineHandle {
             })
             .unzip();
         self.tx
-            .send(Command::SubmitGroup(members))
+            .send(Command::SubmitGroup(members, slots))
             .map_err(|_| EngineError::Stopped)?;
         Ok(streams)
     }
 
-    /// Checks that `n` more requests may wait and counts them as waiting.
-    fn reserve(&self, n: usize) -> Result<(), EngineError> {
+    /// Places in the waiting line for `n` more requests (`admission`), all or none.
+    fn reserve(&self, n: usize) -> Result<Vec<WaitSlot>, EngineError> {
         if !self.accepting.load(Relaxed) {
             return Err(EngineError::Stopped);
         }
-        let waiting = self.stats.waiting.load(Relaxed) as usize;
-        if waiting + n > self.max_waiting {
-            return Err(EngineError::Overloaded(format!(
+        self.admission.reserve(n).map_err(|waiting| {
+            EngineError::Overloaded(format!(
                 "{waiting} requests are waiting (limit {})",
-                self.max_waiting
-            )));
-        }
-        // Count them as waiting right away so a burst cannot overshoot the limit.
-        self.stats.waiting.fetch_add(n as u64, Relaxed);
-        Ok(())
+                self.admission.limit()
+            ))
+        })
     }
 
     fn next_stream(&self) -> (SeqId, UnboundedSender<Event>, RequestStream) {
@@ -206,15 +208,11 @@ impl EngineHandle {
     }
 }
 
-/// KV memory faulted in per idle turn of the loop: ~16 ms of the kernel clearing pages here (about
-/// 2 ms per 2 MiB), so a request that arrives meanwhile waits no longer than that.
-const WARM_BYTES: usize = 8 << 20;
-
-fn run_loop<M: Model>(mut engine: Engine<M>, rx: Receiver<Command>) {
+fn run_loop<R: Runner>(mut engine: Engine<R>, rx: Receiver<Command>) {
     let mut deadline: Option<Instant> = None;
     let mut connected = true;
     loop {
-        // Block for work when idle (after warming the KV pool, a slice per turn); otherwise take
+        // Block for work when idle (after the runner's idle work, a slice per turn); otherwise take
         // whatever arrived since the last step.
         if !engine.has_work() {
             if deadline.is_some() || !connected {
@@ -224,7 +222,7 @@ fn run_loop<M: Model>(mut engine: Engine<M>, rx: Receiver<Command>) {
                 match rx.try_recv() {
                     Ok(cmd) => apply(&mut engine, cmd, &mut deadline),
                     Err(mpsc::TryRecvError::Empty) => {
-                        engine.warm_kv(WARM_BYTES);
+                        engine.idle();
                     }
                     Err(mpsc::TryRecvError::Disconnected) => return,
                 }
@@ -259,15 +257,15 @@ fn run_loop<M: Model>(mut engine: Engine<M>, rx: Receiver<Command>) {
     }
 }
 
-fn apply<M: Model>(engine: &mut Engine<M>, cmd: Command, deadline: &mut Option<Instant>) {
+fn apply<R: Runner>(engine: &mut Engine<R>, cmd: Command, deadline: &mut Option<Instant>) {
     match cmd {
-        Command::SubmitGroup(members) => {
+        Command::SubmitGroup(members, slots) => {
             if deadline.is_some() {
                 for (_, _, events) in members {
                     let _ = events.send(Event::Error(EngineError::Stopped));
                 }
             } else {
-                engine.submit_group(members);
+                engine.submit_admitted(members, slots);
             }
         }
         Command::Abort(id) => engine.abort(id),

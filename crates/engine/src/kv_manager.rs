@@ -278,6 +278,28 @@ impl KvManager {
         }
     }
 
+    /// Frees the table entries past those that hold positions `0..len`, tail first: the tiles a
+    /// multi-token step took for drafted tokens that were not accepted. Such a tile was never
+    /// registered (only tiles full of computed, accepted tokens are), so nothing of the rejected
+    /// tokens stays findable.
+    pub fn truncate(&mut self, seq: &mut SeqTiles, len: usize) {
+        let keep = len.div_ceil(self.tile_size);
+        let longest = seq.tables.iter().map(Vec::len).max().unwrap_or(0);
+        for i in (keep..longest).rev() {
+            for table in &seq.tables {
+                if let Some(&t) = table.get(i) {
+                    if t != TileId::RELEASED {
+                        self.alloc.release(t);
+                    }
+                }
+            }
+        }
+        for table in seq.tables.iter_mut() {
+            table.truncate(keep);
+        }
+        seq.chain.truncate(len / self.tile_size);
+    }
+
     /// Registers the tiles that became full now that `tokens[..computed]` are in the cache.
     pub fn register_full(&mut self, seq: &mut SeqTiles, tokens: &[u32], computed: usize) {
         let ts = self.tile_size;
@@ -298,19 +320,6 @@ impl KvManager {
     /// Releases every tile of `seq`, tail first (across all groups), so chains are evicted
     /// tail first.
     pub fn free(&mut self, seq: &mut SeqTiles) {
-        let len = seq.tables.iter().map(Vec::len).max().unwrap_or(0);
-        for i in (0..len).rev() {
-            for table in &seq.tables {
-                if let Some(&t) = table.get(i) {
-                    if t != TileId::RELEASED {
-                        self.alloc.release(t);
-                    }
-                }
-            }
-        }
-        for table in seq.tables.iter_mut() {
-            table.clear();
-        }
-        seq.chain.clear();
+        self.truncate(seq, 0);
     }
 }

@@ -1,24 +1,42 @@
-//! Tessera's engine: continuous batching over a model, decided token by token.
+//! Tessera's engine: continuous batching over a runner, decided token by token.
 //!
+//! - `runner` / `cpu_runner`: the compute seam (`Runner`: execute a ragged batch, copy, export
+//!   and import tiles, idle work) and the CPU transformer behind it.
 //! - `tiles` / `kv_manager`: the tile allocator (counts, prefix index, LRU eviction) and the
-//!   per-sequence tile tables (prefix adoption, growth, sliding-window release).
-//! - `scheduler`: which sequences run each step, chunked prefill, preemption, priorities.
-//! - `engine`: one step = plan → forward → sample → emit; stop conditions; metrics.
+//!   per-sequence tile tables (prefix adoption, growth, sliding-window release, truncation).
+//! - `scheduler`: which sequences run each step, chunked prefill, drafts, preemption, priorities.
+//! - `engine` / `step`: one step = plan → execute → draw → emit; the request lifecycle.
+//! - `draw` / `emit` / `forks`: the draws (drafts verified), token → events (stop conditions),
+//!   the choices of `n` > 1 requests waiting to fork.
 //! - `step_cost`: measured step costs, from which the prefill cap of decoding steps follows.
-//! - `handle`: the engine thread and the cloneable `EngineHandle` the server talks to.
+//! - `admission` / `handle`: the waiting-line limit, the engine thread and the cloneable
+//!   `EngineHandle` the server talks to.
 
+pub mod admission;
+pub mod config;
+pub mod cpu_runner;
+mod draw;
+mod emit;
 pub mod engine;
+pub mod error;
+mod forks;
 pub mod handle;
 pub mod kv_manager;
 pub mod request;
+pub mod runner;
 pub mod scheduler;
 pub mod sequence;
 pub mod stats;
+mod step;
 pub mod step_cost;
 pub mod tiles;
 
-pub use engine::{Engine, EngineConfig, Model};
-pub use handle::{EngineHandle, ModelInfo, RequestStream};
+pub use config::EngineConfig;
+pub use cpu_runner::CpuRunner;
+pub use engine::{Drafter, Engine, Member};
+pub use error::{ConfigError, StartError};
+pub use handle::{EngineHandle, LoadError, ModelInfo, RequestStream};
 pub use request::{EngineError, Event, FinishReason, GenerateRequest, TokenLogprob, Usage};
+pub use runner::{kv_pool, IntoRunner, KvSpec, Runner, RunnerFacts};
 pub use sequence::SeqId;
 pub use stats::EngineStats;

@@ -1,11 +1,7 @@
-//! What a client asks of the engine and what it gets back, plus the per-request state the engine
-//! keeps beside the scheduler's `Sequence`: sampler, detokenizer, stop conditions, channel.
+//! What a client asks of the engine and what it gets back. (The state the engine keeps per
+//! request beside the scheduler's `Sequence` is `emit::RequestState`.)
 
-use std::time::Instant;
-
-use model::{Sampler, SamplingParams};
-use tokenizer::IncrementalDecoder;
-use tokio::sync::mpsc::UnboundedSender;
+use model::SamplingParams;
 
 /// A generation request in token space (the server tokenizes).
 #[derive(Clone, Debug, Default)]
@@ -101,68 +97,4 @@ pub enum Event {
     },
     /// The request failed; also the last event.
     Error(EngineError),
-}
-
-/// Engine-side state of one request.
-pub(crate) struct RequestState {
-    pub req: GenerateRequest,
-    pub sampler: Sampler,
-    pub decoder: IncrementalDecoder,
-    /// Decoded text not yet sent, because it may be the start of a stop string.
-    pub held: String,
-    /// A stop string was found: nothing after it is sent, not even bytes flushed at the end.
-    pub stopped_by_string: bool,
-    pub events: UnboundedSender<Event>,
-    /// Place in line (the scheduler's `Sequence::arrival`).
-    pub arrival: u64,
-    pub arrived: Instant,
-    pub scheduled_at: Option<Instant>,
-    pub first_token_at: Option<Instant>,
-    pub last_token_at: Option<Instant>,
-    /// Prompt positions whose log-probabilities were computed (they are sent once, complete).
-    pub prompt_logprobs: Vec<Option<TokenLogprob>>,
-    pub prompt_logprobs_sent: bool,
-}
-
-/// Result of feeding one token's text through the stop-string filter.
-pub(crate) enum StopCheck {
-    /// Text safe to send now.
-    Emit(String),
-    /// A stop string was found: send this text (before it) and finish.
-    Stop(String),
-}
-
-impl RequestState {
-    /// Adds decoded text; returns what can be sent without risking a stop-string leak.
-    pub fn filter_stop(&mut self, delta: &str) -> StopCheck {
-        self.held.push_str(delta);
-        let stops = &self.req.stop_strings;
-        if stops.is_empty() {
-            return StopCheck::Emit(std::mem::take(&mut self.held));
-        }
-        if let Some(at) = stops
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
-        {
-            let out = self.held[..at].to_string();
-            self.held.clear();
-            self.stopped_by_string = true;
-            return StopCheck::Stop(out);
-        }
-        // Hold back the longest tail of `held` that is a prefix of some stop string.
-        let mut keep = 0;
-        for s in stops {
-            for (i, _) in self.held.char_indices() {
-                let tail = &self.held[i..];
-                if tail.len() > keep && s.starts_with(tail) {
-                    keep = tail.len();
-                }
-            }
-        }
-        let cut = self.held.len() - keep;
-        let out = self.held[..cut].to_string();
-        self.held.drain(..cut);
-        StopCheck::Emit(out)
-    }
 }

@@ -56,6 +56,9 @@ pub struct ScheduledChunk {
     pub logits: LogitsWanted,
     /// A decoder's next token (as opposed to a prefill chunk).
     pub decode: bool,
+    /// Drafted tokens at the end of the chunk (a decoder's, to verify: then every position's
+    /// logits are wanted).
+    pub draft: usize,
 }
 
 /// What to run this step.
@@ -74,6 +77,11 @@ impl StepPlan {
     /// Decode tokens (one per decoding sequence).
     pub fn decode_tokens(&self) -> usize {
         self.chunks.iter().filter(|c| c.decode).count()
+    }
+
+    /// Drafted tokens being verified.
+    pub fn draft_tokens(&self) -> usize {
+        self.chunks.iter().map(|c| c.draft).sum()
     }
 
     /// Prompt (or recompute) tokens.
@@ -138,6 +146,15 @@ impl Scheduler {
             .iter()
             .filter(|id| self.seqs.get(id).is_some_and(|s| s.is_decoding()))
             .count()
+    }
+
+    /// The running sequences whose next step is a decode token.
+    pub fn decoding_ids(&self) -> Vec<SeqId> {
+        self.running
+            .iter()
+            .filter(|id| self.seqs.get(id).is_some_and(|s| s.is_decoding()))
+            .copied()
+            .collect()
     }
 
     /// Sequences whose prompt (or recomputation) could advance now: the running ones still
@@ -278,6 +295,14 @@ impl Scheduler {
         }
         admit(self, &mut plan, false);
         self.age_waiting();
+        // A draft lives for one step: one that found no room in this plan is dropped.
+        for id in &self.running {
+            if !plan.chunks.iter().any(|c| c.seq == *id) {
+                if let Some(s) = self.seqs.get_mut(id) {
+                    s.draft.clear();
+                }
+            }
+        }
         plan
     }
 
@@ -303,13 +328,20 @@ impl Scheduler {
             if !self.make_room(id, want, plan) {
                 continue;
             }
+            if let Some(s) = self.seqs.get_mut(&id).filter(|s| s.is_decoding()) {
+                s.draft.truncate(want - 1); // what the budget left no room for
+            }
             plan.chunks.push(self.chunk(id, want));
         }
     }
 
-    /// Tokens sequence `id` runs this step given the budget left.
+    /// Tokens sequence `id` runs this step given the budget left. A decoder runs its next
+    /// token and as much of its draft as the budget leaves room for.
     fn piece(&self, id: SeqId, budget: usize, batch_empty: bool) -> usize {
         let s = &self.seqs[&id];
+        if s.is_decoding() {
+            return budget.min(1 + s.draft.len());
+        }
         let need = s.uncomputed();
         if self.cfg.chunked_prefill {
             need.min(budget).min(self.chunk_limit())
@@ -323,7 +355,8 @@ impl Scheduler {
     fn chunk(&self, id: SeqId, len: usize) -> ScheduledChunk {
         let s = &self.seqs[&id];
         let end = s.num_computed + len;
-        let logits = if s.wants_prompt_logits && s.num_computed < s.prompt_len {
+        let draft = if s.is_decoding() { len - 1 } else { 0 };
+        let logits = if draft > 0 || (s.wants_prompt_logits && s.num_computed < s.prompt_len) {
             LogitsWanted::All
         } else if end == s.tokens.len() {
             LogitsWanted::Last
@@ -336,6 +369,7 @@ impl Scheduler {
             len,
             logits,
             decode: s.is_decoding(),
+            draft,
         }
     }
 
@@ -399,6 +433,7 @@ impl Scheduler {
             .expect("victim exists: this is a bug");
         self.kv.free(&mut s.tiles);
         s.num_computed = 0;
+        s.draft.clear();
         s.status = SeqStatus::Waiting;
         s.preemptions += 1;
         s.protected = true;
@@ -512,17 +547,41 @@ impl Scheduler {
         })
     }
 
-    /// Records that a chunk ran: its tokens are now cached; `sampled` is the token sampled from
-    /// its last logits, if any.
-    pub fn commit(&mut self, id: SeqId, computed: usize, sampled: Option<u32>) {
+    /// Proposes `draft` as the next tokens of decoding sequence `id`, to be fed after its last
+    /// token in the next step and verified there (cut to what its length limit allows; ignored
+    /// for a sequence that is not decoding). Replaces any earlier draft.
+    pub fn set_draft(&mut self, id: SeqId, mut draft: Vec<u32>) {
+        let Some(s) = self.seqs.get_mut(&id) else {
+            return;
+        };
+        if s.status != SeqStatus::Running || !s.is_decoding() {
+            return;
+        }
+        // A step adds at most 1 + draft.len() tokens.
+        draft.truncate(s.max_total_len.saturating_sub(s.tokens.len() + 1));
+        s.draft = draft;
+    }
+
+    /// Records that a chunk ran: `computed` of its positions now hold K/V of known tokens, and
+    /// `sampled` are the tokens drawn from its logits (for a decoder that verified a draft:
+    /// the agreeing prefix of the draft, then the first token that disagreed or followed it).
+    /// The rest of the draft is dropped, and the tiles taken for it alone are freed; tiles are
+    /// registered for prefix reuse only when full of computed, accepted tokens.
+    pub fn commit(&mut self, id: SeqId, computed: usize, sampled: &[u32]) {
         let Some(s) = self.seqs.get_mut(&id) else {
             return;
         };
         s.num_computed += computed;
+        s.draft.clear();
+        s.tokens.extend_from_slice(sampled);
+        debug_assert!(
+            s.num_computed <= s.tokens.len(),
+            "computed a token not yet known"
+        );
         self.kv
             .register_full(&mut s.tiles, &s.tokens, s.num_computed);
-        if let Some(t) = sampled {
-            s.tokens.push(t);
+        self.kv.truncate(&mut s.tiles, s.tokens.len());
+        if !sampled.is_empty() {
             s.protected = false;
         }
     }

@@ -21,6 +21,9 @@ pub struct Sequence {
     pub id: SeqId,
     /// Prompt followed by the generated tokens.
     pub tokens: Vec<u32>,
+    /// Proposed next tokens (speculative), fed after `tokens` in the next step and verified
+    /// there: the longest agreeing prefix is accepted, the rest dropped (`Scheduler::commit`).
+    pub draft: Vec<u32>,
     pub prompt_len: usize,
     /// Tokens whose K/V are in the cache (`num_cached_tokens` in vLLM's words).
     pub num_computed: usize,
@@ -55,6 +58,7 @@ impl Sequence {
         Sequence {
             id,
             tokens: prompt,
+            draft: Vec::new(),
             prompt_len,
             num_computed: 0,
             cached_prompt_tokens: 0,
@@ -81,7 +85,18 @@ impl Sequence {
         self.tokens.len() - self.num_computed
     }
 
-    /// Whether it is past its prompt (and any recomputation) and decodes one token per step.
+    /// The `len` tokens a step feeds from position `start`: known tokens, then the draft.
+    pub fn fed(&self, start: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
+        self.tokens
+            .iter()
+            .chain(&self.draft)
+            .skip(start)
+            .take(len)
+            .copied()
+    }
+
+    /// Whether it is past its prompt (and any recomputation) and decodes one token per step
+    /// (plus its draft, if it has one).
     pub fn is_decoding(&self) -> bool {
         self.uncomputed() == 1 && self.num_computed >= self.prompt_len
     }

@@ -63,17 +63,18 @@ fn spawn_returns_the_load_error() {
     let res = EngineHandle::spawn(EngineConfig::default(), move || {
         model::load(&path, 1)
             .map(|m| (m.transformer, m.tokenizer))
-            .map_err(|e| e.to_string())
+            .map_err(Into::into)
     });
     let _ = std::fs::remove_file(&bad);
     let err = res.err().expect("a bad file fails to load");
-    assert!(!err.is_empty());
+    assert!(matches!(err, engine::StartError::Load(_)), "{err}");
+    assert!(!err.to_string().is_empty());
     // A bad config is refused before any thread starts.
     let cfg = EngineConfig {
         tile_size: 0,
         ..EngineConfig::default()
     };
-    let res = EngineHandle::spawn(cfg, || -> Result<(FakeModel, _), String> {
+    let res = EngineHandle::spawn(cfg, || -> Result<(FakeModel, _), engine::LoadError> {
         panic!("must not load with a bad config")
     });
     assert!(res.is_err());
@@ -87,7 +88,7 @@ fn spawn_returns_the_load_error() {
     let err = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer())))
         .err()
         .expect("q8_0 refused");
-    assert!(err.contains("q8_0"), "{err}");
+    assert!(err.to_string().contains("q8_0"), "{err}");
     // So is a KV memory too small for anything.
     let m = FakeModel::new(Some(10));
     let cfg = EngineConfig {
@@ -97,7 +98,7 @@ fn spawn_returns_the_load_error() {
     let err = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer())))
         .err()
         .expect("a 10-byte pool is refused");
-    assert!(err.contains("too small"), "{err}");
+    assert!(err.to_string().contains("too small"), "{err}");
 }
 
 #[test]

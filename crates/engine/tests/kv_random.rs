@@ -162,6 +162,7 @@ struct World {
     evictions: usize,
     grow_failures: usize,
     forks: usize,
+    speculations: usize,
 }
 
 impl World {
@@ -327,6 +328,40 @@ impl World {
     }
 }
 
+impl World {
+    /// A multi-token step: the sequence computes its next position and `k` drafted ones, then
+    /// keeps only the positions of an agreeing prefix; the tiles taken for the rest are freed.
+    /// (The shadow's tokens are the truth, so a position computed for a rejected token holds
+    /// private contents, like a tile being filled.)
+    fn speculate(&mut self, rng: &mut Rng, s: usize) {
+        let seq = &mut self.seqs[s];
+        if seq.computed + 1 >= seq.tokens.len() {
+            return;
+        }
+        let k = 1 + rng.below(8);
+        self.kv.release_out_of_window(&mut seq.tiles, seq.computed);
+        let before = seq.tiles.tables[0].len();
+        if self.kv.grow(&mut seq.tiles, seq.computed + 1 + k).is_err() {
+            self.grow_failures += 1;
+            return;
+        }
+        for table in &seq.tiles.tables {
+            for &t in &table[before..] {
+                self.content.remove(&t);
+            }
+        }
+        let accepted = rng.below(k + 1);
+        seq.computed = (seq.computed + 1 + accepted).min(seq.tokens.len() - 1);
+        self.kv
+            .register_full(&mut seq.tiles, &seq.tokens, seq.computed);
+        self.kv.truncate(&mut seq.tiles, seq.computed + 1);
+        let want = (seq.computed + 1).div_ceil(TS);
+        assert!(seq.tiles.tables.iter().all(|t| t.len() <= want));
+        self.speculations += 1;
+        self.note_contents(s);
+    }
+}
+
 fn random_kv_manager_run(seed: u64, release: bool, caching: bool) {
     let mut rng = Rng(seed);
     let bases: Vec<Vec<u32>> = (0..4)
@@ -342,14 +377,18 @@ fn random_kv_manager_run(seed: u64, release: bool, caching: bool) {
         evictions: 0,
         grow_failures: 0,
         forks: 0,
+        speculations: 0,
     };
     for op in 0..100_000 {
         let r = rng.below(20);
         if w.seqs.is_empty() || (r < 3 && w.seqs.len() < 10) {
             w.new_seq(&mut rng, &bases);
-        } else if r < 14 {
+        } else if r < 12 {
             let s = rng.below(w.seqs.len());
             w.advance(&mut rng, s);
+        } else if r < 14 {
+            let s = rng.below(w.seqs.len());
+            w.speculate(&mut rng, s);
         } else if r < 15 {
             if w.seqs.len() < 10 {
                 let s = rng.below(w.seqs.len());
@@ -377,7 +416,7 @@ fn random_kv_manager_run(seed: u64, release: bool, caching: bool) {
         "prefix hits {hits}, evictions {evictions}, failed grows {failures}, forks {}",
         w.forks
     );
-    assert!(failures > 100 && w.forks > 1000);
+    assert!(failures > 100 && w.forks > 1000 && w.speculations > 1000);
     if caching {
         assert!(hits > 1000 && evictions > 1000);
     }

@@ -262,18 +262,19 @@ fn invalid_requests_are_refused_with_a_reason() {
 fn warming_the_kv_pool_ends_leaves_requests_unchanged_and_can_be_turned_off() {
     let warmed = |warm_kv: bool| {
         let m = FakeModel::new(Some(10));
-        // Thousands of tiles: many 4 KiB turns of warming where the OS supports it.
+        // Thousands of tiles: many 4 KiB turns of warming (the fake runner's idle work) where
+        // the OS supports it.
         let cfg = engine::EngineConfig {
             warm_kv,
             ..fake_config(&m, TS, 4096)
         };
         let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
         let mut turns = 0;
-        while h.engine.warm_kv(1 << 12) {
+        while h.engine.idle() {
             turns += 1;
             assert!(turns < 1_000_000, "warming ends");
         }
-        assert!(!h.engine.warm_kv(1 << 12), "done stays done");
+        assert!(!h.engine.idle(), "done stays done");
         let id = run_one(&mut h, greedy(start_prompt(7), 6));
         (turns, h.outcome(id).tokens.clone())
     };

@@ -7,7 +7,7 @@ mod common;
 use common::FakeModel;
 use engine::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 use engine::sequence::Sequence;
-use engine::{Model, SeqId};
+use engine::SeqId;
 
 fn scheduler(chunked: bool) -> Scheduler {
     let m = FakeModel::new(None);
@@ -28,7 +28,7 @@ fn commit(s: &mut Scheduler, plan: &StepPlan) {
         let done = s
             .get(c.seq)
             .is_some_and(|q| c.start + c.len >= q.tokens.len());
-        s.commit(c.seq, c.len, done.then_some(7));
+        s.commit(c.seq, c.len, if done { &[7] } else { &[] });
     }
 }
 

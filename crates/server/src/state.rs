@@ -66,9 +66,10 @@ pub fn load_model(
     let chat_template = ChatTemplate::choose(chat_template_override, gguf_template, &arch)?;
     let load_path = path.to_path_buf();
     let engine = EngineHandle::spawn(cfg, move || {
-        let m = model::load(&load_path, threads).map_err(|e| e.to_string())?;
+        let m = model::load(&load_path, threads)?;
         Ok((m.transformer, m.tokenizer))
-    })?;
+    })
+    .map_err(|e| e.to_string())?;
     tracing::info!(
         "loaded {} ({arch}, context {}, {} KV tiles of {}, chat template: {})",
         path.display(),

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use engine::{
-    Engine, EngineConfig, EngineError, EngineStats, Event, FinishReason, GenerateRequest, Model,
-    SeqId, Usage,
+    kv_pool, Engine, EngineConfig, EngineError, EngineStats, Event, FinishReason, GenerateRequest,
+    IntoRunner, KvSpec, Runner, RunnerFacts, SeqId, StartError, Usage,
 };
 use model::kv::{KvDtype, KvGroup};
 use model::{Batch, KvLayout, KvPool, LogitsWanted, ModelError, TileId, Tokenizer};
@@ -134,8 +134,73 @@ impl FakeModel {
     }
 }
 
-impl Model for FakeModel {
-    fn kv_layout(&self, tile_size: usize) -> KvLayout {
+/// The fake model as a runner: it owns its KV storage, a `KvPool` sized like the real one's.
+pub struct FakeRunner {
+    pub model: FakeModel,
+    pub kv: KvPool,
+    facts: RunnerFacts,
+    /// Idle turns still fault the pool in, 4 KiB a turn (`KvSpec::warm`).
+    warming: bool,
+}
+
+impl IntoRunner for FakeModel {
+    type Runner = FakeRunner;
+    fn into_runner(self, spec: &KvSpec) -> Result<FakeRunner, StartError> {
+        let kv = kv_pool(self.kv_layout(spec.tile_size), spec)?;
+        let facts = RunnerFacts {
+            layout: kv.layout().clone(),
+            n_tiles: kv.n_tiles(),
+            vocab_size: self.vocab,
+            context_length: self.context,
+        };
+        Ok(FakeRunner {
+            model: self,
+            kv,
+            facts,
+            warming: spec.warm,
+        })
+    }
+}
+
+impl Runner for FakeRunner {
+    fn facts(&self) -> &RunnerFacts {
+        &self.facts
+    }
+
+    fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), ModelError> {
+        self.model.forward(batch, &mut self.kv, logits)
+    }
+
+    fn copy_tiles(&mut self, pairs: &[(TileId, TileId)]) {
+        for &(src, dst) in pairs {
+            self.kv.copy_tile(src, dst);
+        }
+    }
+
+    fn export_tile(&self, tile: TileId, out: &mut Vec<u8>) {
+        self.kv.export_tile(tile, out);
+    }
+
+    fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), ModelError> {
+        self.kv.import_tile(tile, bytes)
+    }
+
+    fn idle(&mut self) -> bool {
+        self.warming = self.warming && self.kv.populate(1 << 12);
+        self.warming
+    }
+
+    fn parallel(&self, n: usize, job: &(dyn Fn(usize, usize) + Sync)) {
+        engine::cpu_runner::parallel_on(&self.model.pool, n, job);
+    }
+
+    fn workers(&self) -> usize {
+        self.model.pool.n()
+    }
+}
+
+impl FakeModel {
+    pub fn kv_layout(&self, tile_size: usize) -> KvLayout {
         let groups: Vec<KvGroup> = self
             .windows()
             .into_iter()
@@ -152,18 +217,6 @@ impl Model for FakeModel {
             groups,
             dtype: KvDtype::F16,
         }
-    }
-
-    fn vocab_size(&self) -> usize {
-        self.vocab
-    }
-
-    fn threads(&self) -> Option<&model::Threads> {
-        Some(&self.pool)
-    }
-
-    fn context_length(&self) -> usize {
-        self.context
     }
 
     fn forward(
@@ -247,8 +300,8 @@ pub struct Outcome {
 
 /// Steps an engine, collecting every request's events and checking the tile invariants after
 /// every step.
-pub struct Harness<M: Model> {
-    pub engine: Engine<M>,
+pub struct Harness<M: IntoRunner> {
+    pub engine: Engine<M::Runner>,
     pub stats: Arc<EngineStats>,
     rx: HashMap<SeqId, UnboundedReceiver<Event>>,
     pub out: HashMap<SeqId, Outcome>,
@@ -258,12 +311,13 @@ pub struct Harness<M: Model> {
     pub peak_in_use: usize,
 }
 
-impl<M: Model> Harness<M> {
+impl<M: IntoRunner> Harness<M> {
     pub fn new(model: M, tokenizer: Tokenizer, cfg: &EngineConfig) -> Self {
         cfg.validate().expect("test config is valid");
         let stats = Arc::new(EngineStats::default());
+        let runner = model.into_runner(&cfg.kv_spec()).expect("runner starts");
         Harness {
-            engine: Engine::new(model, tokenizer, cfg, stats.clone()).expect("engine starts"),
+            engine: Engine::new(runner, tokenizer, cfg, stats.clone()).expect("engine starts"),
             stats,
             rx: HashMap::new(),
             out: HashMap::new(),

@@ -1,0 +1,95 @@
+//! The engine's settings: what its runner's KV storage holds and how the scheduler plans.
+
+use model::KvDtype;
+
+use crate::error::ConfigError;
+use crate::runner::KvSpec;
+use crate::scheduler::SchedulerConfig;
+
+/// Engine settings (validated by `EngineConfig::validate`).
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    pub tile_size: usize,
+    /// Bytes of KV memory for the runner's storage.
+    pub kv_bytes: usize,
+    pub max_batch_tokens: usize,
+    pub max_seqs: usize,
+    pub chunked_prefill: bool,
+    pub prefix_caching: bool,
+    /// Requests allowed to wait; beyond it submissions are refused as overloaded.
+    pub max_waiting: usize,
+    pub aging_steps: u64,
+    /// Release sliding-window tiles no future query can see (default). Off keeps every tile,
+    /// to compare against and to measure what release saves.
+    pub release_window_tiles: bool,
+    /// How K and V are stored.
+    pub kv_dtype: KvDtype,
+    /// A step that carries prefill alongside decode tokens may take about this many times a
+    /// decode-only step (the prefill cap follows from measured step times, see `step_cost`);
+    /// 0 turns the cap off, leaving `max_batch_tokens` as the only limit.
+    pub itl_slowdown: f64,
+    /// Fault the KV storage in while idle (`Runner::idle`). Off leaves its pages to be faulted
+    /// in as tiles are first written: for a pool larger than the memory there is to back it.
+    pub warm_kv: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            tile_size: 16,
+            kv_bytes: 512 << 20,
+            max_batch_tokens: 512,
+            max_seqs: 64,
+            chunked_prefill: true,
+            prefix_caching: true,
+            max_waiting: 1024,
+            aging_steps: 200,
+            release_window_tiles: true,
+            kv_dtype: KvDtype::F16,
+            itl_slowdown: 1.5,
+            warm_kv: true,
+        }
+    }
+}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.tile_size == 0 || self.tile_size > 1024 {
+            return Err(ConfigError::TileSize(self.tile_size));
+        }
+        if self.max_seqs == 0 {
+            return Err(ConfigError::MaxSeqs);
+        }
+        if !(self.itl_slowdown == 0.0 || self.itl_slowdown >= 1.0) || !self.itl_slowdown.is_finite()
+        {
+            return Err(ConfigError::ItlSlowdown(self.itl_slowdown));
+        }
+        if self.max_batch_tokens < self.max_seqs {
+            return Err(ConfigError::BatchTokens {
+                max_batch_tokens: self.max_batch_tokens,
+                max_seqs: self.max_seqs,
+            });
+        }
+        Ok(())
+    }
+
+    /// What the runner's KV storage must be.
+    pub fn kv_spec(&self) -> KvSpec {
+        KvSpec {
+            tile_size: self.tile_size,
+            bytes: self.kv_bytes,
+            dtype: self.kv_dtype,
+            warm: self.warm_kv,
+        }
+    }
+
+    pub(crate) fn scheduler(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            max_batch_tokens: self.max_batch_tokens,
+            max_seqs: self.max_seqs,
+            chunked_prefill: self.chunked_prefill,
+            aging_steps: self.aging_steps,
+            release_window_tiles: self.release_window_tiles,
+        }
+    }
+}
