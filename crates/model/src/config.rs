@@ -197,12 +197,24 @@ impl ModelConfig {
                 n_layers
             ],
         };
-        match arch {
+        cfg.apply_arch(md, &key)?;
+        Ok(cfg)
+    }
+
+    /// What each architecture sets beyond the common fields (Gemma 3: GELU, post-norms, QK
+    /// norm, scaled embeddings and its pattern of sliding-window layers).
+    fn apply_arch(
+        &mut self,
+        md: &Metadata,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<(), ModelError> {
+        let (d_model, rope_dims) = (self.d_model, self.rope_dims);
+        match self.arch {
             Arch::Gemma3 => {
-                cfg.activation = Activation::GeluTanh;
-                cfg.post_norms = true;
-                cfg.qk_norm = true;
-                cfg.embed_scale = (d_model as f32).sqrt();
+                self.activation = Activation::GeluTanh;
+                self.post_norms = true;
+                self.qk_norm = true;
+                self.embed_scale = (d_model as f32).sqrt();
                 let window = md.require_u32(&key("attention.sliding_window"))? as usize;
                 if window == 0 {
                     return Err(ModelError::invalid("attention.sliding_window is zero"));
@@ -210,18 +222,18 @@ impl ModelConfig {
                 // Gemma 3: five local (sliding-window, RoPE base 10k, unscaled) layers to each
                 // global one; llama.cpp hard-codes the same pattern of 6.
                 let local_freqs = inv_freqs(rope_dims, 10_000.0);
-                for (i, layer) in cfg.layers.iter_mut().enumerate() {
+                for (i, layer) in self.layers.iter_mut().enumerate() {
                     if (i + 1) % 6 != 0 {
                         layer.window = Some(window);
                         layer.rope_inv_freq = local_freqs.clone();
                     }
                 }
             }
-            Arch::Llama => cfg.rope_style = RopeStyle::Interleaved,
-            Arch::Qwen2 => cfg.qkv_bias = true,
-            Arch::Qwen3 => cfg.qk_norm = true,
+            Arch::Llama => self.rope_style = RopeStyle::Interleaved,
+            Arch::Qwen2 => self.qkv_bias = true,
+            Arch::Qwen3 => self.qk_norm = true,
         }
-        Ok(cfg)
+        Ok(())
     }
 
     /// Applies per-frequency factors (GGUF's `rope_freqs.weight`, how Llama 3.1+ files carry
