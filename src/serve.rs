@@ -31,11 +31,12 @@ pub struct ServeArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Memory for the KV cache, e.g. 512MiB, 2GiB, 300MB or a byte count (default: a quarter of
-    /// the available memory, between 256 MiB and 1 GiB; printed at start).
+    /// the available memory, between 256 MiB and 1 GiB; printed at start). A pool of at most
+    /// half the available memory is made resident while the server is idle.
     #[arg(long, value_parser = parse_size)]
     kv_memory: Option<usize>,
-    /// How K and V are stored: f16 (default), f32 or q8_0 (see docs/BENCHMARKS.md for the
-    /// perplexity cost of each).
+    /// How K and V are stored in the KV cache: f16, f32 (twice f16's bytes) or q8_0 (blocks of 32
+    /// int8 values with one f16 scale: 34 bytes per 32 values, about half of f16's).
     #[arg(long, default_value = "f16", value_parser = parse_kv_dtype)]
     kv_dtype: KvDtype,
     /// Tokens per KV tile (the unit of allocation and of prefix sharing).
@@ -44,18 +45,17 @@ pub struct ServeArgs {
     /// Most sequences in one engine step.
     #[arg(long, default_value_t = 64)]
     max_seqs: usize,
-    /// Most tokens (decode tokens plus prefill chunks) in one engine step. 128 by measurement on
-    /// 2 cores (docs/BENCHMARKS.md): against 512 it cut the ITL p99 of 16 streams from 1.19 s to
-    /// 0.39 s and TTFT p50 from 3.1 s to 1.6 s at the same throughput.
+    /// Most tokens (decode tokens plus prefill chunks) in one engine step; with chunked prefill a
+    /// longer prompt is prefilled over several steps. A smaller value keeps steps shorter, so
+    /// running streams wait less for their next token, and prompts take more steps to prefill.
     #[arg(long, default_value_t = 128)]
     max_batch_tokens: usize,
-    /// A step that carries prefill alongside running streams may take about this many times a
-    /// decode-only step: the prefill tokens of such steps are capped from measured step times,
-    /// which bounds the streams' inter-token latency tail; while more requests wait for their
-    /// first token than there are streams, the allowance grows by that ratio. 0 = no cap (only
-    /// --max-batch-tokens). The default leaves room for the cost estimate's error on long
-    /// prompts (their chunks get dearer the deeper they go): measured, 1.5 keeps the streams'
-    /// ITL p99 within 2.5x its p50 (docs/BENCHMARKS.md).
+    /// How many times as long as a decode-only step a step that carries prefill alongside
+    /// running streams may take (a ratio). The prefill tokens of such steps are capped from
+    /// measured step times, which bounds the streams' inter-token latency; a lower value evens
+    /// out the streams' tokens and makes prompts wait longer for their first. While more
+    /// requests wait for their first token than there are streams, the allowance grows by the
+    /// ratio of the two. 0 = no cap (only --max-batch-tokens limits prefill).
     #[arg(long, default_value_t = 1.5)]
     max_itl_slowdown: f64,
     /// Most requests allowed to wait; beyond it requests get 429 with Retry-After.
