@@ -1,27 +1,34 @@
-//! An SVG chart of latency distributions, written by hand.
+//! An SVG chart of latency distributions, drawn with `plotters`' SVG backend.
 //!
 //! Design: one panel per distribution (TTFT, ITL, end-to-end, and long-prompt TTFT in mixed-load
 //! mode), side by side; each panel is the empirical CDF as a step line over a linear millisecond axis
-//! from 0 to the largest sample, with dashed markers at p50 and p99. A CDF shows the whole tail, which
-//! is what these benchmarks are about, and needs no binning choice. Plotting crates were not used: a
-//! few polylines and labels are ~200 lines, and the chart stays a plain, diff-able text file.
+//! from 0 to a round number at or above the largest sample, with dashed markers at p50 and p99. A
+//! CDF shows the whole tail, which is what these benchmarks are about, and needs no binning choice.
+//! `plotters` is built without its font features: text is written as SVG `<text>` elements for the
+//! viewer to render, so neither the build nor the run needs system fonts, and the chart stays a
+//! plain, diff-able text file.
 //!
-//! Invariants: the output is well-formed SVG for any input — empty panels say "no samples", all
-//! coordinates are finite, and text is XML-escaped.
+//! Invariants: the output is well-formed SVG for any input — empty panels say "no samples", every
+//! coordinate is finite (non-finite samples are dropped), and text is XML-escaped by the backend.
 
-use std::fmt::Write as _;
+use plotters::{
+    coord::{types::RangedCoordf64, Shift},
+    prelude::*,
+    style::text_anchor::{HPos, Pos, VPos},
+};
 
 use crate::stats::{percentile, sorted_ms};
 
-const PANEL_W: f64 = 360.0;
-const PANEL_H: f64 = 280.0;
-const MARGIN_L: f64 = 52.0;
-const MARGIN_R: f64 = 16.0;
-const MARGIN_T: f64 = 34.0;
-const MARGIN_B: f64 = 44.0;
-const HEADER_H: f64 = 30.0;
+const PANEL_W: u32 = 360;
+const PANEL_H: u32 = 280;
+const HEADER_H: u32 = 30;
 /// More points than pixels only bloat the file; the CDF is thinned to about this many.
 const MAX_POINTS: usize = 1000;
+/// The CDF line's colour; tests find the curve by it.
+const CDF_COLOUR: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
+const P50_COLOUR: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
+const P99_COLOUR: RGBColor = RGBColor(0xd6, 0x27, 0x28);
+const FONT: &str = "sans-serif";
 
 /// One distribution to draw: a title and samples in seconds.
 pub struct Series<'a> {
@@ -30,133 +37,134 @@ pub struct Series<'a> {
 }
 
 /// Renders the panels side by side under a one-line `caption`.
-pub fn latency_cdf_svg(caption: &str, series: &[Series<'_>]) -> String {
-    let width = PANEL_W * series.len().max(1) as f64;
-    let height = PANEL_H + HEADER_H;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="8" y="19" font-size="13">{}</text>"#,
-        escape(caption)
-    );
-    for (i, one) in series.iter().enumerate() {
-        panel(&mut s, i as f64 * PANEL_W, HEADER_H, one);
+pub fn latency_cdf_svg(caption: &str, series: &[Series<'_>]) -> anyhow::Result<String> {
+    let size = (PANEL_W * series.len().max(1) as u32, PANEL_H + HEADER_H);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+        root.fill(&WHITE).map_err(draw_error)?;
+        let (header, body) = root.split_vertically(HEADER_H);
+        header
+            .draw_text(caption, &(FONT, 16).into_text_style(&header), (8, 8))
+            .map_err(draw_error)?;
+        for (area, one) in body
+            .split_evenly((1, series.len().max(1)))
+            .iter()
+            .zip(series)
+        {
+            panel(area, one).map_err(draw_error)?;
+        }
+        root.present().map_err(draw_error)?;
     }
-    s.push_str("</svg>\n");
-    s
+    Ok(svg)
 }
 
-fn panel(s: &mut String, x0: f64, y0: f64, series: &Series<'_>) {
+/// Drawing into a string fails only on a formatting error; keep its text.
+fn draw_error(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("drawing the chart: {e}")
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type DrawResult<T> = Result<T, DrawingAreaErrorKind<std::io::Error>>;
+
+fn panel(area: &Area<'_>, series: &Series<'_>) -> DrawResult<()> {
     let sorted = sorted_ms(series.samples_s);
-    let (left, top) = (x0 + MARGIN_L, y0 + MARGIN_T);
-    let (w, h) = (PANEL_W - MARGIN_L - MARGIN_R, PANEL_H - MARGIN_T - MARGIN_B);
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" font-size="12" font-weight="bold">{} (n={})</text>"#,
-        left,
-        y0 + 20.0,
-        escape(series.title),
-        sorted.len()
-    );
-    let _ = writeln!(
-        s,
-        r##"<rect x="{left:.1}" y="{top:.1}" width="{w:.1}" height="{h:.1}" fill="none" stroke="#888"/>"##
-    );
-    let Some(&max) = sorted.last() else {
-        let _ = writeln!(
-            s,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#888">no samples</text>"##,
-            left + w / 2.0,
-            top + h / 2.0
-        );
-        return;
-    };
-    let x_max = nice_ceiling(max);
-    let px = |ms: f64| left + (ms / x_max).clamp(0.0, 1.0) * w;
-    let py = |frac: f64| top + (1.0 - frac.clamp(0.0, 1.0)) * h;
-    axes(s, left, top, w, h, x_max);
-    // Empirical CDF as a step line: at sample k (sorted), the fraction jumps to (k + 1) / n.
+    let x_max = sorted.last().map_or(1.0, |&max| nice_ceiling(max));
+    let title = format!("{} (n={})", series.title, sorted.len());
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FONT, 15).into_font().style(FontStyle::Bold))
+        .margin(8)
+        .margin_right(16)
+        .x_label_area_size(36)
+        .y_label_area_size(44)
+        .build_cartesian_2d(0f64..x_max, 0f64..1f64)?;
+    let x_tick = |v: &f64| fmt_tick(*v);
+    let y_tick = |v: &f64| format!("{:.0}%", v * 100.0);
+    chart
+        .configure_mesh()
+        // An empty panel's axis has no scale to show.
+        .x_labels(if sorted.is_empty() { 0 } else { 5 })
+        .y_labels(6)
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(0xee, 0xee, 0xee))
+        .x_label_formatter(&x_tick)
+        .y_label_formatter(&y_tick)
+        .x_desc("milliseconds (CDF)")
+        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 13))
+        .draw()?;
+    if sorted.is_empty() {
+        let centre = (x_max / 2.0, 0.5);
+        let style = (FONT, 14)
+            .into_font()
+            .color(&RGBColor(0x88, 0x88, 0x88))
+            .pos(Pos::new(HPos::Center, VPos::Center));
+        chart.draw_series(std::iter::once(Text::new("no samples", centre, style)))?;
+        return Ok(());
+    }
+    chart.draw_series(LineSeries::new(
+        cdf_steps(&sorted),
+        CDF_COLOUR.stroke_width(2),
+    ))?;
+    for (p, colour) in [(50.0, P50_COLOUR), (99.0, P99_COLOUR)] {
+        if let Some(v) = percentile(&sorted, p) {
+            marker(&mut chart, p, v, x_max, colour)?;
+        }
+    }
+    Ok(())
+}
+
+/// The empirical CDF as a step line: at sample k (ascending), the fraction jumps to (k + 1) / n.
+/// Thinned to about [`MAX_POINTS`] steps; the last sample is always kept, so the line reaches 100%.
+fn cdf_steps(sorted: &[f64]) -> Vec<(f64, f64)> {
     let n = sorted.len();
     let stride = n.div_ceil(MAX_POINTS).max(1);
-    let mut pts = format!("{:.1},{:.1}", px(0.0), py(0.0));
+    let mut pts = vec![(0.0, 0.0)];
     let mut prev = 0.0;
     for (k, &v) in sorted.iter().enumerate() {
         if k % stride != 0 && k + 1 != n {
             continue;
         }
         let frac = (k + 1) as f64 / n as f64;
-        let _ = write!(
-            pts,
-            " {:.1},{:.1} {:.1},{:.1}",
-            px(v),
-            py(prev),
-            px(v),
-            py(frac)
-        );
+        pts.extend([(v, prev), (v, frac)]);
         prev = frac;
     }
-    let _ = writeln!(
-        s,
-        r##"<polyline points="{pts}" fill="none" stroke="#1f77b4" stroke-width="1.5"/>"##
-    );
-    for (p, colour) in [(50.0, "#2ca02c"), (99.0, "#d62728")] {
-        if let Some(v) = percentile(&sorted, p) {
-            let x = px(v);
-            let _ = writeln!(
-                s,
-                r#"<line x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{:.1}" stroke="{colour}" stroke-dasharray="4 3"/>"#,
-                top + h
-            );
-            let label_y = if p < 90.0 { top + h - 6.0 } else { top + 12.0 };
-            // Near the right edge the label goes left of its line so it stays inside the panel.
-            let (label_x, anchor) = if x > left + 0.7 * w {
-                (x - 3.0, "end")
-            } else {
-                (x + 3.0, "start")
-            };
-            let _ = writeln!(
-                s,
-                r#"<text x="{label_x:.1}" y="{label_y:.1}" text-anchor="{anchor}" fill="{colour}">p{p:.0} {}</text>"#,
-                fmt_ms(v)
-            );
-        }
-    }
+    pts
 }
 
-fn axes(s: &mut String, left: f64, top: f64, w: f64, h: f64, x_max: f64) {
-    for frac in [0.0, 0.25, 0.5, 0.75, 1.0] {
-        let y = top + (1.0 - frac) * h;
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" text-anchor="end">{:.0}%</text>"##,
-            left + w,
-            left - 4.0,
-            y + 4.0,
-            frac * 100.0
-        );
-    }
-    let step = x_max / 4.0;
-    for i in 0..=4 {
-        let v = step * i as f64;
-        let x = left + w * i as f64 / 4.0;
-        let _ = writeln!(
-            s,
-            r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            top + h + 14.0,
-            fmt_tick(v)
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">milliseconds (CDF)</text>"#,
-        left + w / 2.0,
-        top + h + 32.0
-    );
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A dashed vertical line at the `p`-th percentile `v`, labelled with its value.
+fn marker(
+    chart: &mut Chart<'_, '_>,
+    p: f64,
+    v: f64,
+    x_max: f64,
+    colour: RGBColor,
+) -> DrawResult<()> {
+    chart.draw_series(DashedLineSeries::new(
+        [(v, 0.0), (v, 1.0)],
+        4,
+        3,
+        colour.stroke_width(1),
+    ))?;
+    // Labels sit low, where a CDF right of its median leaves the panel empty (p99's a row above
+    // p50's, so they cannot collide); near the right edge a label goes left of its line, still
+    // below the curve, so it stays inside the panel.
+    let y = if p < 90.0 { 0.04 } else { 0.14 };
+    let (dx, h_pos) = if v > 0.7 * x_max {
+        (-3, HPos::Right)
+    } else {
+        (3, HPos::Left)
+    };
+    let style = (FONT, 13)
+        .into_font()
+        .color(&colour)
+        .pos(Pos::new(h_pos, VPos::Center));
+    let label =
+        EmptyElement::at((v, y)) + Text::new(format!("p{p:.0} {}", fmt_ms(v)), (dx, 0), style);
+    chart.draw_series(std::iter::once(label))?;
+    Ok(())
 }
 
 /// The smallest of 1, 2, 4, 5, 8 or 10 times a power of ten that is >= `v` (so quarter ticks are
@@ -191,13 +199,6 @@ fn fmt_ms(v: f64) -> String {
     } else {
         format!("{v:.2}")
     }
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -235,10 +236,12 @@ mod tests {
                     samples_s: &[],
                 },
             ],
-        );
+        )
+        .expect("svg");
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("model &lt;x&gt; &amp; y"));
-        assert_eq!(svg.matches("<polyline").count(), 1);
+        // One CDF curve: the TTFT panel's; the empty panel draws none.
+        assert_eq!(svg.matches(&cdf_stroke()).count(), 1);
         assert!(
             svg.contains("TTFT (n=3)") && svg.contains("ITL (n=0)") && svg.contains("no samples")
         );
@@ -255,15 +258,41 @@ mod tests {
                 title: "ITL",
                 samples_s: &v,
             }],
-        );
+        )
+        .expect("svg");
         let line = svg
             .lines()
-            .find(|l| l.starts_with("<polyline"))
+            .find(|l| l.starts_with("<polyline") && l.contains(&cdf_stroke()))
             .expect("a polyline");
         let points = line.matches(',').count();
         assert!(points < 2 * MAX_POINTS + 10, "{points} points");
-        // The last point is at 100% (the plot's top edge).
-        let top = format!(",{:.1}\"", HEADER_H + MARGIN_T);
-        assert!(line.contains(&top), "{line}");
+        // The last point is at 100% (the plot's top edge): the height of the "100%" tick label.
+        let lines: Vec<&str> = svg.lines().collect();
+        let label = lines
+            .windows(2)
+            .find(|w| w[1] == "100%")
+            .map(|w| w[0])
+            .expect("a 100% tick label");
+        let top_y = attr(label, "y").expect("label y");
+        let last = attr(line, "points")
+            .and_then(|p| p.split_whitespace().last())
+            .expect("points");
+        assert_eq!(last.split(',').nth(1), Some(top_y), "{line}");
+        // Exactly, before pixel rounding: the thinned steps end on the largest sample at 100%.
+        let steps = cdf_steps(&sorted_ms(&v));
+        assert!(steps.len() <= 2 * MAX_POINTS + 3, "{} steps", steps.len());
+        assert_eq!(steps.last(), Some(&(49_999.0 * 1e-5 * 1000.0, 1.0)));
+    }
+
+    fn cdf_stroke() -> String {
+        let RGBColor(r, g, b) = CDF_COLOUR;
+        format!("stroke=\"#{r:02X}{g:02X}{b:02X}\"")
+    }
+
+    /// The value of attribute `name` in one SVG element's line.
+    fn attr<'a>(element: &'a str, name: &str) -> Option<&'a str> {
+        let start = element.find(&format!(" {name}=\""))? + name.len() + 3;
+        let len = element[start..].find('"')?;
+        Some(&element[start..start + len])
     }
 }

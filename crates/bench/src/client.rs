@@ -1,8 +1,9 @@
 //! One streaming request against an OpenAI-compatible server, timed token by token.
 //!
 //! Design: the request is sent with `stream: true`, `ignore_eos: true` and
-//! `stream_options.include_usage`, and the body is read piece by piece through [`SseParser`]. Each
-//! chunk that carries a token (see `sse`'s counting rule) is stamped on arrival: the first stamp gives
+//! `stream_options.include_usage`, and the body is read piece by piece through
+//! [`timed_events`]. Each chunk that carries a token (see `sse`'s counting rule) keeps the arrival
+//! stamp of the network read that completed it: the first stamp gives
 //! the time to first token (TTFT, measured from just before the request is sent), the gaps between
 //! consecutive stamps give the inter-token latencies (ITL). The end-to-end time runs to the end of the
 //! body. A failed request keeps its error text and no latency samples. Every request opens its own
@@ -13,11 +14,13 @@
 
 use std::time::{Duration, Instant};
 
+use eventsource_stream::EventStreamError;
+use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 
 use crate::{
     config::{BenchConfig, Endpoint},
-    sse::{interpret, SseParser, StreamEvent},
+    sse::{interpret, timed_events, StreamEvent},
 };
 
 /// What one request did.
@@ -118,7 +121,7 @@ impl Client {
             req = req.bearer_auth(key);
         }
         let started = Instant::now();
-        let mut resp = match req.send().await {
+        let resp = match req.send().await {
             Ok(r) => r,
             Err(e) => return Outcome::failed(format!("send: {}", error_chain(&e)), started),
         };
@@ -129,24 +132,22 @@ impl Client {
             return Outcome::failed(format!("HTTP {}: {snippet}", status.as_u16()), started);
         }
         let mut timer = StreamTimer::new(started);
-        let mut parser = SseParser::new();
-        loop {
-            match resp.chunk().await {
-                Ok(Some(bytes)) => {
-                    let now = Instant::now();
-                    for data in parser.feed(&bytes) {
-                        timer.event(&data, now);
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
+        let pieces = futures_util::stream::try_unfold(resp, |mut resp| async move {
+            Ok::<_, reqwest::Error>(resp.chunk().await?.map(|bytes| (bytes, resp)))
+        });
+        let mut events = std::pin::pin!(timed_events(pieces));
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(e) => timer.event(&e.data, e.arrived),
+                Err(EventStreamError::Transport(e)) => {
                     timer.error = Some(format!("body: {}", error_chain(&e)));
                     break;
                 }
+                Err(e) => {
+                    timer.error = Some(format!("body: {e}"));
+                    break;
+                }
             }
-        }
-        if let Some(data) = parser.finish() {
-            timer.event(&data, Instant::now());
         }
         timer.finish()
     }

@@ -42,7 +42,7 @@ pub async fn run_until(args: BenchArgs, stop: Stop) -> anyhow::Result<Report> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.chart {
-        std::fs::write(path, chart_svg(&report))
+        std::fs::write(path, chart_svg(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(report)
@@ -78,7 +78,7 @@ async fn stop_on_ctrl_c(stop: Stop) {
 }
 
 /// The SVG chart of a report's latency distributions.
-pub fn chart_svg(report: &Report) -> String {
+pub fn chart_svg(report: &Report) -> anyhow::Result<String> {
     let c = &report.config;
     let caption = format!(
         "{} {} c={} prompt~{} out={} ({})",

@@ -1,94 +1,76 @@
-//! Server-sent events: an incremental parser and the meaning of OpenAI streaming chunks.
+//! Server-sent events: arrival-stamped events of a body, and the meaning of OpenAI streaming chunks.
 //!
-//! Design: [`SseParser`] takes the body in whatever pieces the network delivers (an event may be split
-//! anywhere, even inside a UTF-8 sequence or between `\r` and `\n`) and yields the `data` payload of
-//! each complete event. Bytes are buffered until a line ends, so a line is decoded only once it is
-//! whole. [`interpret`] then reads one payload as an OpenAI completion or chat chunk.
+//! Design: [`timed_events`] turns the body, as the pieces the network delivers, into the `data` of
+//! each event. The SSE grammar (events split anywhere, even inside a UTF-8 sequence or between `\r`
+//! and `\n`; comments; multi-line data) is `eventsource-stream`'s. Each event is stamped with the
+//! instant the piece that completed it came off the network, taken as that piece is pulled from the
+//! body, before any parsing: events completed by one network read share its stamp, and parsing time
+//! never shifts a stamp. A body that ends inside an event still delivers it (stamped at the end of
+//! the body): a blank line is appended after the last piece. [`interpret`] then reads one payload as
+//! an OpenAI completion or chat chunk.
 //!
 //! Token counting rule: a chunk carries a generated token when its first choice has non-empty `text`
 //! (completions) or `delta.content` (chat). Role-only and finish-only chunks carry none. The final
 //! usage chunk (`stream_options.include_usage`), when present, gives the authoritative count.
 
+use std::{
+    sync::{Arc, Mutex},
+    time::Instant,
+};
+
+use eventsource_stream::{EventStream, EventStreamError};
+use futures_util::{future, stream, Stream, StreamExt as _, TryStreamExt as _};
 use serde_json::Value;
 
-/// Incremental SSE parser; feed it body pieces, collect complete events' data.
-#[derive(Debug, Default)]
-pub struct SseParser {
-    /// Bytes of the current, not yet terminated line.
-    line: Vec<u8>,
-    /// `data` lines of the current event, joined with `\n`.
-    data: String,
-    /// Whether the current event has a `data` field at all (an empty one counts).
-    has_data: bool,
-    /// The previous piece ended in `\r`: a `\n` starting the next piece belongs to that line end.
-    after_cr: bool,
+/// One event's `data` (its `data` lines joined with `\n`) and when its last byte arrived.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimedEvent {
+    pub data: String,
+    /// When the network read that completed the event returned.
+    pub arrived: Instant,
 }
 
-impl SseParser {
-    pub fn new() -> Self {
-        Self::default()
-    }
+/// A piece of the body, or the blank line appended after its end.
+enum Piece<B> {
+    Body(B),
+    End,
+}
 
-    /// Consumes a piece of the body and returns the data of every event it completes.
-    pub fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
-        let mut events = Vec::new();
-        for &b in bytes {
-            let after_cr = std::mem::replace(&mut self.after_cr, false);
-            match b {
-                b'\n' if after_cr => {}
-                b'\n' | b'\r' => {
-                    self.after_cr = b == b'\r';
-                    let line = std::mem::take(&mut self.line);
-                    if let Some(data) = self.end_line(&line) {
-                        events.push(data);
-                    }
-                }
-                _ => self.line.push(b),
+impl<B: AsRef<[u8]>> AsRef<[u8]> for Piece<B> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Piece::Body(b) => b.as_ref(),
+            Piece::End => b"\n\n",
+        }
+    }
+}
+
+/// The events of a body delivered as `pieces`, each stamped with its arrival (see the module doc).
+/// A transport error from `pieces` comes out as [`EventStreamError::Transport`].
+pub fn timed_events<S, B, E>(
+    pieces: S,
+) -> impl Stream<Item = Result<TimedEvent, EventStreamError<E>>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    // The parser pulls a piece only when its buffer holds no complete event, so when it yields an
+    // event, the latest piece pulled is the one that completed it.
+    let latest = Arc::new(Mutex::new(Instant::now()));
+    let stamp = Arc::clone(&latest);
+    let stamped = pieces
+        .map_ok(Piece::Body)
+        .chain(stream::once(future::ready(Ok(Piece::End))))
+        .inspect(move |_| {
+            if let Ok(mut t) = stamp.lock() {
+                *t = Instant::now();
             }
-        }
-        events
-    }
-
-    /// The body ended: an event left without its closing blank line is still delivered.
-    pub fn finish(&mut self) -> Option<String> {
-        let line = std::mem::take(&mut self.line);
-        if !line.is_empty() {
-            if let Some(data) = self.end_line(&line) {
-                return Some(data);
-            }
-        }
-        self.dispatch()
-    }
-
-    /// Handles one complete line; returns an event's data when the line is the blank dispatcher.
-    fn end_line(&mut self, line: &[u8]) -> Option<String> {
-        if line.is_empty() {
-            return self.dispatch();
-        }
-        if line.first() == Some(&b':') {
-            return None; // comment / keep-alive
-        }
-        let text = String::from_utf8_lossy(line);
-        let (field, value) = match text.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (text.as_ref(), ""),
-        };
-        if field == "data" {
-            if self.has_data {
-                self.data.push('\n');
-            }
-            self.data.push_str(value);
-            self.has_data = true;
-        }
-        None
-    }
-
-    fn dispatch(&mut self) -> Option<String> {
-        if !std::mem::take(&mut self.has_data) {
-            return None;
-        }
-        Some(std::mem::take(&mut self.data))
-    }
+        });
+    EventStream::new(stamped).map_ok(move |event| TimedEvent {
+        data: event.data,
+        // The lock is never held across a panic; a poisoned one still holds a valid instant.
+        arrived: *latest.lock().unwrap_or_else(|e| e.into_inner()),
+    })
 }
 
 /// What one event of an OpenAI stream says.
@@ -173,24 +155,49 @@ mod tests {
         }
     }
 
-    #[test]
-    fn parses_events_separated_by_blank_lines() {
-        let mut p = SseParser::new();
-        let ev = p.feed(b"data: {\"a\":1}\n\ndata: [DONE]\n\n");
-        assert_eq!(ev, vec!["{\"a\":1}".to_string(), "[DONE]".to_string()]);
-        assert_eq!(p.finish(), None);
+    use std::time::Duration;
+
+    /// Every event of `pieces` (each delivered 1 ms after the previous one) and the instants the
+    /// pieces were pulled; the consumer pauses for `pause` after each event.
+    async fn timed(pieces: &[&[u8]], pause: Duration) -> (Vec<TimedEvent>, Vec<Instant>) {
+        let pulled = Arc::new(Mutex::new(Vec::<Instant>::new()));
+        let log = Arc::clone(&pulled);
+        let body = stream::iter(pieces.iter().map(|p| Ok::<_, ()>(p.to_vec()))).then(|p| {
+            let log = Arc::clone(&log);
+            async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                log.lock().expect("lock").push(Instant::now());
+                p
+            }
+        });
+        let mut events = std::pin::pin!(timed_events(body));
+        let mut got = Vec::new();
+        while let Some(e) = events.next().await {
+            got.push(e.expect("no transport error"));
+            tokio::time::sleep(pause).await;
+        }
+        let pulled = pulled.lock().expect("lock").clone();
+        (got, pulled)
     }
 
-    #[test]
-    fn events_split_across_pieces_at_every_position_parse_the_same() {
+    async fn data(pieces: &[&[u8]]) -> Vec<String> {
+        let (events, _) = timed(pieces, Duration::ZERO).await;
+        events.into_iter().map(|e| e.data).collect()
+    }
+
+    #[tokio::test]
+    async fn parses_events_separated_by_blank_lines() {
+        let ev = data(&[b"data: {\"a\":1}\n\ndata: [DONE]\n\n"]).await;
+        assert_eq!(ev, vec!["{\"a\":1}".to_string(), "[DONE]".to_string()]);
+    }
+
+    #[tokio::test]
+    async fn events_split_across_pieces_at_every_position_parse_the_same() {
         let body =
             "data: {\"x\":\"\u{e9}t\u{e9}\"}\r\n\r\n: keep-alive\r\n\r\ndata: [DONE]\r\n\r\n";
         let bytes = body.as_bytes();
         for cut in 0..=bytes.len() {
-            let mut p = SseParser::new();
-            let mut ev = p.feed(&bytes[..cut]);
-            ev.extend(p.feed(&bytes[cut..]));
-            ev.extend(p.finish());
+            let ev = data(&[&bytes[..cut], &bytes[cut..]]).await;
             assert_eq!(
                 ev,
                 vec!["{\"x\":\"\u{e9}t\u{e9}\"}", "[DONE]"],
@@ -199,28 +206,64 @@ mod tests {
         }
     }
 
-    #[test]
-    fn byte_by_byte_feeding_matches_whole_feeding() {
+    #[tokio::test]
+    async fn byte_by_byte_feeding_matches_whole_feeding() {
         let body = b"event: x\ndata: one\ndata: two\nid: 3\n\ndata:three\n\n";
-        let mut p = SseParser::new();
-        let mut ev = Vec::new();
-        for b in body {
-            ev.extend(p.feed(std::slice::from_ref(b)));
+        let pieces: Vec<&[u8]> = body.chunks(1).collect();
+        assert_eq!(
+            data(&pieces).await,
+            vec!["one\ntwo".to_string(), "three".to_string()]
+        );
+    }
+
+    #[tokio::test]
+    async fn comments_and_other_fields_produce_no_event() {
+        assert!(data(&[b": ping\n\nevent: noop\nid: 1\n\n"])
+            .await
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn unterminated_last_event_is_delivered_at_end_of_body() {
+        assert_eq!(data(&[b"data: [DONE]"]).await, vec!["[DONE]"]);
+        assert_eq!(data(&[b"data: [DONE]\r"]).await, vec!["[DONE]"]);
+    }
+
+    #[tokio::test]
+    async fn events_are_stamped_with_the_read_that_completed_them() {
+        // Piece 0 completes a and starts b; piece 1 completes b and c; piece 2 completes nothing;
+        // piece 3 completes d. The consumer is slow (5 ms per event), so a stamp taken when an
+        // event is handed over instead of when its bytes came in would be visibly late.
+        let pieces: [&[u8]; 4] = [
+            b"data: a\n\ndata: ",
+            b"b\n\ndata: c\n\n",
+            b"data: d",
+            b"\n\n",
+        ];
+        let (events, pulled) = timed(&pieces, Duration::from_millis(5)).await;
+        let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+        assert_eq!(data, vec!["a", "b", "c", "d"]);
+        for (event, piece) in events.iter().zip([0, 1, 1, 3]) {
+            let since_pull = event
+                .arrived
+                .checked_duration_since(pulled[piece])
+                .expect("stamped no earlier than its piece");
+            assert!(
+                since_pull < Duration::from_micros(500),
+                "{} stamped {since_pull:?} after its piece arrived",
+                event.data
+            );
         }
-        assert_eq!(ev, vec!["one\ntwo".to_string(), "three".to_string()]);
+        assert_eq!(events[1].arrived, events[2].arrived, "one read, one stamp");
     }
 
-    #[test]
-    fn comments_and_other_fields_produce_no_event() {
-        let mut p = SseParser::new();
-        assert!(p.feed(b": ping\n\nevent: noop\nid: 1\n\n").is_empty());
-    }
-
-    #[test]
-    fn unterminated_last_event_is_delivered_at_end_of_body() {
-        let mut p = SseParser::new();
-        assert!(p.feed(b"data: [DONE]").is_empty());
-        assert_eq!(p.finish().as_deref(), Some("[DONE]"));
+    #[tokio::test]
+    async fn transport_error_is_passed_through() {
+        let body = stream::iter(vec![Ok(b"data: a\n\n".to_vec()), Err("reset")]);
+        let got: Vec<_> = timed_events(body).collect().await;
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].as_ref().map(|e| e.data.as_str()).ok(), Some("a"));
+        assert!(matches!(got[1], Err(EventStreamError::Transport("reset"))));
     }
 
     #[test]

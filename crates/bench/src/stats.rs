@@ -3,6 +3,14 @@
 //! Percentiles use linear interpolation between the two closest ranks (numpy's default, also what
 //! vLLM's benchmark reports), so p50 of an even-sized sample is the mean of the middle two. Samples
 //! are seconds in, milliseconds out; non-finite samples are dropped rather than poisoning the sort.
+//!
+//! The percentiles are computed exactly from the sorted samples, not with an HDR histogram: a run
+//! keeps every sample anyway (the chart draws the sorted CDF), so a histogram would save nothing,
+//! and its quantile is the bucketed value at rank ceil(q·n), not an interpolation. Measured on
+//! random latencies (lognormal, uniform, exponential, bimodal, sub-millisecond; 20 seeds each),
+//! `hdrhistogram`'s p50/p90/p99 were off the interpolated ones by up to 46% at n = 64 (a typical
+//! TTFT sample) and 0.3% at n = 1000, whatever its significant digits; interpolating between
+//! ranks read back from its buckets came within 0.043% (3 digits), but is more code than this.
 
 use serde::Serialize;
 
