@@ -76,6 +76,20 @@ pub struct ServeArgs {
     /// Jinja chat template file, overriding the model's own (or the built-in Gemma format).
     #[arg(long)]
     chat_template: Option<PathBuf>,
+    /// Speculative decoding: `ngram` drafts each stream's next tokens from its own prompt and
+    /// output (prompt lookup) and verifies them in the same step; the output is the same as
+    /// without it. Off by default.
+    #[arg(long, value_parser = ["ngram"])]
+    speculative: Option<String>,
+    /// Most drafted tokens per stream and step with --speculative (fewer, down to none, when
+    /// measured step costs and the stream's acceptance rate say more would not pay).
+    #[arg(long, default_value_t = 5)]
+    speculative_tokens: usize,
+    /// Shortest and longest n-gram matched with --speculative ngram.
+    #[arg(long, default_value_t = 2)]
+    ngram_min: usize,
+    #[arg(long, default_value_t = 4)]
+    ngram_max: usize,
     /// Largest request body, e.g. 4MiB.
     #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     max_body: usize,
@@ -178,6 +192,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
         prefix_caching: !args.no_prefix_cache,
         max_waiting: args.max_waiting,
         itl_slowdown: args.max_itl_slowdown,
+        speculative: args
+            .speculative
+            .as_ref()
+            .map(|_| engine::SpeculativeConfig {
+                tokens: args.speculative_tokens,
+                min_n: args.ngram_min,
+                max_n: args.ngram_max,
+            }),
         ..EngineConfig::default()
     };
     if let Err(e) = engine_cfg.validate() {

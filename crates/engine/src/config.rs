@@ -31,6 +31,29 @@ pub struct EngineConfig {
     /// Fault the KV storage in while idle (`Runner::idle`). Off leaves its pages to be faulted
     /// in as tiles are first written: for a pool larger than the memory there is to back it.
     pub warm_kv: bool,
+    /// Prompt-lookup speculative decoding (`ngram::NgramDrafter`), off by default.
+    pub speculative: Option<SpeculativeConfig>,
+}
+
+/// Prompt-lookup (n-gram) drafts for decoding sequences.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpeculativeConfig {
+    /// Drafted tokens per sequence and step at most (fewer when the measured step costs and
+    /// the sequence's acceptance rate say more would not pay, down to none).
+    pub tokens: usize,
+    /// Shortest and longest n-gram matched against the sequence's own tokens.
+    pub min_n: usize,
+    pub max_n: usize,
+}
+
+impl Default for SpeculativeConfig {
+    fn default() -> Self {
+        SpeculativeConfig {
+            tokens: 5,
+            min_n: 2,
+            max_n: 4,
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -48,6 +71,7 @@ impl Default for EngineConfig {
             kv_dtype: KvDtype::F16,
             itl_slowdown: 1.5,
             warm_kv: true,
+            speculative: None,
         }
     }
 }
@@ -69,6 +93,14 @@ impl EngineConfig {
                 max_batch_tokens: self.max_batch_tokens,
                 max_seqs: self.max_seqs,
             });
+        }
+        if let Some(sp) = &self.speculative {
+            if !(1..=64).contains(&sp.tokens) {
+                return Err(ConfigError::SpeculativeTokens(sp.tokens));
+            }
+            if sp.min_n == 0 || sp.max_n < sp.min_n || sp.max_n > 64 {
+                return Err(ConfigError::NgramRange(sp.min_n, sp.max_n));
+            }
         }
         Ok(())
     }

@@ -37,6 +37,60 @@ pub(crate) struct RequestState {
     pub prompt_logprobs_sent: bool,
     /// Its place in the admission count until it is first scheduled (see `admission`).
     pub admission: Option<WaitSlot>,
+    /// How its drafts fared.
+    pub spec: SpecState,
+}
+
+/// The drafts of one request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SpecState {
+    /// Moving average of the chance that a drafted token is accepted when the ones before it
+    /// were (what `engine::draft_len` plans with).
+    pub acceptance: f64,
+    pub drafted: u64,
+    pub accepted: u64,
+}
+
+impl SpecState {
+    /// Weight of the newest step in `acceptance`.
+    const ALPHA: f64 = 0.3;
+
+    /// A step fed `drafted` tokens and `accepted` of them agreed.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        // Tokens tried: each accepted one, and the first rejected one if any.
+        let tried = (accepted + 1).min(drafted);
+        let rate = accepted as f64 / tried as f64;
+        self.acceptance += Self::ALPHA * (rate - self.acceptance);
+        self.drafted += drafted as u64;
+        self.accepted += accepted as u64;
+    }
+}
+
+impl SpecState {
+    /// What an unmeasured request starts from.
+    const PRIOR: f64 = 0.7;
+    /// Pull towards the prior per step without drafts: after some tens of steps a sequence
+    /// that stopped drafting tries again (its text may have come to a part that repeats).
+    const FORGET: f64 = 0.02;
+
+    /// A step without a draft.
+    pub fn forget(&mut self) {
+        self.acceptance += Self::FORGET * (Self::PRIOR - self.acceptance);
+    }
+}
+
+impl Default for SpecState {
+    fn default() -> Self {
+        // Optimistic until measured: the first drafts show what this request's text does.
+        SpecState {
+            acceptance: Self::PRIOR,
+            drafted: 0,
+            accepted: 0,
+        }
+    }
 }
 
 /// Result of feeding one token's text through the stop-string filter.
@@ -81,6 +135,7 @@ impl RequestState {
             prompt_logprobs: Vec::new(),
             prompt_logprobs_sent: false,
             admission: None,
+            spec: SpecState::default(),
         }
     }
 

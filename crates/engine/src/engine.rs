@@ -23,6 +23,7 @@ use crate::config::EngineConfig;
 use crate::emit::RequestState;
 use crate::error::StartError;
 use crate::forks::Forks;
+use crate::ngram::NgramDrafter;
 use crate::request::{EngineError, Event, FinishReason, GenerateRequest, Usage};
 use crate::runner::Runner;
 use crate::scheduler::{AddError, Scheduler, StepPlan};
@@ -43,6 +44,14 @@ pub trait Drafter: Send {
     fn propose(&mut self, id: SeqId, tokens: &[u32], max: usize) -> Vec<u32>;
 }
 
+/// How the engine drafts: the drafter, the most tokens per sequence and step, and whether the
+/// number follows measured costs and acceptance (`Engine::draft_len`) or is always the most.
+pub struct Speculation {
+    pub drafter: Box<dyn Drafter>,
+    pub max_tokens: usize,
+    pub adaptive: bool,
+}
+
 /// One member of a submission: its id, request and event channel.
 pub type Member = (SeqId, GenerateRequest, UnboundedSender<Event>);
 
@@ -52,6 +61,20 @@ fn new_sequence(id: SeqId, req: &GenerateRequest, arrival: u64, context: usize) 
     let mut seq = Sequence::new(id, req.prompt.clone(), max_new, req.priority, arrival);
     seq.wants_prompt_logits = req.prompt_logprobs.is_some();
     seq
+}
+
+/// Drafted tokens worth feeding for a sequence whose drafted tokens are each accepted with
+/// probability about `acceptance` (given the ones before were): the j-th is accepted with
+/// probability `acceptance^j`, and it pays when that beats `share`, what one more token costs
+/// the step as a share of what the step produces (`StepCost::extra_token_share`). At most `max`.
+pub fn draft_len(acceptance: f64, share: f64, max: usize) -> usize {
+    let mut p = 1.0;
+    (0..max)
+        .take_while(|_| {
+            p *= acceptance;
+            p > share
+        })
+        .count()
 }
 
 fn add_error(e: AddError) -> EngineError {
@@ -78,7 +101,7 @@ pub struct Engine<R: Runner> {
     arrivals: u64,
     cost: StepCost,
     pub(crate) forks: Forks,
-    drafter: Option<Box<dyn Drafter>>,
+    spec: Option<Speculation>,
     /// Whether idle turns still have work for the runner (`Runner::idle`).
     warming: bool,
 }
@@ -122,14 +145,22 @@ impl<R: Runner> Engine<R> {
             arrivals: 0,
             cost: StepCost::new(cfg.itl_slowdown),
             forks: Forks::default(),
-            drafter: None,
+            spec: cfg.speculative.as_ref().map(|sp| Speculation {
+                drafter: Box::new(NgramDrafter {
+                    min_n: sp.min_n,
+                    max_n: sp.max_n,
+                }),
+                max_tokens: sp.tokens,
+                adaptive: true,
+            }),
             warming: true,
         })
     }
 
-    /// Proposes drafts for decoding sequences from now on (speculative decoding).
-    pub fn set_drafter(&mut self, drafter: Box<dyn Drafter>) {
-        self.drafter = Some(drafter);
+    /// Drafts for decoding sequences from now on (speculative decoding), replacing the
+    /// configured drafter if any.
+    pub fn set_speculation(&mut self, spec: Speculation) {
+        self.spec = Some(spec);
     }
 
     pub fn scheduler(&self) -> &Scheduler {
@@ -357,8 +388,11 @@ impl<R: Runner> Engine<R> {
         self.execute(&plan)?;
         self.postprocess(&plan);
         let secs = t0.elapsed().as_secs_f64();
-        let extra = plan.prefill_tokens() + plan.draft_tokens();
-        self.cost.observe(plan.decode_tokens(), extra, secs);
+        // A step that verified drafts is neither a decode-only baseline nor a prefill sample.
+        if plan.draft_tokens() == 0 {
+            self.cost
+                .observe(plan.decode_tokens(), plan.prefill_tokens(), secs);
+        }
         tracing::trace!(
             decode = plan.decode_tokens(),
             prefill = plan.prefill_tokens(),
@@ -373,20 +407,42 @@ impl<R: Runner> Engine<R> {
         Ok(plan.n_tokens())
     }
 
-    /// Asks the drafter, if any, for the next tokens of every decoding sequence.
+    /// Asks the drafter, if any, for the next tokens of every decoding sequence, as many as
+    /// `draft_len` finds worth feeding.
     fn propose_drafts(&mut self) {
-        let Some(drafter) = self.drafter.as_mut() else {
+        let Some(spec) = self.spec.as_mut() else {
             return;
         };
-        for id in self.sched.decoding_ids() {
-            let Some(s) = self.sched.get(id) else {
+        let ids = self.sched.decoding_ids();
+        let share = if spec.adaptive {
+            // Without a fresh decode-only baseline, this step measures one.
+            match self.cost.extra_token_share(ids.len()) {
+                Some(share) => share,
+                None => return,
+            }
+        } else {
+            0.0
+        };
+        for id in ids {
+            let (Some(s), Some(r)) = (self.sched.get(id), self.reqs.get_mut(&id)) else {
                 continue;
             };
-            let room = s.max_total_len.saturating_sub(s.tokens.len() + 1);
-            if room == 0 {
+            if r.req.no_speculation {
                 continue;
             }
-            let draft = drafter.propose(id, &s.tokens, room);
+            let room = s.max_total_len.saturating_sub(s.tokens.len() + 1);
+            let k = if spec.adaptive {
+                draft_len(r.spec.acceptance, share, spec.max_tokens)
+            } else {
+                spec.max_tokens
+            };
+            if k == 0 {
+                // Not drafting, nothing is measured: drift back towards trying again.
+                r.spec.forget();
+                continue;
+            }
+            let k = k.min(room);
+            let draft = spec.drafter.propose(id, &s.tokens, k);
             self.sched.set_draft(id, draft);
         }
     }
@@ -447,6 +503,10 @@ impl<R: Runner> Engine<R> {
             FinishReason::Abort => st.finished_abort.fetch_add(1, Relaxed),
         };
         st.e2e.observe(r.arrived.elapsed().as_secs_f64());
+        if r.spec.drafted > 0 {
+            st.spec_acceptance
+                .observe(r.spec.accepted as f64 / r.spec.drafted as f64);
+        }
         let _ = r.events.send(Event::Finished {
             reason,
             text,

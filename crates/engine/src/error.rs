@@ -17,6 +17,10 @@ pub enum ConfigError {
         max_batch_tokens: usize,
         max_seqs: usize,
     },
+    #[error("speculative-tokens must be in 1..=64, not {0}")]
+    SpeculativeTokens(usize),
+    #[error("n-gram lengths must satisfy 1 <= min <= max <= 64, not {0}..={1}")]
+    NgramRange(usize, usize),
 }
 
 /// Everything that stops `EngineHandle::spawn` or `Engine::new`.

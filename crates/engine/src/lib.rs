@@ -6,6 +6,7 @@
 //!   per-sequence tile tables (prefix adoption, growth, sliding-window release, truncation).
 //! - `scheduler`: which sequences run each step, chunked prefill, drafts, preemption, priorities.
 //! - `engine` / `step`: one step = plan → execute → draw → emit; the request lifecycle.
+//! - `ngram`: prompt-lookup drafts (speculative decoding).
 //! - `draw` / `emit` / `forks`: the draws (drafts verified), token → events (stop conditions),
 //!   the choices of `n` > 1 requests waiting to fork.
 //! - `step_cost`: measured step costs, from which the prefill cap of decoding steps follows.
@@ -22,6 +23,7 @@ pub mod error;
 mod forks;
 pub mod handle;
 pub mod kv_manager;
+pub mod ngram;
 pub mod request;
 pub mod runner;
 pub mod scheduler;
@@ -31,9 +33,9 @@ mod step;
 pub mod step_cost;
 pub mod tiles;
 
-pub use config::EngineConfig;
+pub use config::{EngineConfig, SpeculativeConfig};
 pub use cpu_runner::CpuRunner;
-pub use engine::{Drafter, Engine, Member};
+pub use engine::{draft_len, Drafter, Engine, Member, Speculation};
 pub use error::{ConfigError, StartError};
 pub use handle::{EngineHandle, LoadError, ModelInfo, RequestStream};
 pub use request::{EngineError, Event, FinishReason, GenerateRequest, TokenLogprob, Usage};

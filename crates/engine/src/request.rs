@@ -21,6 +21,8 @@ pub struct GenerateRequest {
     pub prompt_logprobs: Option<usize>,
     /// Lower runs sooner.
     pub priority: i32,
+    /// Never feed drafts for this request, even when the server speculates.
+    pub no_speculation: bool,
 }
 
 /// A token's log-probability and the top alternatives at its position.

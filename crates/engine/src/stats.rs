@@ -50,6 +50,7 @@ const LATENCY_BOUNDS: &[f64] = &[
     0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
     40.0, 80.0,
 ];
+const RATIO_BOUNDS: &[f64] = &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
 const TOKENS_BOUNDS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0,
 ];
@@ -70,6 +71,13 @@ pub struct EngineStats {
     pub finished_length: AtomicU64,
     pub finished_abort: AtomicU64,
     pub steps: AtomicU64,
+    /// Drafts proposed (one per sequence and step that fed a draft), their tokens, and the
+    /// drafted tokens accepted.
+    pub spec_drafts: AtomicU64,
+    pub spec_draft_tokens: AtomicU64,
+    pub spec_accepted_tokens: AtomicU64,
+    /// Per finished request that fed drafts: accepted / drafted tokens.
+    pub spec_acceptance: Histogram,
     pub ttft: Histogram,
     pub itl: Histogram,
     pub e2e: Histogram,
@@ -95,6 +103,10 @@ impl Default for EngineStats {
             finished_length: z(),
             finished_abort: z(),
             steps: z(),
+            spec_drafts: z(),
+            spec_draft_tokens: z(),
+            spec_accepted_tokens: z(),
+            spec_acceptance: Histogram::new(RATIO_BOUNDS),
             ttft: Histogram::new(LATENCY_BOUNDS),
             itl: Histogram::new(LATENCY_BOUNDS),
             e2e: Histogram::new(LATENCY_BOUNDS),

@@ -79,7 +79,10 @@ impl<R: Runner> Engine<R> {
                 continue;
             }
             match drawn.get_mut(ci).and_then(Option::take) {
-                Some(d) => self.accept_and_emit(c.seq, c.len - c.draft, d),
+                Some(d) => {
+                    self.record_draft(c.seq, c.draft, d.len() - 1);
+                    self.accept_and_emit(c.seq, c.len - c.draft, d)
+                }
                 // Prompt scoring only (echo with max_tokens 0).
                 None => {
                     self.sched.commit(c.seq, c.len, &[]);
@@ -225,6 +228,20 @@ impl<R: Runner> Engine<R> {
         let d = verify(&mut r.sampler, row, row.len(), &[], r.req.logprobs, &mut s);
         drop(s);
         self.accept_and_emit(id, computed, d);
+    }
+
+    /// Counts a step's draft of `drafted` tokens of which `accepted` agreed.
+    fn record_draft(&mut self, id: SeqId, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        let st = &self.stats;
+        st.spec_drafts.fetch_add(1, Relaxed);
+        st.spec_draft_tokens.fetch_add(drafted as u64, Relaxed);
+        st.spec_accepted_tokens.fetch_add(accepted as u64, Relaxed);
+        if let Some(r) = self.reqs.get_mut(&id) {
+            r.spec.record(drafted, accepted);
+        }
     }
 
     /// Commits a sequence's draws — `computed` positions of known tokens plus one per accepted

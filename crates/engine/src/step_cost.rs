@@ -123,6 +123,27 @@ impl StepCost {
         Some(tokens.clamp(min.min(max), max))
     }
 
+    /// Whether a step with `decoders` decoders would have no fresh decode-only baseline to
+    /// compare with (then a decode-only step should measure one).
+    pub fn wants_baseline(&self, decoders: usize) -> bool {
+        !self.decode_step.is_some_and(|(_, d)| {
+            !self.stale_for(d, decoders) && self.since_decode_only < REFRESH_STEPS
+        })
+    }
+
+    /// What one more token in a step with `decoders` decoders costs, as a share of the tokens
+    /// that step produces per unit of time: (seconds per extra token) × decoders / (seconds per
+    /// decode-only step). A drafted token is worth feeding when the chance that it is accepted
+    /// exceeds this. `None` without a fresh baseline or a per-token estimate.
+    pub fn extra_token_share(&self, decoders: usize) -> Option<f64> {
+        if self.wants_baseline(decoders) {
+            return None;
+        }
+        let (t, _) = self.decode_step?;
+        let p = self.per_prefill_token()?;
+        (t > 0.0).then(|| p * decoders.max(1) as f64 / t)
+    }
+
     pub fn decode_step_secs(&self) -> Option<f64> {
         self.decode_step.map(|(t, _)| t)
     }

@@ -8,7 +8,7 @@ mod common;
 use std::collections::HashMap;
 
 use common::*;
-use engine::{Drafter, FinishReason, GenerateRequest, SeqId};
+use engine::{Drafter, FinishReason, GenerateRequest, SeqId, Speculation};
 use model::SamplingParams;
 
 const TS: usize = 4;
@@ -113,7 +113,11 @@ fn a_rejected_draft_leaves_no_tile_and_no_prefix_entry() {
             self.0.iter().copied().take(max).collect()
         }
     }
-    h.engine.set_drafter(Box::new(Wrong(wrong.clone())));
+    h.engine.set_speculation(Speculation {
+        drafter: Box::new(Wrong(wrong.clone())),
+        max_tokens: 64,
+        adaptive: false,
+    });
     let a = h.submit(greedy(p.clone(), 12));
     h.run();
     assert_eq!(h.outcome(a).tokens, solo_out);
@@ -175,7 +179,11 @@ fn drafts_change_the_steps_never_the_tokens_over_many_random_requests() {
         for (i, t) in truths.iter().enumerate() {
             drafter.truth.insert(SeqId(i as u64 + 1), t.clone());
         }
-        h.engine.set_drafter(Box::new(drafter));
+        h.engine.set_speculation(Speculation {
+            drafter: Box::new(drafter),
+            max_tokens: 64,
+            adaptive: false,
+        });
         let mut ids = Vec::new();
         let mut ops = 0usize;
         for r in &reqs {

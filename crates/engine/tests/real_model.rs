@@ -202,3 +202,37 @@ fn the_default_config_holds_full_context_requests() {
     assert!(h.outcome(id).error.is_none(), "{:?}", h.outcome(id).error);
     h.engine.abort(id);
 }
+
+#[test]
+fn prompt_lookup_drafts_give_the_same_tokens_and_are_accepted_on_repeated_text() {
+    let (_, tok) = load();
+    // The text twice, then its start again: greedy decoding tends to go on quoting it, which
+    // prompt lookup drafts from the prompt itself.
+    let mut p = text_prompt(&tok, &TEXT.repeat(2));
+    p.extend(tok.encode(&TEXT[..60], false, false));
+    let reqs = vec![
+        greedy(p.clone(), TOKENS),
+        greedy(text_prompt(&tok, "Once"), TOKENS),
+    ];
+    let plain = EngineConfig {
+        kv_bytes: 512 * tile_bytes(&load().0, 16),
+        ..EngineConfig::default()
+    };
+    let (want, _, _) = run(&plain, &reqs);
+    let spec = EngineConfig {
+        speculative: Some(engine::SpeculativeConfig::default()),
+        ..plain.clone()
+    };
+    let (got, h, _) = run(&spec, &reqs);
+    assert_eq!(got, want, "drafting changed the tokens");
+    let drafted = h
+        .stats
+        .spec_draft_tokens
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let accepted = h
+        .stats
+        .spec_accepted_tokens
+        .load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("drafted {drafted}, accepted {accepted}");
+    assert!(accepted > 0, "drafted {drafted}, none accepted");
+}

@@ -37,6 +37,9 @@ pub struct CommonParams {
     pub priority: Option<i64>,
     /// vLLM extension.
     pub ignore_eos: Option<bool>,
+    /// Tessera extension: `false` keeps this request out of speculative decoding (its output
+    /// is the same either way; only its speed may differ).
+    pub speculative: Option<bool>,
     /// Accepted and ignored (OpenAI uses it for abuse monitoring).
     pub user: Option<String>,
     pub stream: Option<bool>,

@@ -357,6 +357,7 @@ fn common_request(c: &CommonParams, m: &Loaded) -> Result<GenerateRequest, ApiEr
         logprobs: None,
         prompt_logprobs: None,
         priority,
+        no_speculation: c.speculative == Some(false),
     })
 }
 
