@@ -40,16 +40,10 @@ pub async fn models(State(state): State<AppState>) -> Result<Response, ApiError>
 }
 
 /// Prometheus text format (answers while loading too, with the server-side counters only).
-pub async fn metrics(State(state): State<AppState>) -> Response {
-    let body = metrics::render(&state);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let body = metrics::render(&state)
+        .map_err(|e| ApiError::Internal(format!("cannot encode the metrics: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body).into_response())
 }
 
 /// `{model, prompt, add_special_tokens}` or `{model, messages, add_generation_prompt}` →
