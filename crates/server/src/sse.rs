@@ -1,11 +1,11 @@
 //! Server-sent events for streamed completions.
 //!
-//! A route supplies a `ChunkWriter` that turns engine events into typed OpenAI chunks; this file
-//! drives it over the merged event stream and frames the output: `data: {json}` per chunk,
-//! the usage chunk when asked, and `data: [DONE]` last. A failure after the 200 went out is
-//! told in-band, as an error body in place of the next chunk, followed by `[DONE]`. The body is a pull-driven stream with no
-//! task behind it, so a client that disconnects drops the stream, which drops the engine
-//! receivers, which aborts the requests.
+//! A route supplies a `ChunkWriter` that turns engine events into typed OpenAI chunks; this
+//! file drives it over the merged event stream and frames the output: `data: {json}` per
+//! chunk, the usage chunk when asked, and `data: [DONE]` last. An engine failure after the 200
+//! went out is told in-band: an error body as the next frame, then `[DONE]`. The body is a
+//! pull-driven stream with no task behind it, so a client that disconnects drops the stream,
+//! which drops the engine receivers, which aborts the requests.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
