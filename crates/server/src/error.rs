@@ -8,7 +8,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::EngineError;
-use serde_json::json;
+use serde::Serialize;
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -119,8 +119,8 @@ impl ApiError {
         }
     }
 
-    /// The JSON body sent to the client.
-    pub fn body(&self) -> serde_json::Value {
+    /// The body sent to the client.
+    pub fn body(&self) -> ErrorBody {
         let (param, code) = match self {
             ApiError::BadRequest { param, code, .. } => (param.clone(), *code),
             _ => (None, None),
@@ -129,8 +129,31 @@ impl ApiError {
             ApiError::Internal(_) => "internal error".to_string(),
             other => other.to_string(),
         };
-        json!({"error": {"message": message, "type": self.kind(), "param": param, "code": code}})
+        ErrorBody {
+            error: ErrorDetail {
+                message,
+                kind: self.kind(),
+                param,
+                code,
+            },
+        }
     }
+}
+
+/// OpenAI's error body, `{"error": {...}}`; also sent in-band when a stream fails.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// The inside of an error body; `param` and `code` are `null` when they do not apply.
+#[derive(Debug, Serialize)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
 }
 
 impl From<EngineError> for ApiError {
@@ -171,12 +194,14 @@ mod tests {
     fn internal_errors_hide_their_cause_from_clients() {
         let e = ApiError::Internal("secret path /x".into());
         assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(!e.body().to_string().contains("secret"));
+        let text = serde_json::to_string(&e.body()).expect("serializes");
+        assert!(!text.contains("secret"));
     }
 
     #[test]
     fn bad_request_body_names_the_param() {
-        let body = ApiError::invalid("top_p", "must be in (0, 1]").body();
+        let body = serde_json::to_value(ApiError::invalid("top_p", "must be in (0, 1]").body())
+            .expect("serializes");
         assert_eq!(body["error"]["param"], "top_p");
         assert_eq!(body["error"]["type"], "invalid_request_error");
         assert!(body["error"]["code"].is_null());

@@ -1,6 +1,7 @@
 //! Tessera's OpenAI-compatible HTTP server (axum).
 //!
-//! One file per concern: `openai` (request shapes), `validate` (the one place input is checked
+//! One file per concern: `openai` (request shapes), `response` (response shapes, with the
+//! head and `usage` completions and chat share), `validate` (the one place input is checked
 //! and turned into engine requests), `chat_template`, `run` (submitting to the engine,
 //! collecting or merging events), `sse` (streamed responses), `logprobs`, `metrics`
 //! (Prometheus text), `error` (the one `ApiError`), `auth`, `state`, and `routes/` (one file
@@ -13,6 +14,7 @@ pub mod error;
 pub mod logprobs;
 pub mod metrics;
 pub mod openai;
+pub mod response;
 pub mod routes;
 pub mod run;
 pub mod sse;

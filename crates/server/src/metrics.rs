@@ -1,58 +1,80 @@
-//! `/metrics` in Prometheus text format (version 0.0.4), names prefixed `tessera_` and modelled
-//! on vLLM's.
+//! `/metrics` in the Prometheus text format (version 0.0.4), names prefixed `tessera_` and
+//! modelled on vLLM's, encoded by the `prometheus-client` crate.
 //!
-//! Everything is read from atomics at scrape time: the engine's `EngineStats` (requests,
-//! tokens, tiles, prefix cache, latency histograms) and the server's own counters (errors by
-//! type). Counters carry the `_total` suffix in both their `# TYPE` line and their sample, as
-//! the official Python client writes them. Before the model is loaded only the server's
-//! counters and `tessera_model_loaded 0` are shown.
+//! Everything is read from atomics at scrape time, by one `Collector` over the server state:
+//! the engine's `EngineStats` (requests, tokens, tiles, prefix cache, latency histograms) and
+//! the server's own counters (errors by type). The engine thread owns and updates its atomics
+//! and never waits on a scrape, so there are no registered metric objects to keep in sync: a
+//! scrape builds a registry holding just that collector, which also fixes the order of the
+//! families and of their samples.
+//!
+//! Counters are named without `_total` here; the 0.0.4 encoder appends it to the `# HELP` and
+//! `# TYPE` lines and to the samples alike, as the official Python client writes them. Gauge
+//! and counter values are floats (`5.0`); histogram buckets are the engine's, their bounds
+//! written the way Go's client writes them (`le="1"`, `le="0.005"`), the one form the crate's
+//! encoder has. Before the model is loaded only the server's counters and
+//! `tessera_model_loaded 0.0` are shown.
 
-use std::fmt::Write;
-use std::sync::atomic::Ordering::Relaxed;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use engine::stats::Histogram;
 use engine::EngineStats;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    prometheus_text, DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use crate::state::AppState;
 
-/// The whole scrape.
-pub fn render(state: &AppState) -> String {
+/// The `Content-Type` of the scrape.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// The whole scrape. Fails only if the encoder reports a formatting error, which writing into
+/// a `String` does not produce.
+pub fn render(state: &AppState) -> Result<String, fmt::Error> {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape(state.clone())));
     let mut out = String::with_capacity(8 << 10);
-    let loaded = state.loaded();
-    family(
-        &mut out,
-        "tessera_model_loaded",
-        "gauge",
-        "1 once the model is loaded.",
-    );
-    sample(
-        &mut out,
-        "tessera_model_loaded",
-        "",
-        u64::from(loaded.is_some()) as f64,
-    );
-    family(
-        &mut out,
-        "tessera_request_errors_total",
-        "counter",
-        "Requests answered with an error, by error type.",
-    );
-    for (label, n) in state.counters().errors() {
-        sample(
-            &mut out,
-            "tessera_request_errors_total",
-            &format!("type=\"{label}\""),
-            n as f64,
-        );
-    }
-    if let Some(m) = loaded {
-        engine_metrics(&mut out, m.engine.stats());
-    }
-    out
+    prometheus_text::encode(&mut out, &registry)?;
+    Ok(out)
 }
 
-fn engine_metrics(out: &mut String, st: &EngineStats) {
-    let g = |v: &std::sync::atomic::AtomicU64| v.load(Relaxed) as f64;
+/// Reads the server state at scrape time.
+struct Scrape(AppState);
+
+impl fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Scrape")
+    }
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let loaded = self.0.loaded();
+        let help = "1 once the model is loaded.";
+        gauge(
+            &mut enc,
+            "tessera_model_loaded",
+            help,
+            loaded.is_some().into(),
+        )?;
+        let help = "Requests answered with an error, by error type.";
+        let errors = self.0.counters().errors();
+        counter_family(&mut enc, "tessera_request_errors", help, "type", &errors)?;
+        if let Some(m) = loaded {
+            engine_metrics(&mut enc, m.engine.stats())?;
+        }
+        Ok(())
+    }
+}
+
+fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {
+    let g = |v: &AtomicU64| v.load(Relaxed) as f64;
     let gauges = [
         (
             "tessera_num_requests_running",
@@ -79,69 +101,60 @@ fn engine_metrics(out: &mut String, st: &EngineStats) {
             "Free KV tiles that still hold a cached prefix.",
             g(&st.tiles_cached),
         ),
+        (
+            "tessera_kv_cache_usage_perc",
+            "Fraction of KV tiles in use (0-1).",
+            g(&st.tiles_in_use) / g(&st.tiles_total).max(1.0),
+        ),
     ];
     for (name, help, v) in gauges {
-        family(out, name, "gauge", help);
-        sample(out, name, "", v);
+        gauge(enc, name, help, v)?;
     }
-    let usage = g(&st.tiles_in_use) / g(&st.tiles_total).max(1.0);
-    family(
-        out,
-        "tessera_kv_cache_usage_perc",
-        "gauge",
-        "Fraction of KV tiles in use (0-1).",
-    );
-    sample(out, "tessera_kv_cache_usage_perc", "", usage);
     let counters = [
         (
-            "tessera_prompt_tokens_total",
+            "tessera_prompt_tokens",
             "Prompt tokens of finished requests.",
-            g(&st.prompt_tokens),
+            &st.prompt_tokens,
         ),
         (
-            "tessera_generation_tokens_total",
+            "tessera_generation_tokens",
             "Generated tokens.",
-            g(&st.generation_tokens),
+            &st.generation_tokens,
         ),
         (
-            "tessera_prefix_cache_queries_total",
+            "tessera_prefix_cache_queries",
             "Prompt tokens looked up in the prefix cache.",
-            g(&st.prefix_queried_tokens),
+            &st.prefix_queried_tokens,
         ),
         (
-            "tessera_prefix_cache_hits_total",
+            "tessera_prefix_cache_hits",
             "Prompt tokens found in the prefix cache.",
-            g(&st.prefix_hit_tokens),
+            &st.prefix_hit_tokens,
         ),
         (
-            "tessera_num_preemptions_total",
+            "tessera_num_preemptions",
             "Sequences preempted.",
-            g(&st.preemptions),
+            &st.preemptions,
         ),
-        (
-            "tessera_engine_steps_total",
-            "Engine steps run.",
-            g(&st.steps),
-        ),
+        ("tessera_engine_steps", "Engine steps run.", &st.steps),
     ];
     for (name, help, v) in counters {
-        family(out, name, "counter", help);
-        sample(out, name, "", v);
+        let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(g(v)).encode(m)?;
     }
-    family(
-        out,
-        "tessera_request_success_total",
-        "counter",
-        "Finished requests, by finish reason.",
-    );
-    for (reason, v) in [
-        ("stop", &st.finished_stop),
-        ("length", &st.finished_length),
-        ("abort", &st.finished_abort),
-    ] {
-        let labels = format!("finished_reason=\"{reason}\"");
-        sample(out, "tessera_request_success_total", &labels, g(v));
-    }
+    let finished = [
+        ("stop", st.finished_stop.load(Relaxed)),
+        ("length", st.finished_length.load(Relaxed)),
+        ("abort", st.finished_abort.load(Relaxed)),
+    ];
+    let help = "Finished requests, by finish reason.";
+    counter_family(
+        enc,
+        "tessera_request_success",
+        help,
+        "finished_reason",
+        &finished,
+    )?;
     let hists = [
         (
             "tessera_time_to_first_token_seconds",
@@ -170,45 +183,112 @@ fn engine_metrics(out: &mut String, st: &EngineStats) {
         ),
     ];
     for (name, help, h) in hists {
-        histogram(out, name, help, h);
+        let m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+        Buckets(h).encode(m)?;
+    }
+    Ok(())
+}
+
+/// One unlabelled gauge. Values are floats, so whole numbers read `5.0`.
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> fmt::Result {
+    let m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(v).encode(m)
+}
+
+/// A counter family with one label, a sample per `(label value, count)` in the given order.
+fn counter_family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &str,
+    samples: &[(&str, u64)],
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for &(value, n) in samples {
+        let labels = [(label, value)];
+        ConstCounter::new(n as f64).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// The engine's fixed-bucket histogram, encoded as a Prometheus histogram.
+struct Buckets<'a>(&'a Histogram);
+
+impl EncodeMetric for Buckets<'_> {
+    fn encode(&self, mut enc: MetricEncoder) -> fmt::Result {
+        // The snapshot's counts are cumulative and end with +Inf; the encoder wants each
+        // bucket's own count and accumulates them itself.
+        let (cumulative, sum, _) = self.0.snapshot();
+        let mut below = 0;
+        let buckets: Vec<(f64, u64)> = cumulative
+            .iter()
+            .map(|&(le, acc)| {
+                let own = acc.saturating_sub(below);
+                below = acc;
+                (le, own)
+            })
+            .collect();
+        // `_count` is the +Inf bucket, so the two agree even when an observation lands
+        // between the engine's bucket and count updates.
+        enc.encode_histogram::<NoLabelSet>(sum, below, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::ServerConfig;
 
-fn sample(out: &mut String, name: &str, labels: &str, v: f64) {
-    if labels.is_empty() {
-        let _ = writeln!(out, "{name} {}", number(v));
-    } else {
-        let _ = writeln!(out, "{name}{{{labels}}} {}", number(v));
+    #[test]
+    fn before_loading_only_the_server_counters_are_shown() {
+        let state = AppState::new(ServerConfig::default());
+        state.counters().count_error("not_found");
+        let text = render(&state).expect("renders");
+        let head = "# HELP tessera_model_loaded 1 once the model is loaded.\n\
+            # TYPE tessera_model_loaded gauge\n\
+            tessera_model_loaded 0.0\n\
+            # HELP tessera_request_errors_total Requests answered with an error, by error type.\n\
+            # TYPE tessera_request_errors_total counter\n\
+            tessera_request_errors_total{type=\"invalid_request\"} 0.0\n\
+            tessera_request_errors_total{type=\"unauthorized\"} 0.0\n\
+            tessera_request_errors_total{type=\"not_found\"} 1.0\n";
+        assert!(text.starts_with(head), "{text}");
+        assert_eq!(text.lines().count(), 5 + crate::error::ERROR_LABELS.len());
     }
-}
 
-fn histogram(out: &mut String, name: &str, help: &str, h: &Histogram) {
-    family(out, name, "histogram", help);
-    let (buckets, sum, count) = h.snapshot();
-    for (le, n) in buckets {
-        let le = if le.is_infinite() {
-            "+Inf".to_string()
-        } else {
-            number(le)
-        };
-        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
+    /// A collector of one histogram named `h`.
+    struct One(Histogram);
+
+    impl fmt::Debug for One {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("One")
+        }
     }
-    let _ = writeln!(out, "{name}_sum {}", number(sum));
-    let _ = writeln!(out, "{name}_count {count}");
-}
 
-/// Prometheus float text: integers without a fraction, others as Rust prints them.
-fn number(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.1}")
-    } else {
-        format!("{v}")
+    impl Collector for One {
+        fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+            let m = enc.encode_descriptor("h", "Help.", None, MetricType::Histogram)?;
+            Buckets(&self.0).encode(m)
+        }
+    }
+
+    #[test]
+    fn histograms_keep_the_engine_buckets_and_count_what_the_buckets_hold() {
+        let h = Histogram::new(&[0.5, 2.0]);
+        for v in [0.25, 1.5, 1.75, 9.0] {
+            h.observe(v);
+        }
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(One(h)));
+        let mut text = String::new();
+        prometheus_text::encode(&mut text, &registry).expect("renders");
+        let want = "# HELP h Help.\n# TYPE h histogram\n\
+            h_bucket{le=\"0.5\"} 1\nh_bucket{le=\"2\"} 3\nh_bucket{le=\"+Inf\"} 4\n\
+            h_sum 12.5\nh_count 4\n";
+        assert_eq!(text, want);
     }
 }

@@ -2,10 +2,10 @@
 //!
 //! A completions or chat body is read twice, as `CommonParams` and as the route's own fields
 //! (serde's `flatten` would lose the path of a wrongly typed field, and with it the `param` of
-//! the 400). Types here only describe shapes: every numeric field is taken wide (`i64`, `f64`) so that an
-//! out-of-range value reaches `validate.rs` and gets a precise 400 there, instead of a generic
-//! serde message. Unknown fields are ignored, as OpenAI's API does. Response bodies are built
-//! with `serde_json::json!` in the route files, next to the code that fills them.
+//! the 400). Types here only describe shapes: every numeric field is taken wide (`i64`, `f64`)
+//! so that an out-of-range value reaches `validate.rs` and gets a precise 400 there, instead of
+//! a generic serde message. Unknown fields are ignored, as OpenAI's API does. Response bodies
+//! are in `response.rs`.
 
 use std::collections::HashMap;
 

@@ -1,10 +1,11 @@
 //! Server-sent events for streamed completions.
 //!
-//! A route supplies a `ChunkWriter` that turns engine events into OpenAI chunk objects; this file
-//! drives it over the merged event stream and frames the output: `data: {json}` per chunk,
-//! the usage chunk when asked, and `data: [DONE]` last. The body is a pull-driven stream with no
-//! task behind it, so a client that disconnects drops the stream, which drops the engine
-//! receivers, which aborts the requests.
+//! A route supplies a `ChunkWriter` that turns engine events into typed OpenAI chunks; this
+//! file drives it over the merged event stream and frames the output: `data: {json}` per
+//! chunk, the usage chunk when asked, and `data: [DONE]` last. An engine failure after the 200
+//! went out is told in-band: an error body as the next frame, then `[DONE]`. The body is a
+//! pull-driven stream with no task behind it, so a client that disconnects drops the stream,
+//! which drops the engine receivers, which aborts the requests.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -14,16 +15,34 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use engine::Event;
 use futures_util::stream::{self, Stream, StreamExt};
+use serde::Serialize;
 
 use crate::error::ApiError;
 use crate::run::Tagged;
 
 /// Formats one route's chunks.
 pub trait ChunkWriter: Send + 'static {
+    /// One chunk object of this route.
+    type Chunk: Serialize;
     /// Chunks for one event of choice `index`. Returns true when the choice is finished.
-    fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<serde_json::Value>) -> bool;
+    fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Self::Chunk>) -> bool;
     /// The final usage chunk (called only when `include_usage` was asked).
-    fn usage_chunk(&self) -> serde_json::Value;
+    fn usage_chunk(&self) -> Self::Chunk;
+}
+
+/// One frame's JSON. The response types always serialize; should one ever fail, the client
+/// gets the internal-error body in its place and the cause is logged.
+fn frame<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| {
+        let e = ApiError::Internal(format!("cannot serialize a chunk: {e}"));
+        tracing::error!("{e}");
+        error_frame(&e)
+    })
+}
+
+/// An error body as a frame (a struct of strings: it always serializes).
+fn error_frame(e: &ApiError) -> String {
+    serde_json::to_string(&e.body()).unwrap_or_default()
 }
 
 struct State<W> {
@@ -41,12 +60,12 @@ pub fn respond<W: ChunkWriter>(
     writer: W,
     choices: usize,
     include_usage: bool,
-    initial: Vec<serde_json::Value>,
+    initial: Vec<W::Chunk>,
 ) -> Response {
     let state = State {
         events,
         writer,
-        pending: initial.iter().map(|v| v.to_string()).collect(),
+        pending: initial.iter().map(frame).collect(),
         remaining: choices,
         include_usage,
         done: false,
@@ -70,7 +89,7 @@ async fn next_frame<W: ChunkWriter>(st: &mut State<W>) -> Option<String> {
         }
         if st.remaining == 0 {
             if st.include_usage {
-                st.pending.push_back(st.writer.usage_chunk().to_string());
+                st.pending.push_back(frame(&st.writer.usage_chunk()));
             }
             st.pending.push_back("[DONE]".into());
             st.done = true;
@@ -79,14 +98,14 @@ async fn next_frame<W: ChunkWriter>(st: &mut State<W>) -> Option<String> {
         let Some((index, ev)) = st.events.next().await else {
             // The engine went away mid-stream: say so in-band, the status is already sent.
             let e = ApiError::Internal("the engine stopped mid-stream".into());
-            st.pending.push_back(e.body().to_string());
+            st.pending.push_back(error_frame(&e));
             st.pending.push_back("[DONE]".into());
             st.done = true;
             continue;
         };
         if let Event::Error(e) = ev {
             let e: ApiError = e.into();
-            st.pending.push_back(e.body().to_string());
+            st.pending.push_back(error_frame(&e));
             st.pending.push_back("[DONE]".into());
             st.done = true;
             continue;
@@ -95,6 +114,6 @@ async fn next_frame<W: ChunkWriter>(st: &mut State<W>) -> Option<String> {
         if st.writer.on_event(index, ev, &mut chunks) {
             st.remaining -= 1;
         }
-        st.pending.extend(chunks.iter().map(|c| c.to_string()));
+        st.pending.extend(chunks.iter().map(frame));
     }
 }

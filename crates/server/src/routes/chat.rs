@@ -8,18 +8,24 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use engine::{Event, FinishReason};
-use serde_json::{json, Value};
 use tokenizer::Tokenizer;
 
 use crate::error::ApiError;
-use crate::logprobs::chat_entry;
+use crate::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::openai::{ChatRequest, CommonParams};
-use crate::run::{self, UsageTotals};
+use crate::response::{
+    AssistantMessage, Body, ChatChoice, ChatChunkChoice, Delta, Head, UsageTotals,
+};
+use crate::run::{self, Outcome};
 use crate::sse::{self, ChunkWriter};
-use crate::state::{unix_now, AppState};
+use crate::state::AppState;
 use crate::validate::{chat_job, parse_body};
 
-use super::{body_bytes, new_id};
+use super::body_bytes;
+
+const OBJECT: &str = "chat.completion";
+const CHUNK_OBJECT: &str = "chat.completion.chunk";
+const ROLE: &str = "assistant";
 
 pub async fn handle(
     State(state): State<AppState>,
@@ -31,25 +37,20 @@ pub async fn handle(
     let common: CommonParams = parse_body(&bytes)?;
     let job = chat_job(req, common, m, state.config())?;
     let tok = m.engine.tokenizer().clone();
-    let head = Head {
-        id: new_id("chatcmpl"),
-        created: unix_now(),
-        model: m.model_id.clone(),
-        logprobs: job.request.logprobs.is_some(),
-    };
+    let head = Head::new("chatcmpl", &m.model_id);
+    let logprobs = job.request.logprobs.is_some();
     let choices = run::start(&job, &m.engine).await?;
-    let mut usage = UsageTotals::new(&job.prompts);
+    let usage = UsageTotals::new(&job.prompts);
     if job.stream {
         let n = choices.len();
-        let initial = (0..n)
-            .map(|i| head.chunk(i, json!({"role": "assistant", "content": ""}), None, None))
-            .collect();
         let writer = Chunks {
             head,
             tok,
+            logprobs,
             n_per_prompt: job.n,
             usage,
         };
+        let initial = (0..n).map(|i| writer.role_chunk(i)).collect();
         return Ok(sse::respond(
             run::merge(choices),
             writer,
@@ -59,83 +60,99 @@ pub async fn handle(
         ));
     }
     let outs = run::collect_all(choices).await?;
-    let mut out_choices = Vec::with_capacity(outs.len());
+    Ok(axum::Json(whole(&head, logprobs, &tok, usage, outs)).into_response())
+}
+
+/// The non-streamed response.
+fn whole(
+    head: &Head,
+    logprobs: bool,
+    tok: &Tokenizer,
+    mut usage: UsageTotals,
+    outs: Vec<Outcome>,
+) -> Body<ChatChoice> {
+    let mut choices = Vec::with_capacity(outs.len());
     for o in outs {
         usage.add(o.prompt_index, &o.usage);
-        let logprobs = head.logprobs.then(|| {
-            let content: Vec<Value> = o
+        let logprobs = logprobs.then(|| ChatLogprobs {
+            content: o
                 .tokens
                 .iter()
-                .filter_map(|t| t.logprob.as_ref().map(|lp| chat_entry(&tok, lp)))
-                .collect();
-            json!({ "content": content })
+                .filter_map(|t| t.logprob.as_ref().map(|lp| ChatTokenLogprob::new(tok, lp)))
+                .collect(),
         });
-        out_choices.push(json!({
-            "index": o.index,
-            "message": {"role": "assistant", "content": o.text},
-            "logprobs": logprobs,
-            "finish_reason": o.reason.as_str(),
-        }));
+        choices.push(ChatChoice {
+            index: o.index,
+            message: AssistantMessage {
+                role: ROLE,
+                content: o.text,
+            },
+            logprobs,
+            finish_reason: Some(o.reason),
+        });
     }
-    Ok(axum::Json(json!({
-        "id": head.id,
-        "object": "chat.completion",
-        "created": head.created,
-        "model": head.model,
-        "choices": out_choices,
-        "usage": usage.json(),
-    }))
-    .into_response())
+    head.body(OBJECT, choices, Some(usage.usage()))
 }
 
-struct Head {
-    id: String,
-    created: u64,
-    model: String,
-    logprobs: bool,
-}
-
-impl Head {
-    fn chunk(
-        &self,
-        index: usize,
-        delta: Value,
-        logprobs: Option<Value>,
-        reason: Option<FinishReason>,
-    ) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{
-                "index": index,
-                "delta": delta,
-                "logprobs": logprobs,
-                "finish_reason": reason.map(FinishReason::as_str),
-            }],
-        })
-    }
-}
-
+/// Streaming state: the head every chunk repeats and the usage so far.
 struct Chunks {
     head: Head,
     tok: Tokenizer,
+    /// Whether the request asked for log-probs.
+    logprobs: bool,
     n_per_prompt: usize,
     usage: UsageTotals,
 }
 
+impl Chunks {
+    fn chunk(
+        &self,
+        index: usize,
+        delta: Delta,
+        logprobs: Option<ChatLogprobs>,
+        finish_reason: Option<FinishReason>,
+    ) -> Body<ChatChunkChoice> {
+        let choice = ChatChunkChoice {
+            index,
+            delta,
+            logprobs,
+            finish_reason,
+        };
+        self.head.body(CHUNK_OBJECT, vec![choice], None)
+    }
+
+    /// The first chunk of a choice: the role, and empty content.
+    fn role_chunk(&self, index: usize) -> Body<ChatChunkChoice> {
+        let delta = Delta {
+            role: Some(ROLE),
+            content: Some(String::new()),
+        };
+        self.chunk(index, delta, None, None)
+    }
+
+    fn content(text: String) -> Delta {
+        Delta {
+            role: None,
+            content: Some(text),
+        }
+    }
+}
+
 impl ChunkWriter for Chunks {
-    fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Value>) -> bool {
+    type Chunk = Body<ChatChunkChoice>;
+
+    fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Self::Chunk>) -> bool {
         match ev {
             Event::Accepted | Event::PromptLogprobs(_) => false,
             Event::Token { text, logprob, .. } => {
-                let lp = match (&logprob, self.head.logprobs) {
-                    (Some(lp), true) => Some(json!({"content": [chat_entry(&self.tok, lp)]})),
+                let lp = match (&logprob, self.logprobs) {
+                    (Some(lp), true) => Some(ChatLogprobs {
+                        content: vec![ChatTokenLogprob::new(&self.tok, lp)],
+                    }),
                     _ => None,
                 };
                 if !text.is_empty() || lp.is_some() {
-                    out.push(self.head.chunk(index, json!({"content": text}), lp, None));
+                    out.push(self.chunk(index, Chunks::content(text), lp, None));
                 }
                 false
             }
@@ -146,23 +163,17 @@ impl ChunkWriter for Chunks {
             } => {
                 self.usage.add(index / self.n_per_prompt, &usage);
                 if !text.is_empty() {
-                    out.push(self.head.chunk(index, json!({"content": text}), None, None));
+                    out.push(self.chunk(index, Chunks::content(text), None, None));
                 }
-                out.push(self.head.chunk(index, json!({}), None, Some(reason)));
+                out.push(self.chunk(index, Delta::default(), None, Some(reason)));
                 true
             }
             Event::Error(_) => true,
         }
     }
 
-    fn usage_chunk(&self) -> Value {
-        json!({
-            "id": self.head.id,
-            "object": "chat.completion.chunk",
-            "created": self.head.created,
-            "model": self.head.model,
-            "choices": [],
-            "usage": self.usage.json(),
-        })
+    fn usage_chunk(&self) -> Self::Chunk {
+        self.head
+            .body(CHUNK_OBJECT, Vec::new(), Some(self.usage.usage()))
     }
 }

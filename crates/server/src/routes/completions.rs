@@ -9,18 +9,21 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use engine::{Event, FinishReason, TokenLogprob};
-use serde_json::{json, Value};
 use tokenizer::Tokenizer;
 
 use crate::error::ApiError;
 use crate::logprobs::Legacy;
 use crate::openai::{CommonParams, CompletionRequest};
-use crate::run::{self, Outcome, UsageTotals};
+use crate::response::{Body, CompletionChoice, Head, UsageTotals};
+use crate::run::{self, Outcome};
 use crate::sse::{self, ChunkWriter};
-use crate::state::{unix_now, AppState};
+use crate::state::AppState;
 use crate::validate::{completion_job, parse_body, Job};
 
-use super::{body_bytes, new_id};
+use super::body_bytes;
+
+/// `object` of the whole response and of its chunks alike.
+const OBJECT: &str = "text_completion";
 
 pub async fn handle(
     State(state): State<AppState>,
@@ -32,11 +35,7 @@ pub async fn handle(
     let common: CommonParams = parse_body(&bytes)?;
     let job = completion_job(req, common, m, state.config())?;
     let tok = m.engine.tokenizer().clone();
-    let head = Head {
-        id: new_id("cmpl"),
-        created: unix_now(),
-        model: m.model_id.clone(),
-    };
+    let head = Head::new("cmpl", &m.model_id);
     let choices = run::start(&job, &m.engine).await?;
     if job.stream {
         let n = choices.len();
@@ -54,15 +53,8 @@ pub async fn handle(
     Ok(axum::Json(whole(&head, &job, &tok, outs)).into_response())
 }
 
-/// The fields every response object starts with.
-struct Head {
-    id: String,
-    created: u64,
-    model: String,
-}
-
 /// The non-streamed response.
-fn whole(head: &Head, job: &Job, tok: &Tokenizer, outs: Vec<Outcome>) -> Value {
+fn whole(head: &Head, job: &Job, tok: &Tokenizer, outs: Vec<Outcome>) -> Body<CompletionChoice> {
     let mut usage = UsageTotals::new(&job.prompts);
     let wants_lp = job.request.logprobs.is_some();
     let mut choices = Vec::with_capacity(outs.len());
@@ -83,21 +75,14 @@ fn whole(head: &Head, job: &Job, tok: &Tokenizer, outs: Vec<Outcome>) -> Value {
                 lp.push(tok, t.id, t.logprob.as_ref());
             }
         }
-        choices.push(json!({
-            "index": o.index,
-            "text": text,
-            "logprobs": if wants_lp { lp.json() } else { Value::Null },
-            "finish_reason": o.reason.as_str(),
-        }));
+        choices.push(CompletionChoice {
+            index: o.index,
+            text,
+            logprobs: wants_lp.then_some(lp),
+            finish_reason: Some(o.reason),
+        });
     }
-    json!({
-        "id": head.id,
-        "object": "text_completion",
-        "created": head.created,
-        "model": head.model,
-        "choices": choices,
-        "usage": usage.json(),
-    })
+    head.body(OBJECT, choices, Some(usage.usage()))
 }
 
 /// Adds the prompt's tokens and log-probs (the first token has none).
@@ -140,25 +125,25 @@ impl Chunks {
         &self,
         index: usize,
         text: String,
-        logprobs: Value,
-        reason: Option<FinishReason>,
-    ) -> Value {
-        json!({
-            "id": self.head.id,
-            "object": "text_completion",
-            "created": self.head.created,
-            "model": self.head.model,
-            "choices": [{
-                "index": index,
-                "text": text,
-                "logprobs": logprobs,
-                "finish_reason": reason.map(FinishReason::as_str),
-            }],
-        })
+        logprobs: Option<Legacy>,
+        finish_reason: Option<FinishReason>,
+    ) -> Body<CompletionChoice> {
+        let choice = CompletionChoice {
+            index,
+            text,
+            logprobs,
+            finish_reason,
+        };
+        self.head.body(OBJECT, vec![choice], None)
     }
 
     /// The echo chunk of a choice, with the prompt's log-probs when they were asked for.
-    fn echo(&mut self, index: usize, plp: Option<&[Option<TokenLogprob>]>, out: &mut Vec<Value>) {
+    fn echo(
+        &mut self,
+        index: usize,
+        plp: Option<&[Option<TokenLogprob>]>,
+        out: &mut Vec<Body<CompletionChoice>>,
+    ) {
         if !self.job.echo || self.echoed[index] {
             return;
         }
@@ -169,17 +154,19 @@ impl Chunks {
             let mut lp = Legacy::default();
             push_prompt(&mut lp, &self.tok, prompt, plp);
             self.offsets[index] = lp.offset();
-            lp.json()
+            Some(lp)
         } else {
             self.offsets[index] = text.chars().count();
-            Value::Null
+            None
         };
         out.push(self.chunk(index, text, lp, None));
     }
 }
 
 impl ChunkWriter for Chunks {
-    fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Value>) -> bool {
+    type Chunk = Body<CompletionChoice>;
+
+    fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Self::Chunk>) -> bool {
         match ev {
             Event::Accepted => false,
             Event::PromptLogprobs(plp) => {
@@ -188,16 +175,13 @@ impl ChunkWriter for Chunks {
             }
             Event::Token { id, text, logprob } => {
                 self.echo(index, None, out);
-                let lp = match &self.job.request.logprobs {
-                    Some(_) => {
-                        let mut lp = Legacy::starting_at(self.offsets[index]);
-                        lp.push(&self.tok, id, logprob.as_ref());
-                        self.offsets[index] = lp.offset();
-                        lp.json()
-                    }
-                    None => Value::Null,
-                };
-                if !text.is_empty() || !lp.is_null() {
+                let lp = self.job.request.logprobs.map(|_| {
+                    let mut lp = Legacy::starting_at(self.offsets[index]);
+                    lp.push(&self.tok, id, logprob.as_ref());
+                    self.offsets[index] = lp.offset();
+                    lp
+                });
+                if !text.is_empty() || lp.is_some() {
                     out.push(self.chunk(index, text, lp, None));
                 }
                 false
@@ -209,21 +193,14 @@ impl ChunkWriter for Chunks {
             } => {
                 self.echo(index, None, out);
                 self.usage.add(index / self.job.n, &usage);
-                out.push(self.chunk(index, text, Value::Null, Some(reason)));
+                out.push(self.chunk(index, text, None, Some(reason)));
                 true
             }
             Event::Error(_) => true,
         }
     }
 
-    fn usage_chunk(&self) -> Value {
-        json!({
-            "id": self.head.id,
-            "object": "text_completion",
-            "created": self.head.created,
-            "model": self.head.model,
-            "choices": [],
-            "usage": self.usage.json(),
-        })
+    fn usage_chunk(&self) -> Self::Chunk {
+        self.head.body(OBJECT, Vec::new(), Some(self.usage.usage()))
     }
 }

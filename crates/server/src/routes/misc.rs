@@ -6,11 +6,11 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::error::ApiError;
 use crate::metrics;
 use crate::openai::{DetokenizeRequest, TokenizeRequest};
+use crate::response::{Detokenized, ModelCard, ModelList, Tokenized};
 use crate::state::AppState;
 use crate::validate::{check_model, parse_body, render_chat};
 
@@ -24,31 +24,26 @@ pub async fn health(State(state): State<AppState>) -> Result<Response, ApiError>
 
 pub async fn models(State(state): State<AppState>) -> Result<Response, ApiError> {
     let m = state.model()?;
-    Ok(axum::Json(json!({
-        "object": "list",
-        "data": [{
-            "id": m.model_id,
-            "object": "model",
-            "created": m.created,
-            "owned_by": "tessera",
-            "root": m.model_id,
-            "max_model_len": m.engine.info().context_length,
-        }],
-    }))
-    .into_response())
+    let card = ModelCard {
+        id: m.model_id.clone(),
+        object: "model",
+        created: m.created,
+        owned_by: "tessera",
+        root: m.model_id.clone(),
+        max_model_len: m.engine.info().context_length,
+    };
+    let list = ModelList {
+        object: "list",
+        data: vec![card],
+    };
+    Ok(axum::Json(list).into_response())
 }
 
 /// Prometheus text format (answers while loading too, with the server-side counters only).
-pub async fn metrics(State(state): State<AppState>) -> Response {
-    let body = metrics::render(&state);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response()
+pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let body = metrics::render(&state)
+        .map_err(|e| ApiError::Internal(format!("cannot encode the metrics: {e}")))?;
+    Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body).into_response())
 }
 
 /// `{model, prompt, add_special_tokens}` or `{model, messages, add_generation_prompt}` →
@@ -70,12 +65,12 @@ pub async fn tokenize(
         }
         _ => return Err(ApiError::bad("give exactly one of `prompt` and `messages`")),
     };
-    Ok(axum::Json(json!({
-        "count": tokens.len(),
-        "max_model_len": m.engine.info().context_length,
-        "tokens": tokens,
-    }))
-    .into_response())
+    let body = Tokenized {
+        count: tokens.len(),
+        max_model_len: m.engine.info().context_length,
+        tokens,
+    };
+    Ok(axum::Json(body).into_response())
 }
 
 /// `{model, tokens}` → `{prompt}`.
@@ -101,5 +96,5 @@ pub async fn detokenize(
         }
     }
     let text = m.engine.tokenizer().decode(&ids, false);
-    Ok(axum::Json(json!({ "prompt": text })).into_response())
+    Ok(axum::Json(Detokenized { prompt: text }).into_response())
 }

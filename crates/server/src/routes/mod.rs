@@ -9,8 +9,6 @@ pub mod chat;
 pub mod completions;
 pub mod misc;
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -87,18 +85,6 @@ pub(crate) fn body_bytes(
             ApiError::bad(format!("cannot read the request body: {rej}"))
         }
     })
-}
-
-/// A response id: the prefix, the time and a process-wide counter (unique per process).
-pub(crate) fn new_id(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    format!(
-        "{prefix}-{nanos:x}{:04x}",
-        NEXT.fetch_add(1, Relaxed) & 0xffff
-    )
 }
 
 /// An empty 200 (health).

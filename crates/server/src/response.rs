@@ -1,0 +1,271 @@
+//! OpenAI (and vLLM) response bodies as typed `Serialize` structs, and the one place that
+//! builds the parts completions and chat share: the head (`id`, `object`, `created`,
+//! `model`) and `usage`.
+//!
+//! Field names and nesting are the wire format the tests pin; fields are declared in the order
+//! OpenAI documents them (JSON gives object order no meaning). A field OpenAI always sends goes
+//! out as `null` when empty (`logprobs`, a chunk's `finish_reason`); a field OpenAI leaves out
+//! is skipped when `None` (a chunk's `usage`, a delta's `role`). Every type here serializes
+//! without error: no map has a non-string key and no value is a non-finite float.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use engine::FinishReason;
+use serde::{Serialize, Serializer};
+
+use crate::logprobs::{ChatLogprobs, Legacy};
+use crate::state::unix_now;
+
+/// What every object of one response starts with: built once per request and copied into the
+/// whole response or into each of its chunks.
+#[derive(Clone, Debug)]
+pub struct Head {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+}
+
+impl Head {
+    /// A new response of `model`, its id starting with `prefix` (`cmpl`, `chatcmpl`).
+    pub fn new(prefix: &str, model: &str) -> Head {
+        Head {
+            id: new_id(prefix),
+            created: unix_now(),
+            model: model.to_string(),
+        }
+    }
+
+    /// A body of kind `object` with this head.
+    pub fn body<C>(&self, object: &'static str, choices: Vec<C>, usage: Option<Usage>) -> Body<C> {
+        Body {
+            id: self.id.clone(),
+            object,
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+        }
+    }
+}
+
+/// A response id: the prefix, the time and a process-wide counter (unique per process).
+fn new_id(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    format!(
+        "{prefix}-{nanos:x}{:04x}",
+        NEXT.fetch_add(1, Relaxed) & 0xffff
+    )
+}
+
+/// A completions or chat response, whole or one streamed chunk.
+///
+/// `usage` is present on whole responses and on the final usage chunk of a stream, absent on
+/// the other chunks (whose `choices` hold one choice; the usage chunk's hold none).
+#[derive(Debug, Serialize)]
+pub struct Body<C> {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<C>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// `usage` of a completions or chat response.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+/// Usage over a whole request: prompt tokens once per prompt (not per choice), completion
+/// tokens summed, cached tokens the best any copy of each prompt got.
+#[derive(Clone, Debug, Default)]
+pub struct UsageTotals {
+    prompt_lens: Vec<usize>,
+    cached: Vec<usize>,
+    completion_tokens: usize,
+}
+
+impl UsageTotals {
+    pub fn new(prompts: &[Vec<u32>]) -> Self {
+        UsageTotals {
+            prompt_lens: prompts.iter().map(Vec::len).collect(),
+            cached: vec![0; prompts.len()],
+            completion_tokens: 0,
+        }
+    }
+
+    /// Adds a finished choice of prompt `prompt_index`.
+    pub fn add(&mut self, prompt_index: usize, usage: &engine::Usage) {
+        self.completion_tokens += usage.completion_tokens;
+        if let Some(c) = self.cached.get_mut(prompt_index) {
+            *c = (*c).max(usage.cached_tokens);
+        }
+    }
+
+    /// The `usage` object so far.
+    pub fn usage(&self) -> Usage {
+        let prompt_tokens: usize = self.prompt_lens.iter().sum();
+        Usage {
+            prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            total_tokens: prompt_tokens + self.completion_tokens,
+            prompt_tokens_details: PromptTokensDetails {
+                cached_tokens: self.cached.iter().sum(),
+            },
+        }
+    }
+}
+
+/// A `finish_reason`: `null` while the choice runs.
+fn finish_reason<S: Serializer>(r: &Option<FinishReason>, s: S) -> Result<S::Ok, S::Error> {
+    r.map(FinishReason::as_str).serialize(s)
+}
+
+/// A completions choice (`object: "text_completion"`), whole or streamed.
+#[derive(Debug, Serialize)]
+pub struct CompletionChoice {
+    pub index: usize,
+    pub text: String,
+    pub logprobs: Option<Legacy>,
+    #[serde(serialize_with = "finish_reason")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// A whole chat choice (`object: "chat.completion"`).
+#[derive(Debug, Serialize)]
+pub struct ChatChoice {
+    pub index: usize,
+    pub message: AssistantMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    #[serde(serialize_with = "finish_reason")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// The generated chat message.
+#[derive(Debug, Serialize)]
+pub struct AssistantMessage {
+    pub role: &'static str,
+    pub content: String,
+}
+
+/// A streamed chat choice (`object: "chat.completion.chunk"`).
+#[derive(Debug, Serialize)]
+pub struct ChatChunkChoice {
+    pub index: usize,
+    pub delta: Delta,
+    pub logprobs: Option<ChatLogprobs>,
+    #[serde(serialize_with = "finish_reason")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// What a chat chunk adds to the message: the role once, first; then content; the last
+/// chunk of a choice has an empty delta and the finish reason.
+#[derive(Debug, Default, Serialize)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Serialize)]
+pub struct ModelList {
+    pub object: &'static str,
+    pub data: Vec<ModelCard>,
+}
+
+/// One entry of `/v1/models` (`root` and `max_model_len` are vLLM's additions).
+#[derive(Debug, Serialize)]
+pub struct ModelCard {
+    pub id: String,
+    pub object: &'static str,
+    pub created: u64,
+    pub owned_by: &'static str,
+    pub root: String,
+    pub max_model_len: usize,
+}
+
+/// vLLM's `POST /tokenize`.
+#[derive(Debug, Serialize)]
+pub struct Tokenized {
+    pub count: usize,
+    pub max_model_len: usize,
+    pub tokens: Vec<u32>,
+}
+
+/// vLLM's `POST /detokenize`.
+#[derive(Debug, Serialize)]
+pub struct Detokenized {
+    pub prompt: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_counts_each_prompt_once_and_its_best_cache_hit() {
+        let mut t = UsageTotals::new(&[vec![1, 2, 3], vec![4, 5]]);
+        let u = |completion_tokens, cached_tokens| engine::Usage {
+            completion_tokens,
+            cached_tokens,
+            ..Default::default()
+        };
+        t.add(0, &u(4, 2));
+        t.add(0, &u(1, 3));
+        t.add(1, &u(2, 0));
+        let json = serde_json::to_value(t.usage()).expect("serializes");
+        assert_eq!(
+            json,
+            serde_json::json!({"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12,
+                "prompt_tokens_details": {"cached_tokens": 3}})
+        );
+    }
+
+    #[test]
+    fn a_chunk_has_no_usage_and_a_null_finish_reason_until_the_end() {
+        let head = Head::new("cmpl", "m");
+        let choice = CompletionChoice {
+            index: 0,
+            text: "x".into(),
+            logprobs: None,
+            finish_reason: None,
+        };
+        let json = serde_json::to_value(head.body("text_completion", vec![choice], None))
+            .expect("serializes");
+        assert!(json.get("usage").is_none(), "{json}");
+        assert!(json["choices"][0]["finish_reason"].is_null(), "{json}");
+        assert!(json["choices"][0]["logprobs"].is_null(), "{json}");
+        assert!(json["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("cmpl-")));
+    }
+
+    #[test]
+    fn a_delta_leaves_out_what_it_does_not_carry() {
+        let empty = serde_json::to_string(&Delta::default()).expect("serializes");
+        assert_eq!(empty, "{}");
+        let first = Delta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+        };
+        let first = serde_json::to_string(&first).expect("serializes");
+        assert_eq!(first, r#"{"role":"assistant","content":""}"#);
+    }
+}
