@@ -74,7 +74,17 @@ impl Collector for Scrape {
 }
 
 fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {
-    let g = |v: &AtomicU64| v.load(Relaxed) as f64;
+    engine_gauges(enc, st)?;
+    engine_counters(enc, st)?;
+    engine_histograms(enc, st)
+}
+
+fn load(v: &AtomicU64) -> f64 {
+    v.load(Relaxed) as f64
+}
+
+fn engine_gauges(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {
+    let g = load;
     let gauges = [
         (
             "tessera_num_requests_running",
@@ -110,6 +120,10 @@ fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result 
     for (name, help, v) in gauges {
         gauge(enc, name, help, v)?;
     }
+    Ok(())
+}
+
+fn engine_counters(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {
     let counters = [
         (
             "tessera_prompt_tokens",
@@ -137,10 +151,25 @@ fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result 
             &st.preemptions,
         ),
         ("tessera_engine_steps", "Engine steps run.", &st.steps),
+        (
+            "tessera_spec_decode_num_drafts",
+            "Drafts fed (one per sequence and step that verified drafted tokens).",
+            &st.spec_drafts,
+        ),
+        (
+            "tessera_spec_decode_num_draft_tokens",
+            "Drafted tokens fed for verification.",
+            &st.spec_draft_tokens,
+        ),
+        (
+            "tessera_spec_decode_num_accepted_tokens",
+            "Drafted tokens accepted.",
+            &st.spec_accepted_tokens,
+        ),
     ];
     for (name, help, v) in counters {
         let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-        ConstCounter::new(g(v)).encode(m)?;
+        ConstCounter::new(load(v)).encode(m)?;
     }
     let finished = [
         ("stop", st.finished_stop.load(Relaxed)),
@@ -154,7 +183,10 @@ fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result 
         help,
         "finished_reason",
         &finished,
-    )?;
+    )
+}
+
+fn engine_histograms(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {
     let hists = [
         (
             "tessera_time_to_first_token_seconds",
@@ -180,6 +212,11 @@ fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result 
             "tessera_tokens_per_step",
             "Tokens processed per engine step.",
             &st.tokens_per_step,
+        ),
+        (
+            "tessera_spec_decode_acceptance_rate",
+            "Per finished request that fed drafts: accepted / drafted tokens.",
+            &st.spec_acceptance,
         ),
     ];
     for (name, help, h) in hists {
