@@ -163,6 +163,13 @@ impl<R: Runner> Engine<R> {
         self.spec = Some(spec);
     }
 
+    /// Computes prefix keys with `f` (see `KvManager::with_key_fn`): for tests of colliding
+    /// keys. Call before submitting anything.
+    #[doc(hidden)]
+    pub fn set_prefix_key_fn(&mut self, f: crate::tiles::KeyFn) {
+        self.sched.set_prefix_key_fn(f);
+    }
+
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
     }

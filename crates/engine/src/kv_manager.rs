@@ -2,14 +2,20 @@
 //! release and freeing. Only the scheduler calls it; the model only reads the tables.
 //!
 //! A sequence has one table per KV group (see `model::KvLayout`). Full tiles are keyed by a hash
-//! chained over the sequence's tokens, mixed with the group index, so a second request with the
-//! same prefix finds the same tiles in every group. A windowed group's tiles that lie wholly
+//! chained over the sequence's tokens (`tiles::chain_key`, SHA-256), mixed with the group index,
+//! so a second request with the same prefix finds the same tiles in every group. A key found is
+//! not trusted alone: each registered tile keeps its token ids, and a hit counts only when they
+//! equal the request's, and its *link* is the tile the request adopted before it: a group-0
+//! tile names its parent (the group-0 tile of the block before, and that tile's generation), a
+//! tile of another group the group-0 tile of its own block. Since a tile's contents do not
+//! change while its generation does not, a hit is a tile computed after exactly the request's
+//! tokens, however the keys collide: the hash only indexes, it never vouches. A windowed group's tiles that lie wholly
 //! below every future query's window are released (`TileId::RELEASED` in the table); a prefix
 //! hit on a windowed group only needs the tiles inside the window of its first new token.
 
 use model::KvLayout;
 
-use crate::tiles::{chain_key, PrefixKey, TileAllocator, TileCounts, TileId};
+use crate::tiles::{chain_key, group_key, KeyFn, PrefixKey, TileAllocator, TileCounts, TileId};
 
 /// `grow` found fewer free or evictable tiles than it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -45,18 +51,69 @@ pub struct KvManager {
     tile_size: usize,
     /// Window of each group (`None` = global).
     windows: Vec<Option<usize>>,
+    /// Token ids of each registered tile (`tile_size` per tile), checked on every hit.
+    tile_tokens: Vec<u32>,
+    /// Each registered tile's link (see the module docs), checked on every hit.
+    tile_link: Vec<Link>,
+    key_fn: KeyFn,
 }
 
-fn group_key(chain: PrefixKey, group: usize) -> PrefixKey {
-    chain_key(Some(chain), group, &[])
-}
+/// A tile id and its generation (`TileAllocator::generation`); `NO_LINK` for a first tile.
+type Link = (u32, u32);
+const NO_LINK: Link = (u32::MAX, 0);
 
 impl KvManager {
     pub fn new(layout: &KvLayout, n_tiles: usize, prefix_caching: bool) -> KvManager {
+        let (tile_tokens, tile_link) = if prefix_caching {
+            (vec![0; n_tiles * layout.tile_size], vec![NO_LINK; n_tiles])
+        } else {
+            (Vec::new(), Vec::new())
+        };
         KvManager {
             alloc: TileAllocator::new(n_tiles, prefix_caching),
             tile_size: layout.tile_size,
             windows: layout.groups.iter().map(|g| g.window).collect(),
+            tile_tokens,
+            tile_link,
+            key_fn: chain_key,
+        }
+    }
+
+    /// Computes chain keys with `f` instead of `tiles::chain_key`: for tests that need keys to
+    /// collide (a hit must then still be refused when the tile's tokens differ).
+    #[doc(hidden)]
+    pub fn with_key_fn(mut self, f: KeyFn) -> KvManager {
+        self.set_key_fn(f);
+        self
+    }
+
+    /// `with_key_fn` in place (before any tile is registered).
+    #[doc(hidden)]
+    pub fn set_key_fn(&mut self, f: KeyFn) {
+        self.key_fn = f;
+    }
+
+    /// The tile registered under chain key `key` in group `g`, if it holds exactly `block` and
+    /// links to `link` (see the module docs).
+    fn find(&self, key: PrefixKey, g: usize, block: &[u32], link: Link) -> Option<TileId> {
+        let t = self.alloc.lookup(group_key(key, g))?;
+        let at = t.0 as usize * self.tile_size;
+        let holds = self.tile_tokens[at..at + self.tile_size] == *block;
+        (holds && self.tile_link[t.0 as usize] == link).then_some(t)
+    }
+
+    /// The link to tile `t` as it is now (`NO_LINK` for none).
+    fn link_to(&self, t: Option<TileId>) -> Link {
+        t.map_or(NO_LINK, |t| (t.0, self.alloc.generation(t)))
+    }
+
+    /// The link a tile of group `g` at a block whose group-0 tile is `anchor`, after group-0
+    /// tile `parent`, must have.
+    fn expected_link(&self, g: usize, anchor: TileId, parent: Option<TileId>) -> Link {
+        if g == 0 {
+            self.link_to(parent)
+        } else {
+            self.link_to(Some(anchor))
         }
     }
 
@@ -126,22 +183,33 @@ impl KvManager {
             chain: Vec::new(),
         };
         let max_full = tokens.len().saturating_sub(1) / ts;
-        // Chain keys of the prompt's full tiles, and how far the global groups hit.
+        // Chain keys of the prompt's full tiles, their group-0 tiles (found in every case: they
+        // vouch for the others), and how far the global groups hit.
         let mut chain = Vec::with_capacity(max_full);
+        let mut anchors: Vec<TileId> = Vec::with_capacity(max_full);
         let mut hit = 0;
+        let block = |i: usize| &tokens[i * ts..(i + 1) * ts];
         for i in 0..max_full {
-            let key = chain_key(chain.last().copied(), 0, &tokens[i * ts..(i + 1) * ts]);
+            let key = (self.key_fn)(chain.last().copied(), block(i));
+            let parent = anchors.last().copied();
+            let Some(anchor) = self.find(key, 0, block(i), self.link_to(parent)) else {
+                break;
+            };
             chain.push(key);
-            let global_hit = (0..self.n_groups())
+            anchors.push(anchor);
+            let global_hit = (1..self.n_groups())
                 .filter(|&g| self.windows[g].is_none())
-                .all(|g| self.alloc.lookup(group_key(key, g)).is_some());
+                .all(|g| {
+                    let link = self.expected_link(g, anchor, parent);
+                    self.find(key, g, block(i), link).is_some()
+                });
             if !global_hit {
                 break;
             }
             hit = i + 1;
         }
         // Shrink until every windowed group has the tiles the first new token can see.
-        while hit > 0 && !self.windows_cached(&chain, hit) {
+        while hit > 0 && !self.windows_cached(&chain, &anchors, tokens, hit) {
             hit -= 1;
         }
         for g in 0..self.n_groups() {
@@ -150,9 +218,10 @@ impl KvManager {
                 let t = if i < lo {
                     TileId::RELEASED
                 } else {
+                    let parent = i.checked_sub(1).map(|p| anchors[p]);
+                    let link = self.expected_link(g, anchors[i], parent);
                     let t = self
-                        .alloc
-                        .lookup(group_key(*key, g))
+                        .find(*key, g, block(i), link)
                         .expect("checked above: this is a bug");
                     self.alloc.acquire(t);
                     t
@@ -173,10 +242,21 @@ impl KvManager {
         }
     }
 
-    fn windows_cached(&self, chain: &[PrefixKey], hit: usize) -> bool {
+    fn windows_cached(
+        &self,
+        chain: &[PrefixKey],
+        anchors: &[TileId],
+        tokens: &[u32],
+        hit: usize,
+    ) -> bool {
+        let ts = self.tile_size;
         (0..self.n_groups()).all(|g| {
-            let lo = self.first_visible_tile(g, hit * self.tile_size);
-            (lo..hit).all(|i| self.alloc.lookup(group_key(chain[i], g)).is_some())
+            let lo = self.first_visible_tile(g, hit * ts);
+            (lo..hit).all(|i| {
+                let link = self.expected_link(g, anchors[i], i.checked_sub(1).map(|p| anchors[p]));
+                self.find(chain[i], g, &tokens[i * ts..(i + 1) * ts], link)
+                    .is_some()
+            })
         })
     }
 
@@ -306,12 +386,28 @@ impl KvManager {
         let full = computed.min(tokens.len()) / ts;
         while seq.chain.len() < full {
             let i = seq.chain.len();
-            let key = chain_key(seq.chain.last().copied(), 0, &tokens[i * ts..(i + 1) * ts]);
+            let block = &tokens[i * ts..(i + 1) * ts];
+            let key = (self.key_fn)(seq.chain.last().copied(), block);
             seq.chain.push(key);
+            // Tiles are vouched for by the registered group-0 tile of their block, and that
+            // one by the registered group-0 tile before it: without those, none is registered.
+            let anchor = seq.tables[0][i];
+            let parent = i.checked_sub(1).map(|p| seq.tables[0][p]);
+            let vouched = |this: &Self, t: TileId, k: PrefixKey| {
+                t != TileId::RELEASED && this.alloc.lookup(group_key(k, 0)) == Some(t)
+            };
+            if !parent.is_none_or(|p| vouched(self, p, seq.chain[i - 1])) {
+                continue;
+            }
             for g in 0..self.n_groups() {
                 let t = seq.tables[g][i];
-                if t != TileId::RELEASED {
-                    self.alloc.register(t, group_key(key, g));
+                if g > 0 && !vouched(self, anchor, key) {
+                    break;
+                }
+                if t != TileId::RELEASED && self.alloc.register(t, group_key(key, g)) {
+                    let at = t.0 as usize * ts;
+                    self.tile_tokens[at..at + ts].copy_from_slice(block);
+                    self.tile_link[t.0 as usize] = self.expected_link(g, anchor, parent);
                 }
             }
         }

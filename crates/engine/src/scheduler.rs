@@ -133,6 +133,12 @@ impl Scheduler {
         }
     }
 
+    /// Computes prefix keys with `f` (see `KvManager::with_key_fn`): for tests of colliding keys.
+    #[doc(hidden)]
+    pub fn set_prefix_key_fn(&mut self, f: crate::tiles::KeyFn) {
+        self.kv.set_key_fn(f);
+    }
+
     /// Caps the prefill tokens of steps that carry decode tokens (`None`: no cap; `Some(0)`: a
     /// decode-only step whenever anyone decodes). Ignored with chunked prefill off, where a
     /// prompt runs whole.

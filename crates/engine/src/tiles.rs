@@ -1,8 +1,9 @@
 //! The tile allocator: reference counts, the prefix index and LRU eviction over one fixed pool.
 //!
 //! It knows nothing of models or sequences: a tile is an index with a reference count and, once
-//! its tokens are all computed, a *prefix key* (a hash chained from the parent tile's key and the
-//! tile's own token ids). Design, after vLLM's and mistral.rs' block pools:
+//! its tokens are all computed, a *prefix key* (a SHA-256 chained from the parent tile's key and
+//! the tile's own token ids, cut to 128 bits; see `chain_key`). Design, after vLLM's and
+//! mistral.rs' block pools:
 //!
 //! - Every tile whose count is 0 sits in one free list, threaded through the tiles by index (no
 //!   per-node allocation), in least-recently-released order. `allocate` takes the head in O(1).
@@ -19,7 +20,10 @@ use std::collections::HashMap;
 pub use model::TileId;
 
 /// Hash of a tile's tokens chained with its parent's key (and the KV group).
-pub type PrefixKey = u64;
+pub type PrefixKey = u128;
+
+/// How chain keys are computed: `chain_key` everywhere but in tests that need collisions.
+pub type KeyFn = fn(Option<PrefixKey>, &[u32]) -> PrefixKey;
 
 const NIL: u32 = u32::MAX;
 
@@ -38,6 +42,8 @@ pub struct TileCounts {
 /// Allocation state of every tile of the pool.
 pub struct TileAllocator {
     refs: Vec<u32>,
+    /// Times each tile was handed out: a tile's contents are the same while this is.
+    generation: Vec<u32>,
     key: Vec<Option<PrefixKey>>,
     index: HashMap<PrefixKey, TileId>,
     prev: Vec<u32>,
@@ -55,6 +61,7 @@ impl TileAllocator {
         assert!(n_tiles < NIL as usize, "pool too large for u32 tile ids");
         let mut a = TileAllocator {
             refs: vec![0; n_tiles],
+            generation: vec![0; n_tiles],
             key: vec![None; n_tiles],
             index: HashMap::new(),
             prev: vec![NIL; n_tiles],
@@ -94,6 +101,12 @@ impl TileAllocator {
         }
     }
 
+    /// How many times `t` was handed out by `allocate`: while it stays the same, so do the
+    /// tile's contents (a prefix hit only adds references).
+    pub fn generation(&self, t: TileId) -> u32 {
+        self.generation[t.0 as usize]
+    }
+
     pub fn ref_count(&self, t: TileId) -> u32 {
         self.refs[t.0 as usize]
     }
@@ -110,6 +123,7 @@ impl TileAllocator {
             self.n_cached -= 1;
         }
         self.refs[t as usize] = 1;
+        self.generation[t as usize] = self.generation[t as usize].wrapping_add(1);
         Some(TileId(t))
     }
 
@@ -147,16 +161,18 @@ impl TileAllocator {
         }
     }
 
-    /// Records that tile `t` (in use, full, computed) holds the tokens `key` stands for. If another
-    /// tile already holds that key the index keeps the first one.
-    pub fn register(&mut self, t: TileId, key: PrefixKey) {
+    /// Records that tile `t` (in use, full, computed) holds the tokens `key` stands for, and
+    /// returns whether it was recorded: not when caching is off, the tile already has a key, or
+    /// another tile already holds that key (the index keeps the first one).
+    pub fn register(&mut self, t: TileId, key: PrefixKey) -> bool {
         let i = t.0 as usize;
         if !self.caching || self.key[i].is_some() || self.index.contains_key(&key) {
-            return;
+            return false;
         }
         debug_assert!(self.refs[i] > 0, "only a tile in use can be registered");
         self.key[i] = Some(key);
         self.index.insert(key, t);
+        true
     }
 
     fn push_back(&mut self, t: u32) {
@@ -241,22 +257,32 @@ impl TileAllocator {
     }
 }
 
-/// Key of a full tile: its parent's key (or the group's seed for the first tile) and its tokens.
-pub fn chain_key(parent: Option<PrefixKey>, group: usize, tokens: &[u32]) -> PrefixKey {
-    // FNV-1a over (parent, group, tokens): fast, deterministic across runs and platforms.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |x: u64| {
-        for b in x.to_le_bytes() {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    };
-    eat(parent.unwrap_or(0x5eed));
-    eat(group as u64);
-    for &t in tokens {
-        eat(t as u64);
+/// Key of a full tile: SHA-256 over its parent's key (or a fixed seed for a sequence's first
+/// tile) and its token ids, cut to 128 bits. Deterministic across runs, processes and machines
+/// (a KV tier shares keys between replicas), and a prompt cannot be crafted to collide with
+/// another user's prefix: finding two token sequences with one key takes about 2^64 hashes.
+/// A hit is still checked against the tile's stored token ids (`KvManager`).
+pub fn chain_key(parent: Option<PrefixKey>, tokens: &[u32]) -> PrefixKey {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    match parent {
+        Some(p) => h.update(p.to_le_bytes()),
+        None => h.update(b"tessera-prefix-v1"),
     }
-    h
+    for &t in tokens {
+        h.update(t.to_le_bytes());
+    }
+    let d = h.finalize();
+    let mut k = [0u8; 16];
+    k.copy_from_slice(&d[..16]);
+    u128::from_le_bytes(k)
+}
+
+/// The key of a chain's tile in KV group `group`: the chain key with the group mixed in, so a
+/// prefix finds its tile in every group (group 0's is the chain key itself).
+pub fn group_key(chain: PrefixKey, group: usize) -> PrefixKey {
+    // An odd multiplier spreads consecutive groups over all 128 bits.
+    chain ^ (group as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)
 }
 
 #[cfg(test)]
@@ -287,7 +313,7 @@ mod tests {
         let mut a = TileAllocator::new(3, true);
         let chain: Vec<TileId> = (0..3).map(|_| a.allocate().expect("tile")).collect();
         for (i, &t) in chain.iter().enumerate() {
-            a.register(t, i as u64 + 100);
+            a.register(t, i as u128 + 100);
         }
         for &t in chain.iter().rev() {
             a.release(t);
@@ -319,10 +345,18 @@ mod tests {
 
     #[test]
     fn chain_keys_depend_on_parent_group_and_tokens() {
-        let k = chain_key(None, 0, &[1, 2]);
-        assert_ne!(k, chain_key(Some(k), 0, &[1, 2]));
-        assert_ne!(k, chain_key(None, 1, &[1, 2]));
-        assert_ne!(k, chain_key(None, 0, &[2, 1]));
-        assert_eq!(k, chain_key(None, 0, &[1, 2]));
+        let k = chain_key(None, &[1, 2]);
+        assert_ne!(k, chain_key(Some(k), &[1, 2]));
+        assert_ne!(k, group_key(k, 1));
+        assert_eq!(k, group_key(k, 0));
+        assert_ne!(group_key(k, 1), group_key(k, 2));
+        assert_ne!(k, chain_key(None, &[2, 1]));
+        assert_ne!(k, chain_key(None, &[1, 2, 0]));
+        assert_eq!(k, chain_key(None, &[1, 2]));
+        // The key is SHA-256's, so it is the same on every machine and in every process.
+        assert_eq!(
+            chain_key(None, &[]),
+            0x7e2a_5c12_d445_522c_5aea_7f12_3273_5ea2
+        );
     }
 }

@@ -318,3 +318,36 @@ fn requests_with_one_prompt_arriving_together_compute_it_once() {
     let (_, tokens_run, _) = h.stats.tokens_per_step.snapshot();
     assert_eq!(tokens_run as usize, 41 + 3 + 4 * 5);
 }
+
+#[test]
+fn with_colliding_prefix_keys_a_hit_is_still_only_the_same_prefix() {
+    // Every tile's key is its first token mod 3 (parents ignored): keys collide constantly, and
+    // a tile found by key alone would often belong to another prefix.
+    fn colliding(_: Option<u128>, tokens: &[u32]) -> u128 {
+        u128::from(tokens[0] % 3)
+    }
+    let bases: Vec<Vec<u32>> = (0..3).map(|i| prompt(500 + i, 17)).collect();
+    let mut reqs = Vec::new();
+    for i in 0..30u64 {
+        let mut p = bases[(i % 3) as usize][..(i as usize % 17) + 1].to_vec();
+        p.extend(prompt(600 + i, 2 + (i as usize * 7) % 13));
+        reqs.push(greedy(p, 6));
+    }
+    let m = model();
+    let cfg = fake_config(&m, TS, 256);
+    let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
+    h.engine.set_prefix_key_fn(colliding);
+    let mut ids = Vec::new();
+    for r in &reqs {
+        ids.push(h.submit(r.clone()));
+        h.step();
+    }
+    h.run();
+    let mut cached = 0;
+    for (id, r) in ids.iter().zip(&reqs) {
+        let o = h.outcome(*id);
+        cached += o.finish.expect("finished").1.cached_tokens;
+        assert_eq!(o.tokens, solo(model, TS, r).tokens);
+    }
+    assert!(cached > 0, "shared prefixes still hit");
+}

@@ -37,7 +37,7 @@ fn random_allocator_operations_keep_every_invariant() {
     let mut a = TileAllocator::new(N, true);
     // Shadow: holders of each tile, and the key each tile was registered with.
     let mut held: Vec<TileId> = Vec::new();
-    let mut key_of: HashMap<u32, u64> = HashMap::new();
+    let mut key_of: HashMap<u32, u128> = HashMap::new();
     for op in 0..150_000 {
         match rng.below(10) {
             0..=3 => match a.allocate() {
@@ -55,7 +55,7 @@ fn random_allocator_operations_keep_every_invariant() {
             }
             6 if !held.is_empty() => {
                 let t = held[rng.below(held.len())];
-                let key = rng.next() % 64;
+                let key = (rng.next() % 64) as u128;
                 a.register(t, key);
                 if a.lookup(key) == Some(t) {
                     key_of.entry(t.0).or_insert(key);
@@ -63,7 +63,7 @@ fn random_allocator_operations_keep_every_invariant() {
             }
             _ => {
                 // A prefix lookup, shared if found.
-                let key = rng.next() % 64;
+                let key = (rng.next() % 64) as u128;
                 match a.lookup(key) {
                     Some(t) => {
                         assert_eq!(key_of.get(&t.0), Some(&key), "op {op}: wrong tile for key");
@@ -363,12 +363,33 @@ impl World {
 }
 
 fn random_kv_manager_run(seed: u64, release: bool, caching: bool) {
+    random_kv_manager_run_with(seed, release, caching, None);
+}
+
+/// A key that collides all the time: only the tile's first token, out of 5, and not even the
+/// parent's key. The stored tokens and links must still keep every prefix apart.
+fn colliding_key(_parent: Option<u128>, tokens: &[u32]) -> u128 {
+    tokens.first().map_or(0, |&t| u128::from(t % 5))
+}
+
+fn random_kv_manager_run_with(
+    seed: u64,
+    release: bool,
+    caching: bool,
+    key_fn: Option<engine::tiles::KeyFn>,
+) {
     let mut rng = Rng(seed);
     let bases: Vec<Vec<u32>> = (0..4)
         .map(|_| (0..60).map(|_| rng.below(5) as u32).collect())
         .collect();
     let mut w = World {
-        kv: KvManager::new(&layout(), N_TILES, caching).with_window_release(release),
+        kv: {
+            let kv = KvManager::new(&layout(), N_TILES, caching).with_window_release(release);
+            match key_fn {
+                Some(f) => kv.with_key_fn(f),
+                None => kv,
+            }
+        },
         seqs: Vec::new(),
         content: HashMap::new(),
         release,
@@ -418,8 +439,14 @@ fn random_kv_manager_run(seed: u64, release: bool, caching: bool) {
     );
     assert!(failures > 100 && w.forks > 1000 && w.speculations > 1000);
     if caching {
-        assert!(hits > 1000 && evictions > 1000);
+        let least = if key_fn.is_some() { 100 } else { 1000 };
+        assert!(hits > least && evictions > 1000);
     }
+}
+
+#[test]
+fn colliding_keys_never_share_a_tile_between_different_prefixes() {
+    random_kv_manager_run_with(4, true, true, Some(colliding_key));
 }
 
 #[test]
