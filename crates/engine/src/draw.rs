@@ -71,7 +71,8 @@ pub(crate) struct DrawJob<'a> {
     pub rows: Range<usize>,
     pub draft: &'a [u32],
     pub top: Option<usize>,
-    pub out: Vec<Drawn>,
+    /// The draws; `None` if they panicked (the request fails alone).
+    pub out: Option<Vec<Drawn>>,
 }
 
 /// Runs every job's draws on the runner's workers, with a scratch per worker.
@@ -86,13 +87,8 @@ pub(crate) fn run_jobs<R: Runner>(
         let mut s = scratch[w].lock().unwrap_or_else(|e| e.into_inner());
         let mut job = jobs[i].lock().unwrap_or_else(|e| e.into_inner());
         let job = &mut *job;
-        job.out = verify(
-            job.sampler,
-            &logits[job.rows.clone()],
-            vocab,
-            job.draft,
-            job.top,
-            &mut s,
-        );
+        let rows = &logits[job.rows.clone()];
+        let (sampler, draft, top) = (&mut *job.sampler, job.draft, job.top);
+        job.out = crate::engine::contain(|| verify(sampler, rows, vocab, draft, top, &mut s)).ok();
     });
 }

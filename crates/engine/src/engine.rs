@@ -77,6 +77,12 @@ pub fn draft_len(acceptance: f64, share: f64, max: usize) -> usize {
         .count()
 }
 
+/// Runs `f`, turning a panic into `Err` (the panic message is logged by the panic hook): for
+/// work done for one request, whose failure must not end the others.
+pub(crate) fn contain<T>(f: impl FnOnce() -> T) -> Result<T, ()> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| ())
+}
+
 fn add_error(e: AddError) -> EngineError {
     let msg = match e {
         AddError::TooLong { .. } => format!("prompt plus max_tokens: {e}"),
@@ -191,12 +197,23 @@ impl<R: Runner> Engine<R> {
         self.forks.clear();
         let ids: Vec<SeqId> = self.reqs.keys().copied().collect();
         for id in ids {
-            self.sched.remove(id);
-            if let Some(r) = self.reqs.remove(&id) {
-                let _ = r
-                    .events
-                    .send(Event::Error(EngineError::Internal(msg.to_string())));
+            self.fail_one(id, msg);
+        }
+    }
+
+    /// Fails one request with an internal error naming it (a fault contained to it: the
+    /// others go on), and frees its tiles.
+    pub(crate) fn fail_one(&mut self, id: SeqId, msg: &str) {
+        tracing::error!(request = id.0, "{msg}");
+        self.sched.remove(id);
+        for child in self.forks.leave(id) {
+            if let Some(seq) = self.pending_sequence(child) {
+                self.enqueue(seq);
             }
+        }
+        if let Some(r) = self.reqs.remove(&id) {
+            let msg = format!("{msg} (request {})", id.0);
+            let _ = r.events.send(Event::Error(EngineError::Internal(msg)));
         }
         self.publish_counts();
     }
@@ -421,6 +438,7 @@ impl<R: Runner> Engine<R> {
             return;
         };
         let ids = self.sched.decoding_ids();
+        let mut failed = Vec::new();
         let share = if spec.adaptive {
             // Without a fresh decode-only baseline, this step measures one.
             match self.cost.extra_token_share(ids.len()) {
@@ -449,8 +467,15 @@ impl<R: Runner> Engine<R> {
                 continue;
             }
             let k = k.min(room);
-            let draft = spec.drafter.propose(id, &s.tokens, k);
-            self.sched.set_draft(id, draft);
+            let drafter = &mut spec.drafter;
+            let tokens = &s.tokens;
+            match contain(|| drafter.propose(id, tokens, k)) {
+                Ok(draft) => self.sched.set_draft(id, draft),
+                Err(()) => failed.push(id),
+            }
+        }
+        for id in failed {
+            self.fail_one(id, "drafting panicked");
         }
     }
 

@@ -58,6 +58,8 @@ pub struct EngineHandle {
     tokenizer: Tokenizer,
     info: ModelInfo,
     admission: Admission,
+    /// Cleared when the engine thread ends, however it ends (see `is_alive`).
+    alive: Arc<AtomicBool>,
     accepting: Arc<AtomicBool>,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
@@ -76,10 +78,13 @@ impl EngineHandle {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(Tokenizer, ModelInfo), StartError>>();
         let stats = Arc::new(EngineStats::default());
         let thread_stats = stats.clone();
+        let alive = Arc::new(AtomicBool::new(true));
+        let thread_alive = AliveGuard(alive.clone());
         let thread_cfg = cfg.clone();
         let thread = std::thread::Builder::new()
             .name("tessera-engine".into())
             .spawn(move || {
+                let _alive = thread_alive;
                 let started = load()
                     .map_err(StartError::Load)
                     .and_then(|(model, tokenizer)| {
@@ -124,6 +129,7 @@ impl EngineHandle {
             tokenizer,
             info,
             admission: Admission::new(cfg.max_waiting),
+            alive,
             accepting: Arc::new(AtomicBool::new(true)),
             thread: Arc::new(Mutex::new(Some(thread))),
         })
@@ -180,6 +186,13 @@ impl EngineHandle {
         (id, etx, RequestStream { id, events: erx })
     }
 
+    /// Whether the engine thread still runs. False once it has ended — after `shutdown`, or
+    /// because it died of a fault it could not contain: then nothing will be served again, and
+    /// the process should exit so that its supervisor restarts it.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Relaxed)
+    }
+
     pub fn abort(&self, id: SeqId) {
         let _ = self.tx.send(Command::Abort(id));
     }
@@ -204,6 +217,42 @@ impl EngineHandle {
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = thread {
             let _ = t.join();
+        }
+    }
+}
+
+/// Clears the engine's alive flag when dropped: when the engine thread ends, also by a panic.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Relaxed);
+    }
+}
+
+/// Runs a step; a panic in it fails every request in flight, and the loop goes on while the
+/// tile invariants still hold. (Faults of one request's own work — its draws, drafts, text —
+/// are contained to that request inside the step.) Returns false when the engine must stop.
+fn step_contained<R: Runner>(engine: &mut Engine<R>) -> bool {
+    let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.step()));
+    match stepped {
+        Ok(Ok(_)) => true,
+        Ok(Err(e)) => {
+            // A runner error is a bug (inputs are validated); fail the requests, keep serving.
+            tracing::error!("forward pass failed: {e}");
+            engine.fail_all(&e.to_string());
+            true
+        }
+        Err(_) => {
+            tracing::error!("an engine step panicked; failing the requests in flight");
+            engine.fail_all("an engine step failed");
+            match engine.scheduler().check_invariants() {
+                Ok(()) if engine.scheduler().tile_counts().in_use == 0 => true,
+                broken => {
+                    tracing::error!("engine state after the panic: {broken:?}; stopping");
+                    false
+                }
+            }
         }
     }
 }
@@ -249,10 +298,8 @@ fn run_loop<R: Runner>(mut engine: Engine<R>, rx: Receiver<Command>) {
             return;
         }
         engine.reap_disconnected();
-        if let Err(e) = engine.step() {
-            // A model error is a bug (inputs are validated); fail the requests, keep serving.
-            tracing::error!("forward pass failed: {e}");
-            engine.fail_all(&e.to_string());
+        if !step_contained(&mut engine) {
+            return;
         }
     }
 }

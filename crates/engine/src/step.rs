@@ -18,7 +18,7 @@ use model::{Batch, ModelError, SeqChunk};
 
 use crate::draw::{run_jobs, verify, DrawJob, Drawn};
 use crate::emit::Lengths;
-use crate::engine::Engine;
+use crate::engine::{contain, Engine};
 use crate::request::{Event, FinishReason, TokenLogprob};
 use crate::runner::Runner;
 use crate::scheduler::{ScheduledChunk, StepPlan};
@@ -79,10 +79,11 @@ impl<R: Runner> Engine<R> {
                 continue;
             }
             match drawn.get_mut(ci).and_then(Option::take) {
-                Some(d) => {
+                Some(Some(d)) => {
                     self.record_draft(c.seq, c.draft, d.len() - 1);
                     self.accept_and_emit(c.seq, c.len - c.draft, d)
                 }
+                Some(None) => self.fail_one(c.seq, "sampling panicked"),
                 // Prompt scoring only (echo with max_tokens 0).
                 None => {
                     self.sched.commit(c.seq, c.len, &[]);
@@ -103,7 +104,7 @@ impl<R: Runner> Engine<R> {
 
     /// The draws of every chunk that completes its sequence's tokens (`None` for the others,
     /// for a first member about to fork, which draws after forking, and for prompt scoring).
-    fn draw_all(&mut self, plan: &StepPlan, logits: &[f32]) -> Vec<Option<Vec<Drawn>>> {
+    fn draw_all(&mut self, plan: &StepPlan, logits: &[f32]) -> Vec<Option<Option<Vec<Drawn>>>> {
         let vocab = self.vocab_size;
         // (chunk index, its rows) of the sequences that draw this step.
         let mut wanted = std::collections::HashMap::new();
@@ -133,7 +134,7 @@ impl<R: Runner> Engine<R> {
                 rows,
                 draft,
                 top: r.req.logprobs,
-                out: Vec::new(),
+                out: None,
             }));
         }
         run_jobs(&self.runner, &jobs, logits, vocab, &self.scratch);
@@ -225,9 +226,13 @@ impl<R: Runner> Engine<R> {
             return;
         }
         let mut s = self.scratch[0].lock().unwrap_or_else(|e| e.into_inner());
-        let d = verify(&mut r.sampler, row, row.len(), &[], r.req.logprobs, &mut s);
+        let (sampler, top) = (&mut r.sampler, r.req.logprobs);
+        let d = contain(|| verify(sampler, row, row.len(), &[], top, &mut s));
         drop(s);
-        self.accept_and_emit(id, computed, d);
+        match d {
+            Ok(d) => self.accept_and_emit(id, computed, d),
+            Err(()) => self.fail_one(id, "sampling panicked"),
+        }
     }
 
     /// Counts a step's draft of `drafted` tokens of which `accepted` agreed.
@@ -275,9 +280,10 @@ impl<R: Runner> Engine<R> {
                 max_total,
             };
             let is_eog = self.tokenizer.is_eog(token);
-            if let Some(reason) = r.emit(token, logprob, is_eog, len) {
-                self.finish(id, reason);
-                return;
+            match contain(|| r.emit(token, logprob, is_eog, len)) {
+                Ok(None) => {}
+                Ok(Some(reason)) => return self.finish(id, reason),
+                Err(()) => return self.fail_one(id, "detokenizing panicked"),
             }
         }
     }

@@ -229,3 +229,46 @@ fn drafts_change_the_steps_never_the_tokens_over_many_random_requests() {
     }
     assert!(total_fed > 100_000, "{total_fed} tokens fed");
 }
+
+#[test]
+fn a_drafter_that_panics_for_one_request_fails_only_that_request() {
+    struct Fragile;
+    impl Drafter for Fragile {
+        fn propose(&mut self, _: SeqId, tokens: &[u32], max: usize) -> Vec<u32> {
+            assert!(
+                !tokens.contains(&7),
+                "injected fault: a token the drafter cannot take"
+            );
+            tokens.iter().rev().take(max).copied().collect()
+        }
+    }
+    let m = model();
+    let cfg = fake_config(&m, TS, 256);
+    let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
+    h.engine.set_speculation(Speculation {
+        drafter: Box::new(Fragile),
+        max_tokens: 3,
+        adaptive: false,
+    });
+    let mut bad = prompt(8, 10);
+    bad[3] = 7;
+    let good = greedy(prompt(9, 10).into_iter().filter(|&t| t != 7).collect(), 8);
+    let b = h.submit(greedy(bad, 8));
+    let g = h.submit(good.clone());
+    h.run();
+    let err = h
+        .outcome(b)
+        .error
+        .clone()
+        .expect("the faulty request fails");
+    assert!(
+        err.to_string().contains(&format!("request {}", b.0)),
+        "{err}"
+    );
+    let o = h.outcome(g);
+    assert!(o.error.is_none());
+    let solo_out = solo(model, TS, &good).tokens;
+    // The good request's own tokens may contain 7 too; then it fails as well, which is fine,
+    // but this prompt is chosen so that it does not.
+    assert_eq!(o.tokens, solo_out);
+}

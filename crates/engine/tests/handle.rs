@@ -266,3 +266,46 @@ fn a_group_streams_every_choice_and_counts_against_the_waiting_limit() {
     assert!(matches!(refused, Err(engine::EngineError::Overloaded(_))));
     small.shutdown(Duration::from_secs(1));
 }
+
+#[test]
+fn a_panicking_step_fails_its_requests_and_the_engine_serves_on() {
+    let mut m = FakeModel::new(Some(10));
+    m.panic_on_token = Some(7);
+    let h = EngineHandle::spawn(fake_config(&m, 4, 64), move || Ok((m, tiny_tokenizer())))
+        .expect("engine starts");
+    let mut poisoned = prompt(3, 9);
+    poisoned[4] = 7;
+    let mut bad = h.submit(greedy(poisoned, 4)).expect("accepted");
+    let mut saw_error = false;
+    while let Some(ev) = bad.events.blocking_recv() {
+        if let Event::Error(e) = ev {
+            saw_error = true;
+            assert!(e.to_string().contains("internal"), "{e}");
+        }
+    }
+    assert!(saw_error, "the failed request gets an error");
+    let good = greedy(prompt(4, 6).into_iter().filter(|&t| t != 7).collect(), 5);
+    let mut s = h.submit(good.clone()).expect("accepted");
+    let (tokens, finish) = collect(&mut s);
+    assert_eq!(finish, Some(FinishReason::Length));
+    assert_eq!(tokens.len(), 5);
+    assert!(h.is_alive());
+    assert_eq!(
+        h.stats()
+            .tiles_in_use
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    h.shutdown(Duration::from_secs(1));
+    assert!(!h.is_alive(), "a stopped engine is not alive");
+}
+
+#[test]
+fn an_engine_thread_that_dies_says_so_and_refuses_requests() {
+    let mut m = FakeModel::new(Some(10));
+    m.panic_when_idle = true;
+    let h = EngineHandle::spawn(fake_config(&m, 4, 64), move || Ok((m, tiny_tokenizer())))
+        .expect("engine starts");
+    wait_until("the engine thread dies", || !h.is_alive());
+    assert!(h.submit(greedy(prompt(1, 4), 2)).is_err());
+}

@@ -66,6 +66,9 @@ pub struct FakeModel {
     /// A pool of two, so every engine test draws its sequences' tokens in parallel as the real
     /// model's engine does.
     pub pool: model::Threads,
+    /// Faults to inject: a forward pass over this token panics; idle work panics.
+    pub panic_on_token: Option<u32>,
+    pub panic_when_idle: bool,
 }
 
 impl FakeModel {
@@ -79,6 +82,8 @@ impl FakeModel {
             delay: std::time::Duration::ZERO,
             tokens_run: Arc::new(AtomicUsize::new(0)),
             pool: model::Threads::new(2),
+            panic_on_token: None,
+            panic_when_idle: false,
         }
     }
 }
@@ -186,6 +191,10 @@ impl Runner for FakeRunner {
     }
 
     fn idle(&mut self) -> bool {
+        assert!(
+            !self.model.panic_when_idle,
+            "injected fault: idle work panics"
+        );
         self.warming = self.warming && self.kv.populate(1 << 12);
         self.warming
     }
@@ -227,6 +236,12 @@ impl FakeModel {
     ) -> Result<(), ModelError> {
         let ts = kv.layout().tile_size;
         std::thread::sleep(self.delay);
+        if let Some(t) = self.panic_on_token {
+            assert!(
+                !batch.tokens.contains(&t),
+                "injected fault: token {t} in a batch"
+            );
+        }
         self.tokens_run.fetch_add(batch.tokens.len(), Relaxed);
         logits.clear();
         for s in batch.seqs {
