@@ -270,6 +270,21 @@ async fn serve(
             }
         }
     });
+    // An engine thread that died of a fault it could not contain serves nothing more: stop,
+    // and exit non-zero so that a supervisor restarts the process.
+    let watched = state.clone();
+    let watchdog_stop = stop_tx.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let dead = watched.loaded().is_some_and(|m| !m.engine.is_alive());
+            if dead && watchdog_stop.borrow().is_none() {
+                tracing::error!("the engine thread has died; stopping");
+                let _ = watchdog_stop.send(Some(Err("the engine thread died".into())));
+                return;
+            }
+        }
+    });
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutting down: no new connections, in-flight requests get {grace:?}");

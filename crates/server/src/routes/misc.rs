@@ -16,9 +16,12 @@ use crate::validate::{check_model, parse_body, render_chat};
 
 use super::{body_bytes, empty_ok};
 
-/// 200 once the model is loaded, 503 before.
+/// 200 once the model is loaded and while its engine runs; 503 before, and after the engine
+/// has stopped (shutdown, or a fault it could not contain).
 pub async fn health(State(state): State<AppState>) -> Result<Response, ApiError> {
-    state.model()?;
+    if !state.model()?.engine.is_alive() {
+        return Err(ApiError::ShuttingDown);
+    }
     Ok(empty_ok())
 }
 
