@@ -9,6 +9,7 @@
 //! - `ngram`: prompt-lookup drafts (speculative decoding).
 //! - `draw` / `emit` / `forks`: the draws (drafts verified), token → events (stop conditions),
 //!   the choices of `n` > 1 requests waiting to fork.
+//! - `tier`: KV tiers (disk, Redis) beside the pool, and the I/O thread that reads and writes them.
 //! - `step_cost`: measured step costs, from which the prefill cap of decoding steps follows.
 //! - `admission` / `handle`: the waiting-line limit, the engine thread and the cloneable
 //!   `EngineHandle` the server talks to.
@@ -31,6 +32,7 @@ pub mod sequence;
 pub mod stats;
 mod step;
 pub mod step_cost;
+pub mod tier;
 pub mod tiles;
 
 pub use config::{EngineConfig, SpeculativeConfig};
