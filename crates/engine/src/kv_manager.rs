@@ -55,7 +55,48 @@ pub struct KvManager {
     tile_tokens: Vec<u32>,
     /// Each registered tile's link (see the module docs), checked on every hit.
     tile_link: Vec<Link>,
+    /// Each registered tile's chain key, its parent's, and its group (what a KV tier stores it
+    /// under), and whether a tier already has it.
+    tile_chain: Vec<(PrefixKey, Option<PrefixKey>, u8)>,
+    written: Vec<bool>,
+    /// Which tiles to hand to the KV tiers (`take_tier_writes`).
+    tier_writes: TierWrites,
+    pending: Vec<TierWrite>,
     key_fn: KeyFn,
+}
+
+/// When full tiles are handed to the KV tiers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TierWrites {
+    /// No tiers.
+    Off,
+    /// When evicted from the pool (the default with tiers).
+    OnEvict,
+    /// As soon as registered (other replicas can use them at once), and when evicted if not yet.
+    WriteThrough,
+}
+
+/// A full tile to write to the KV tiers: which it is and what it holds. Its contents must be
+/// read (`Runner::export_tile`) before the tile is written again: the engine takes these right
+/// after planning, forking and importing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TierWrite {
+    pub tile: TileId,
+    pub chain: PrefixKey,
+    pub parent: Option<PrefixKey>,
+    pub group: usize,
+    pub tokens: Vec<u32>,
+}
+
+/// What the pool holds of a prompt (`KvManager::probe`).
+#[derive(Clone, Debug, Default)]
+pub struct PrefixProbe {
+    /// Leading full tiles found in every group that needs them.
+    pub hit: usize,
+    /// Chain key of every full tile of the prompt (all but the last token).
+    pub chain: Vec<PrefixKey>,
+    /// Group-0 tile of each block found (at least `hit` of them).
+    pub anchors: Vec<TileId>,
 }
 
 /// A tile id and its generation (`TileAllocator::generation`); `NO_LINK` for a first tile.
@@ -64,10 +105,14 @@ const NO_LINK: Link = (u32::MAX, 0);
 
 impl KvManager {
     pub fn new(layout: &KvLayout, n_tiles: usize, prefix_caching: bool) -> KvManager {
-        let (tile_tokens, tile_link) = if prefix_caching {
-            (vec![0; n_tiles * layout.tile_size], vec![NO_LINK; n_tiles])
+        let (tile_tokens, tile_link, tile_chain) = if prefix_caching {
+            (
+                vec![0; n_tiles * layout.tile_size],
+                vec![NO_LINK; n_tiles],
+                vec![(0, None, 0); n_tiles],
+            )
         } else {
-            (Vec::new(), Vec::new())
+            (Vec::new(), Vec::new(), Vec::new())
         };
         KvManager {
             alloc: TileAllocator::new(n_tiles, prefix_caching),
@@ -75,6 +120,10 @@ impl KvManager {
             windows: layout.groups.iter().map(|g| g.window).collect(),
             tile_tokens,
             tile_link,
+            tile_chain,
+            written: if prefix_caching { vec![false; n_tiles] } else { Vec::new() },
+            tier_writes: TierWrites::Off,
+            pending: Vec::new(),
             key_fn: chain_key,
         }
     }
@@ -173,6 +222,49 @@ impl KvManager {
         self.max_tiles_for(len, chunk) <= self.alloc.n_tiles()
     }
 
+    /// What the pool holds of `tokens` (never all of them: at least one token is left to
+    /// compute), without taking anything.
+    pub fn probe(&self, tokens: &[u32]) -> PrefixProbe {
+        let ts = self.tile_size;
+        let max_full = tokens.len().saturating_sub(1) / ts;
+        let block = |i: usize| &tokens[i * ts..(i + 1) * ts];
+        let mut p = PrefixProbe {
+            hit: 0,
+            chain: Vec::with_capacity(max_full),
+            anchors: Vec::new(),
+        };
+        // Group-0 tiles are found in every case (they vouch for the others); the hit lasts as
+        // long as the global groups find theirs.
+        let mut global = true;
+        for i in 0..max_full {
+            let key = (self.key_fn)(p.chain.last().copied(), block(i));
+            p.chain.push(key);
+            if p.anchors.len() < i || !self.caching() {
+                continue; // keys only, for the rest
+            }
+            let parent = p.anchors.last().copied();
+            let Some(anchor) = self.find(key, 0, block(i), self.link_to(parent)) else {
+                continue;
+            };
+            p.anchors.push(anchor);
+            global = global
+                && (1..self.n_groups())
+                    .filter(|&g| self.windows[g].is_none())
+                    .all(|g| {
+                        let link = self.expected_link(g, anchor, parent);
+                        self.find(key, g, block(i), link).is_some()
+                    });
+            if global {
+                p.hit = i + 1;
+            }
+        }
+        // Shrink until every windowed group has the tiles the first new token can see.
+        while p.hit > 0 && !self.windows_cached(&p.chain, &p.anchors, tokens, p.hit) {
+            p.hit -= 1;
+        }
+        p
+    }
+
     /// Finds the longest run of cached full tiles for `tokens` (never all of them: at least one
     /// token is left to compute), adopts them into a fresh `SeqTiles` and returns it with the
     /// number of tokens it covers.
@@ -182,36 +274,12 @@ impl KvManager {
             tables: vec![Vec::new(); self.n_groups()],
             chain: Vec::new(),
         };
-        let max_full = tokens.len().saturating_sub(1) / ts;
-        // Chain keys of the prompt's full tiles, their group-0 tiles (found in every case: they
-        // vouch for the others), and how far the global groups hit.
-        let mut chain = Vec::with_capacity(max_full);
-        let mut anchors: Vec<TileId> = Vec::with_capacity(max_full);
-        let mut hit = 0;
+        let PrefixProbe {
+            hit,
+            mut chain,
+            anchors,
+        } = self.probe(tokens);
         let block = |i: usize| &tokens[i * ts..(i + 1) * ts];
-        for i in 0..max_full {
-            let key = (self.key_fn)(chain.last().copied(), block(i));
-            let parent = anchors.last().copied();
-            let Some(anchor) = self.find(key, 0, block(i), self.link_to(parent)) else {
-                break;
-            };
-            chain.push(key);
-            anchors.push(anchor);
-            let global_hit = (1..self.n_groups())
-                .filter(|&g| self.windows[g].is_none())
-                .all(|g| {
-                    let link = self.expected_link(g, anchor, parent);
-                    self.find(key, g, block(i), link).is_some()
-                });
-            if !global_hit {
-                break;
-            }
-            hit = i + 1;
-        }
-        // Shrink until every windowed group has the tiles the first new token can see.
-        while hit > 0 && !self.windows_cached(&chain, &anchors, tokens, hit) {
-            hit -= 1;
-        }
         for g in 0..self.n_groups() {
             let lo = self.first_visible_tile(g, hit * ts);
             for (i, key) in chain.iter().enumerate().take(hit) {
@@ -284,8 +352,7 @@ impl KvManager {
         for table in seq.tables.iter_mut() {
             while table.len() < want {
                 let t = self
-                    .alloc
-                    .allocate()
+                    .take_tile()
                     .expect("availability checked above: this is a bug");
                 table.push(t);
             }
@@ -330,8 +397,7 @@ impl KvManager {
                     own.push(t);
                 } else {
                     let c = self
-                        .alloc
-                        .allocate()
+                        .take_tile()
                         .expect("availability checked above: this is a bug");
                     copies.push((t, c));
                     own.push(c);
@@ -405,12 +471,127 @@ impl KvManager {
                     break;
                 }
                 if t != TileId::RELEASED && self.alloc.register(t, group_key(key, g)) {
-                    let at = t.0 as usize * ts;
-                    self.tile_tokens[at..at + ts].copy_from_slice(block);
-                    self.tile_link[t.0 as usize] = self.expected_link(g, anchor, parent);
+                    let link = self.expected_link(g, anchor, parent);
+                    let parent_key = i.checked_sub(1).map(|p| seq.chain[p]);
+                    self.note_registered(t, key, parent_key, g, block, link, false);
+                    if self.tier_writes == TierWrites::WriteThrough {
+                        self.pending.push(self.tier_write(t));
+                        self.written[t.0 as usize] = true;
+                    }
                 }
             }
         }
+    }
+
+    /// Records what registered tile `t` holds: its tokens, link, chain keys and group.
+    #[allow(clippy::too_many_arguments)]
+    fn note_registered(
+        &mut self,
+        t: TileId,
+        chain: PrefixKey,
+        parent: Option<PrefixKey>,
+        g: usize,
+        block: &[u32],
+        link: Link,
+        written: bool,
+    ) {
+        let (i, ts) = (t.0 as usize, self.tile_size);
+        self.tile_tokens[i * ts..(i + 1) * ts].copy_from_slice(block);
+        self.tile_link[i] = link;
+        self.tile_chain[i] = (chain, parent, g as u8);
+        self.written[i] = written;
+    }
+
+    /// Hands full tiles to the KV tiers from now on (`TierWrites`).
+    pub fn set_tier_writes(&mut self, w: TierWrites) {
+        self.tier_writes = if self.caching() { w } else { TierWrites::Off };
+    }
+
+    /// The tiles to write to the KV tiers since the last call (evicted, or with write-through
+    /// newly registered), whose contents the runner still holds.
+    pub fn take_tier_writes(&mut self) -> Vec<TierWrite> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Every registered tile no tier has yet (for a flush at shutdown); marks them written.
+    pub fn unwritten(&mut self) -> Vec<TierWrite> {
+        if self.tier_writes == TierWrites::Off {
+            return Vec::new();
+        }
+        let ids: Vec<TileId> = (0..self.alloc.n_tiles() as u32)
+            .map(TileId)
+            .filter(|&t| self.alloc.is_registered(t) && !self.written[t.0 as usize])
+            .collect();
+        ids.into_iter()
+            .map(|t| {
+                self.written[t.0 as usize] = true;
+                self.tier_write(t)
+            })
+            .collect()
+    }
+
+    fn tier_write(&self, t: TileId) -> TierWrite {
+        let (i, ts) = (t.0 as usize, self.tile_size);
+        let (chain, parent, group) = self.tile_chain[i];
+        TierWrite {
+            tile: t,
+            chain,
+            parent,
+            group: group as usize,
+            tokens: self.tile_tokens[i * ts..(i + 1) * ts].to_vec(),
+        }
+    }
+
+    /// Takes a tile (`TileAllocator::allocate`), first noting a cached tile it evicts for the
+    /// KV tiers when they do not have it yet.
+    fn take_tile(&mut self) -> Option<TileId> {
+        if self.tier_writes != TierWrites::Off {
+            if let Some((t, true)) = self.alloc.peek() {
+                if !self.written[t.0 as usize] {
+                    self.pending.push(self.tier_write(t));
+                }
+            }
+        }
+        self.alloc.allocate()
+    }
+
+    /// A tile to import a KV tier's contents into (taking one evicts as `grow` does); `None`
+    /// when every tile is in use.
+    pub fn import_slot(&mut self) -> Option<TileId> {
+        self.take_tile()
+    }
+
+    /// Registers imported tile `t` — block `block` with chain key `chain` (after `parent`) of
+    /// group `g`, vouched for by `anchor` (its block's group-0 tile; `t` itself in group 0)
+    /// after `parent_anchor` — and leaves it cached. Returns false (and frees `t`) when it
+    /// cannot be registered: its key is already held, or its anchors are not registered.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish_import(
+        &mut self,
+        t: TileId,
+        chain: PrefixKey,
+        parent: Option<PrefixKey>,
+        g: usize,
+        block: &[u32],
+        anchor: TileId,
+        parent_anchor: Option<TileId>,
+    ) -> bool {
+        let vouched = |this: &Self, a: TileId, k: PrefixKey| {
+            this.alloc.lookup(group_key(k, 0)) == Some(a)
+        };
+        let parent_ok = match (parent, parent_anchor) {
+            (None, None) => true,
+            (Some(p), Some(a)) => vouched(self, a, p),
+            _ => false,
+        };
+        let anchor_ok = g == 0 || vouched(self, anchor, chain);
+        let ok = parent_ok && anchor_ok && self.alloc.register(t, group_key(chain, g));
+        if ok {
+            let link = self.expected_link(g, anchor, parent_anchor);
+            self.note_registered(t, chain, parent, g, block, link, true);
+        }
+        self.alloc.release(t);
+        ok
     }
 
     /// Releases every tile of `seq`, tail first (across all groups), so chains are evicted

@@ -113,18 +113,34 @@ impl TileAllocator {
 
     /// Takes the least recently released tile (evicting its cached contents), count 1.
     pub fn allocate(&mut self) -> Option<TileId> {
+        self.allocate_evicting().map(|(t, _)| t)
+    }
+
+    /// `allocate`, also saying whether the tile's cached contents were evicted (it had a key).
+    pub fn allocate_evicting(&mut self) -> Option<(TileId, bool)> {
         let t = self.head;
         if t == NIL {
             return None;
         }
         self.unlink(t);
-        if let Some(k) = self.key[t as usize].take() {
+        let evicted = self.key[t as usize].take();
+        if let Some(k) = evicted {
             self.index.remove(&k);
             self.n_cached -= 1;
         }
         self.refs[t as usize] = 1;
         self.generation[t as usize] = self.generation[t as usize].wrapping_add(1);
-        Some(TileId(t))
+        Some((TileId(t), evicted.is_some()))
+    }
+
+    /// The tile `allocate` would hand out next, and whether that would evict cached contents.
+    pub fn peek(&self) -> Option<(TileId, bool)> {
+        (self.head != NIL).then(|| (TileId(self.head), self.key[self.head as usize].is_some()))
+    }
+
+    /// Whether `t` holds a key (registered, in use or cached).
+    pub fn is_registered(&self, t: TileId) -> bool {
+        self.key[t.0 as usize].is_some()
     }
 
     /// The cached or in-use tile holding `key`, if any.
