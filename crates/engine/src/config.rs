@@ -33,6 +33,8 @@ pub struct EngineConfig {
     pub warm_kv: bool,
     /// Prompt-lookup speculative decoding (`ngram::NgramDrafter`), off by default.
     pub speculative: Option<SpeculativeConfig>,
+    /// KV tiers beside the pool (disk, Redis), off by default.
+    pub kv_tiers: Option<crate::tiering::TierConfig>,
 }
 
 /// Prompt-lookup (n-gram) drafts for decoding sequences.
@@ -72,6 +74,7 @@ impl Default for EngineConfig {
             itl_slowdown: 1.5,
             warm_kv: true,
             speculative: None,
+            kv_tiers: None,
         }
     }
 }

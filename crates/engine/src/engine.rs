@@ -30,6 +30,7 @@ use crate::scheduler::{AddError, Scheduler, StepPlan};
 use crate::sequence::{SeqId, Sequence};
 use crate::stats::EngineStats;
 use crate::step_cost::StepCost;
+use crate::tiering::{self, Tiering};
 
 /// Fewest prefill tokens a decoding step may carry, whatever the measured costs. Half a tile:
 /// deep into a long prompt a full tile (16) alone took a step with eight streams to ~2.7 times
@@ -105,9 +106,11 @@ pub struct Engine<R: Runner> {
     pub(crate) context_length: usize,
     pub(crate) vocab_size: usize,
     arrivals: u64,
-    cost: StepCost,
+    pub(crate) cost: StepCost,
     pub(crate) forks: Forks,
     spec: Option<Speculation>,
+    /// KV tiers, when configured.
+    pub(crate) tiers: Option<Tiering>,
     /// Whether idle turns still have work for the runner (`Runner::idle`).
     warming: bool,
 }
@@ -128,12 +131,21 @@ impl<R: Runner> Engine<R> {
                 groups,
             });
         }
-        let sched = Scheduler::new(
+        let mut sched = Scheduler::new(
             cfg.scheduler(),
             &facts.layout,
             facts.n_tiles,
             cfg.prefix_caching,
         );
+        let tiers = match &cfg.kv_tiers {
+            Some(tc) if cfg.prefix_caching => {
+                let t = Tiering::start(tc, &facts)?;
+                let _ = stats.tiers.set(t.stats().clone());
+                sched.kv_mut().set_tier_writes(tiering::tier_writes(tc));
+                Some(t)
+            }
+            _ => None,
+        };
         stats.tiles_total.store(facts.n_tiles as u64, Relaxed);
         let scratch = (0..runner.workers().max(1))
             .map(|_| Mutex::new(SampleScratch::default()))
@@ -159,6 +171,7 @@ impl<R: Runner> Engine<R> {
                 max_tokens: sp.tokens,
                 adaptive: true,
             }),
+            tiers,
             warming: true,
         })
     }
@@ -206,6 +219,9 @@ impl<R: Runner> Engine<R> {
     pub(crate) fn fail_one(&mut self, id: SeqId, msg: &str) {
         tracing::error!(request = id.0, "{msg}");
         self.sched.remove(id);
+        if let Some(t) = self.tiers.as_mut() {
+            t.unpark(id);
+        }
         for child in self.forks.leave(id) {
             if let Some(seq) = self.pending_sequence(child) {
                 self.enqueue(seq);
@@ -219,7 +235,7 @@ impl<R: Runner> Engine<R> {
     }
 
     pub fn has_work(&self) -> bool {
-        !self.sched.is_idle()
+        !self.sched.is_idle() || self.tiers.as_ref().is_some_and(|t| t.parked() > 0)
     }
 
     /// One slice of the runner's idle-time work (`Runner::idle`); true while some is left.
@@ -297,7 +313,7 @@ impl<R: Runner> Engine<R> {
         }
         let arrival = self.next_arrival();
         let seq = new_sequence(id, &req, arrival, self.context_length);
-        if let Err(e) = self.sched.add(seq) {
+        if let Err(e) = self.add_via_tiers(seq) {
             let _ = events.send(Event::Error(add_error(e)));
             return;
         }
@@ -398,8 +414,10 @@ impl<R: Runner> Engine<R> {
             self.sched.max_batch_tokens(),
         );
         self.sched.set_prefill_cap(cap);
+        self.poll_tiers();
         self.propose_drafts();
         let plan = self.sched.plan();
+        self.flush_tier_writes();
         self.stats
             .preemptions
             .fetch_add(plan.preempted.len() as u64, Relaxed);
@@ -425,6 +443,7 @@ impl<R: Runner> Engine<R> {
             cap = ?cap,
             "step"
         );
+        self.flush_tier_writes();
         self.stats.steps.fetch_add(1, Relaxed);
         self.stats.tokens_per_step.observe(plan.n_tokens() as f64);
         self.publish_counts();
@@ -497,7 +516,8 @@ impl<R: Runner> Engine<R> {
 
     /// Ends a request: frees its tiles now and sends its last event.
     pub(crate) fn finish(&mut self, id: SeqId, reason: FinishReason) {
-        let seq = self.sched.remove(id);
+        let parked = self.tiers.as_mut().and_then(|t| t.unpark(id));
+        let seq = self.sched.remove(id).or(parked);
         // A choice still waiting to fork leaves its group; the choices waiting on a first
         // member that ends before its prompt is computed run as requests of their own.
         for child in self.forks.leave(id) {
@@ -559,10 +579,9 @@ impl<R: Runner> Engine<R> {
         let c = self.sched.tile_counts();
         let st = &self.stats;
         st.running.store(self.sched.num_running() as u64, Relaxed);
-        st.waiting.store(
-            (self.sched.num_waiting() + self.forks.waiting()) as u64,
-            Relaxed,
-        );
+        let parked = self.tiers.as_ref().map_or(0, |t| t.parked());
+        let waiting = self.sched.num_waiting() + self.forks.waiting() + parked;
+        st.waiting.store(waiting as u64, Relaxed);
         st.tiles_in_use.store(c.in_use as u64, Relaxed);
         st.tiles_cached.store(c.cached as u64, Relaxed);
     }

@@ -38,6 +38,8 @@ pub enum StartError {
     /// The loader given to `spawn` failed.
     #[error("{0}")]
     Load(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("KV tier: {0}")]
+    Tier(String),
     #[error("cannot start the engine thread: {0}")]
     Thread(#[source] std::io::Error),
     #[error("the engine thread died while loading the model")]

@@ -108,7 +108,10 @@ impl EngineHandle {
                 if ready_tx.send(Ok((tokenizer, info))).is_err() {
                     return;
                 }
-                run_loop(engine, rx);
+                let mut engine = engine;
+                run_loop(&mut engine, rx);
+                // Full tiles no tier has yet are written before the process goes.
+                engine.close_tiers(Instant::now() + TIER_FLUSH);
             })
             .map_err(StartError::Thread)?;
         let (tokenizer, info) = match ready_rx.recv() {
@@ -257,7 +260,10 @@ fn step_contained<R: Runner>(engine: &mut Engine<R>) -> bool {
     }
 }
 
-fn run_loop<R: Runner>(mut engine: Engine<R>, rx: Receiver<Command>) {
+/// How long the engine thread may spend writing full tiles to the KV tiers when it stops.
+const TIER_FLUSH: Duration = Duration::from_secs(10);
+
+fn run_loop<R: Runner>(engine: &mut Engine<R>, rx: Receiver<Command>) {
     let mut deadline: Option<Instant> = None;
     let mut connected = true;
     loop {
@@ -269,7 +275,7 @@ fn run_loop<R: Runner>(mut engine: Engine<R>, rx: Receiver<Command>) {
             }
             if engine.warming() {
                 match rx.try_recv() {
-                    Ok(cmd) => apply(&mut engine, cmd, &mut deadline),
+                    Ok(cmd) => apply(engine, cmd, &mut deadline),
                     Err(mpsc::TryRecvError::Empty) => {
                         engine.idle();
                     }
@@ -278,14 +284,14 @@ fn run_loop<R: Runner>(mut engine: Engine<R>, rx: Receiver<Command>) {
                 continue;
             }
             match rx.recv_timeout(Duration::from_millis(250)) {
-                Ok(cmd) => apply(&mut engine, cmd, &mut deadline),
+                Ok(cmd) => apply(engine, cmd, &mut deadline),
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return,
             }
         }
         loop {
             match rx.try_recv() {
-                Ok(cmd) => apply(&mut engine, cmd, &mut deadline),
+                Ok(cmd) => apply(engine, cmd, &mut deadline),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     connected = false;
@@ -298,8 +304,12 @@ fn run_loop<R: Runner>(mut engine: Engine<R>, rx: Receiver<Command>) {
             return;
         }
         engine.reap_disconnected();
-        if !step_contained(&mut engine) {
+        if !step_contained(engine) {
             return;
+        }
+        if engine.scheduler().is_idle() && engine.has_work() {
+            // Only requests waiting on KV tier fetches: do not spin.
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 }

@@ -121,7 +121,11 @@ impl KvManager {
             tile_tokens,
             tile_link,
             tile_chain,
-            written: if prefix_caching { vec![false; n_tiles] } else { Vec::new() },
+            written: if prefix_caching {
+                vec![false; n_tiles]
+            } else {
+                Vec::new()
+            },
             tier_writes: TierWrites::Off,
             pending: Vec::new(),
             key_fn: chain_key,
@@ -555,6 +559,11 @@ impl KvManager {
         self.alloc.allocate()
     }
 
+    /// Gives back a tile taken with `import_slot` that could not be filled.
+    pub fn release_tile(&mut self, t: TileId) {
+        self.alloc.release(t);
+    }
+
     /// A tile to import a KV tier's contents into (taking one evicts as `grow` does); `None`
     /// when every tile is in use.
     pub fn import_slot(&mut self) -> Option<TileId> {
@@ -576,9 +585,8 @@ impl KvManager {
         anchor: TileId,
         parent_anchor: Option<TileId>,
     ) -> bool {
-        let vouched = |this: &Self, a: TileId, k: PrefixKey| {
-            this.alloc.lookup(group_key(k, 0)) == Some(a)
-        };
+        let vouched =
+            |this: &Self, a: TileId, k: PrefixKey| this.alloc.lookup(group_key(k, 0)) == Some(a);
         let parent_ok = match (parent, parent_anchor) {
             (None, None) => true,
             (Some(p), Some(a)) => vouched(self, a, p),

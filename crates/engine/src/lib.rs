@@ -33,6 +33,7 @@ pub mod stats;
 mod step;
 pub mod step_cost;
 pub mod tier;
+mod tiering;
 pub mod tiles;
 
 pub use config::{EngineConfig, SpeculativeConfig};
@@ -44,3 +45,4 @@ pub use request::{EngineError, Event, FinishReason, GenerateRequest, TokenLogpro
 pub use runner::{kv_pool, IntoRunner, KvSpec, Runner, RunnerFacts};
 pub use sequence::SeqId;
 pub use stats::EngineStats;
+pub use tiering::TierConfig;

@@ -133,6 +133,25 @@ impl Scheduler {
         }
     }
 
+    /// What the pool holds of `tokens` (see `KvManager::probe`).
+    pub fn probe_prefix(&self, tokens: &[u32]) -> crate::kv_manager::PrefixProbe {
+        self.kv.probe(tokens)
+    }
+
+    pub fn tile_size(&self) -> usize {
+        self.kv.tile_size()
+    }
+
+    pub fn n_groups(&self) -> usize {
+        self.kv.n_groups()
+    }
+
+    /// The KV manager, for the engine's tier imports and writes (which never change what a
+    /// sequence holds).
+    pub(crate) fn kv_mut(&mut self) -> &mut KvManager {
+        &mut self.kv
+    }
+
     /// Computes prefix keys with `f` (see `KvManager::with_key_fn`): for tests of colliding keys.
     #[doc(hidden)]
     pub fn set_prefix_key_fn(&mut self, f: crate::tiles::KeyFn) {

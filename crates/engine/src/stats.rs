@@ -2,6 +2,9 @@
 //! (Prometheus text). Lock-free atomics: the engine never waits on a metrics reader.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+
+use crate::tier::TierStats;
 
 /// A fixed-bucket histogram (cumulative buckets are computed when rendering).
 pub struct Histogram {
@@ -83,6 +86,8 @@ pub struct EngineStats {
     pub e2e: Histogram,
     pub queue_time: Histogram,
     pub tokens_per_step: Histogram,
+    /// The KV tiers' counters, once the engine has started them.
+    pub tiers: OnceLock<Arc<TierStats>>,
 }
 
 impl Default for EngineStats {
@@ -112,6 +117,7 @@ impl Default for EngineStats {
             e2e: Histogram::new(LATENCY_BOUNDS),
             queue_time: Histogram::new(LATENCY_BOUNDS),
             tokens_per_step: Histogram::new(TOKENS_BOUNDS),
+            tiers: OnceLock::new(),
         }
     }
 }

@@ -192,6 +192,7 @@ impl<R: Runner> Engine<R> {
             };
             match self.sched.fork(parent, seq) {
                 Ok(copies) => {
+                    self.flush_tier_writes(); // tiles the fork evicted, before the copies
                     self.runner.copy_tiles(&copies);
                     if let Some(r) = self.reqs.get_mut(&id) {
                         let now = Instant::now();

@@ -87,7 +87,7 @@ impl StepCost {
     /// over recent steps. Averaging each step's own ratio instead let the many small chunks
     /// (cheap per token while a small batch still waits on memory) hide what the large ones
     /// cost, and steps at the cap ran well over `slowdown`.
-    fn per_prefill_token(&self) -> Option<f64> {
+    pub fn per_prefill_token(&self) -> Option<f64> {
         self.prefill_fit
             .and_then(|(xy, xx)| (xx > 0.0).then_some(xy / xx))
     }

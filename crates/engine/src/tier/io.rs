@@ -38,10 +38,13 @@ pub struct TierCounters {
     logged: AtomicBool,
 }
 
-/// Counters of every tier, plus the writes dropped because the queue was full.
+/// Counters of every tier, plus the writes dropped because the queue was full, the fetches
+/// the engine did not make because recomputing was estimated faster, and the tiles imported.
 pub struct TierStats {
     pub tiers: Vec<TierCounters>,
     pub write_drops: AtomicU64,
+    pub skipped_fetches: AtomicU64,
+    pub imported_tiles: AtomicU64,
 }
 
 /// A fetch: the tiles of consecutive blocks of one prompt, from block `first_block` on.
@@ -67,6 +70,8 @@ pub struct TierIo {
     fetches: Sender<FetchJob>,
     results: Receiver<FetchResult>,
     stats: Arc<TierStats>,
+    /// Disconnected when the I/O thread has ended (after the queued writes).
+    done: Receiver<()>,
 }
 
 impl TierIo {
@@ -94,10 +99,13 @@ impl TierIo {
                 })
                 .collect(),
             write_drops: AtomicU64::new(0),
+            skipped_fetches: AtomicU64::new(0),
+            imported_tiles: AtomicU64::new(0),
         });
         let (wtx, wrx) = mpsc::sync_channel(WRITE_QUEUE);
         let (ftx, frx) = mpsc::channel();
         let (rtx, rrx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
         let worker = Worker {
             tiers,
             windows,
@@ -106,12 +114,16 @@ impl TierIo {
         };
         std::thread::Builder::new()
             .name("tessera-kv-tiers".into())
-            .spawn(move || worker.run(wrx, frx, rtx))?;
+            .spawn(move || {
+                let _done = done_tx;
+                worker.run(wrx, frx, rtx)
+            })?;
         Ok(TierIo {
             writes: wtx,
             fetches: ftx,
             results: rrx,
             stats,
+            done: done_rx,
         })
     }
 
@@ -119,6 +131,23 @@ impl TierIo {
     pub fn write(&self, tile: TierTile) {
         if self.writes.try_send(tile).is_err() {
             self.stats.write_drops.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Queues a tile to be written, waiting for room until `deadline` (a flush at shutdown).
+    pub fn write_by(&self, mut tile: TierTile, deadline: Instant) -> bool {
+        loop {
+            match self.writes.try_send(tile) {
+                Ok(()) => return true,
+                Err(mpsc::TrySendError::Full(t)) if Instant::now() < deadline => {
+                    tile = t;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(_) => {
+                    self.stats.write_drops.fetch_add(1, Relaxed);
+                    return false;
+                }
+            }
         }
     }
 
@@ -133,6 +162,19 @@ impl TierIo {
 
     pub fn stats(&self) -> &Arc<TierStats> {
         &self.stats
+    }
+
+    /// Stops taking work and waits until the queued writes are done, or `deadline`.
+    pub fn close(self, deadline: Instant) {
+        let TierIo {
+            writes,
+            fetches,
+            done,
+            ..
+        } = self;
+        drop((writes, fetches));
+        let left = deadline.saturating_duration_since(Instant::now());
+        let _ = done.recv_timeout(left);
     }
 }
 
@@ -150,18 +192,25 @@ impl Worker {
         fetches: Receiver<FetchJob>,
         out: Sender<FetchResult>,
     ) {
+        let mut fetching = true;
         loop {
-            // Fetches first: a prompt waits on them.
+            // Fetches first: a prompt waits on them. Once the engine is gone, the queued writes
+            // are still done.
             match fetches.try_recv() {
                 Ok(job) => {
                     let r = self.fetch(job);
-                    if out.send(r).is_err() {
-                        return;
-                    }
+                    let _ = out.send(r);
                     continue;
                 }
-                Err(TryRecvError::Disconnected) => return,
+                Err(TryRecvError::Disconnected) => fetching = false,
                 Err(TryRecvError::Empty) => {}
+            }
+            if !fetching {
+                match writes.recv() {
+                    Ok(tile) => self.write(&tile),
+                    Err(_) => return,
+                }
+                continue;
             }
             match writes.recv_timeout(Duration::from_millis(2)) {
                 Ok(tile) => self.write(&tile),

@@ -20,7 +20,7 @@ pub mod io;
 use std::fmt;
 
 pub use format::{TierTile, TileMeta};
-pub use io::{FetchResult, TierIo, TierStats};
+pub use io::{FetchJob, FetchResult, TierCounters, TierIo, TierStats};
 
 /// Identifies one tile's contents across processes and machines (see the module docs).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
