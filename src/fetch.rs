@@ -141,3 +141,19 @@ fn concat_and_hash(parts: &[PathBuf], out: &Path) -> Result<String> {
         .map(|b| format!("{b:02x}"))
         .collect())
 }
+
+/// SHA-256 of a file's bytes, read in large blocks.
+pub fn sha256_file(path: &Path) -> Result<[u8; 32]> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().into())
+}

@@ -90,6 +90,18 @@ pub struct ServeArgs {
     ngram_min: usize,
     #[arg(long, default_value_t = 4)]
     ngram_max: usize,
+    /// A KV tier on local disk: full KV tiles evicted from memory are kept in this directory
+    /// (one file per tile) and found again by later requests with the same prefix, also after a
+    /// restart. Off by default.
+    #[arg(long)]
+    kv_disk: Option<PathBuf>,
+    /// Most bytes the --kv-disk directory may hold (least recently used tiles go first).
+    #[arg(long, default_value = "8GiB", value_parser = parse_size)]
+    kv_disk_size: usize,
+    /// Write full KV tiles to the tiers as soon as they are computed, not only when evicted
+    /// (replicas sharing a tier then find each other's prefixes at once).
+    #[arg(long)]
+    kv_tier_write_through: bool,
     /// Largest request body, e.g. 4MiB.
     #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     max_body: usize,
@@ -192,6 +204,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         prefix_caching: !args.no_prefix_cache,
         max_waiting: args.max_waiting,
         itl_slowdown: args.max_itl_slowdown,
+        kv_tiers: kv_tiers(&args, &path)?,
         speculative: args
             .speculative
             .as_ref()
@@ -318,6 +331,26 @@ async fn serve(
             Ok(())
         }
     }
+}
+
+/// The KV tier settings, with the model file's fingerprint (SHA-256 of its bytes) when a tier
+/// is asked for.
+fn kv_tiers(args: &ServeArgs, model: &std::path::Path) -> Result<Option<engine::TierConfig>> {
+    let Some(dir) = &args.kv_disk else {
+        return Ok(None);
+    };
+    let t0 = std::time::Instant::now();
+    let model_fingerprint = crate::fetch::sha256_file(model)
+        .with_context(|| format!("fingerprinting {}", model.display()))?;
+    tracing::info!(
+        "model fingerprint for the KV tiers in {:.2}s",
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(Some(engine::TierConfig {
+        model_fingerprint,
+        disk: Some((dir.clone(), args.kv_disk_size as u64)),
+        write_through: args.kv_tier_write_through,
+    }))
 }
 
 /// SIGINT (Ctrl-C) or SIGTERM.
