@@ -61,7 +61,7 @@ fn overlapping_parts_are_refused() {
 #[should_panic(expected = "out of bounds")]
 fn a_part_past_the_buffer_is_refused() {
     let mut buf = [0u8; 10];
-    let _ = Shares::new(&mut buf, &[8..11]);
+    let _ = Shares::new(&mut buf, &[0..2, 8..11]);
 }
 
 #[test]

@@ -1,15 +1,20 @@
 //! The transformer forward pass over a ragged batch.
 //!
-//! One straight-line pass that reads like the papers: embed, then per layer
-//! norm → QKV → (QK-norm) → RoPE → store K/V in tiles → paged attention → output projection →
-//! (post-norm) → residual, norm → gated MLP → (post-norm) → residual; then the final norm and the
-//! output projection for the rows whose logits were asked for.
+//! A pass that reads like the papers, one method per phase: `embed`, then per layer the
+//! attention block (`qkv`: norm → QKV → (QK-norm) → RoPE; `attend`: store K/V in tiles → paged
+//! attention; then output projection → (post-norm) → residual) and the MLP block (norm → gated
+//! MLP → (post-norm) → residual); then `logits`: the final norm and the output projection for
+//! the rows whose logits were asked for.
 //!
 //! Every matmul runs over all tokens of the batch at once, so each weight is read once per step
 //! however many sequences are in it; Q/K/V and gate/up share their input's quantization and one
 //! parallel region (`kernels::matmul_shared`). Row results never depend on the other rows (the kernels are
 //! batch-invariant and attention only reads its own sequence), so a sequence's logits are the
 //! same alone or batched. Buffers live in `Workspace` and only grow.
+//!
+//! Element-wise work between the matmuls runs on the pool over row ranges (`RowSplit`), each
+//! range's rows of every buffer lent to the one call that runs it (`kernels::Shares`), with the
+//! pool's home shares: a thread works the same rows step after step.
 
 use std::ops::Range;
 use std::sync::Mutex;

@@ -115,6 +115,7 @@ pub const KEYS_PER_BLOCK: usize = 3;
 pub const KEYS4: usize = 4;
 
 /// Floats of each head's accumulator per pass of the 512-bit `axpy_block`.
+#[cfg(target_arch = "x86_64")]
 pub(crate) const WIDE: usize = 64;
 
 /// Told how far an [`axpy_block`] has come, after each slice of the heads' accumulators

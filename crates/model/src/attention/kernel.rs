@@ -14,7 +14,7 @@
 //! - Both forms do the same arithmetic in the same order (`kernels::attn`), so results are the
 //!   same bits with and without SIMD.
 //! - A released tile is never read: only tiles wholly below every query's window are released
-//!   (`visible_tile`).
+//!   (`Tiles::visible`).
 
 use kernels::attn::{
     axpy_block, dots, dots4, scale_round_f16, softmax_f16, Avx2, Block, KvElem, Lanes, Portable,
@@ -114,7 +114,7 @@ fn run_task_body<L: Lanes>(
     grow(&mut s.scores, nq * nh * span);
     load_queries(lanes, c, h, task, q, &mut s.m);
     // Few queries (decode): read f16 K/V tiles as they are stored; many (prefill): convert each
-    // tile once and reuse it (`tile_rows`).
+    // tile once and reuse it (`Tiles::rows`).
     let direct = L::SIMD && nq <= DIRECT_F16_QUERIES;
     let tiles = Tiles {
         pool,
