@@ -7,10 +7,13 @@
 //! - [`packed`]: Q8_0/Q5_0/Q4_0 weights repacked sixteen rows per block for the AVX-512 VNNI
 //!   batched kernel.
 //! - [`ops`]: norms, activations, softmax and f16 helpers for attention.
+//! - [`attn`]: the inner loops of paged attention (blocked dots, f16-rounded softmax, V sums).
+//! - [`shares`]: a mutable buffer cut into disjoint parts lent to the pool's calls.
 //!
 //! Dependency direction: this crate knows nothing about models; it takes byte slices and shapes.
 
 mod act;
+pub mod attn;
 pub mod dtype;
 pub mod error;
 pub mod hugebuf;
@@ -19,6 +22,7 @@ pub mod matmul;
 pub mod ops;
 pub mod packed;
 pub mod quant;
+pub mod shares;
 pub mod threads;
 
 pub use dtype::{Format, GgmlType};
@@ -31,4 +35,5 @@ pub use ops::{
     rms_norm, rms_norm_in_place, rms_norm_rows, rms_norm_rows_in_place, scale, silu, softmax,
 };
 pub use packed::{pack, packable, Layout, PackedBytes};
+pub use shares::Shares;
 pub use threads::Threads;

@@ -1,19 +1,25 @@
 //! The transformer forward pass over a ragged batch.
 //!
-//! One straight-line pass that reads like the papers: embed, then per layer
-//! norm → QKV → (QK-norm) → RoPE → store K/V in tiles → paged attention → output projection →
-//! (post-norm) → residual, norm → gated MLP → (post-norm) → residual; then the final norm and the
-//! output projection for the rows whose logits were asked for.
+//! A pass that reads like the papers, one method per phase: `embed`, then per layer the
+//! attention block (`qkv`: norm → QKV → (QK-norm) → RoPE; `attend`: store K/V in tiles → paged
+//! attention; then output projection → (post-norm) → residual) and the MLP block (norm → gated
+//! MLP → (post-norm) → residual); then `logits`: the final norm and the output projection for
+//! the rows whose logits were asked for.
 //!
 //! Every matmul runs over all tokens of the batch at once, so each weight is read once per step
 //! however many sequences are in it; Q/K/V and gate/up share their input's quantization and one
 //! parallel region (`kernels::matmul_shared`). Row results never depend on the other rows (the kernels are
 //! batch-invariant and attention only reads its own sequence), so a sequence's logits are the
 //! same alone or batched. Buffers live in `Workspace` and only grow.
+//!
+//! Element-wise work between the matmuls runs on the pool over row ranges (`RowSplit`), each
+//! range's rows of every buffer lent to the one call that runs it (`kernels::Shares`), with the
+//! pool's home shares: a thread works the same rows step after step.
 
-use kernels::{matmul, matmul_shared, MatmulScratch, Threads};
-
+use std::ops::Range;
 use std::sync::Mutex;
+
+use kernels::{matmul, matmul_shared, MatmulScratch, Shares, Threads};
 
 use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::batch::{Batch, LogitsWanted};
@@ -106,12 +112,21 @@ impl Transformer {
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         check_batch(batch, kv.layout(), &self.cfg)?;
-        let cfg = &self.cfg;
-        let n = batch.tokens.len();
-        let (d, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
-        let ws = &mut self.ws;
+        self.embed(batch)?;
+        let rows = RowSplit::new(&self.threads, batch.tokens.len());
+        for li in 0..self.w.layers.len() {
+            self.attention_block(li, batch, kv, rows);
+            self.mlp_block(li, rows);
+        }
+        self.logits(batch, logits);
+        Ok(())
+    }
 
-        // Embeddings (scaled for Gemma).
+    /// The batch's token embeddings into `ws.x` (scaled for Gemma), and the cos/sin of their
+    /// positions for every RoPE table into `ws.rope`.
+    fn embed(&mut self, batch: &Batch) -> Result<(), ModelError> {
+        let (cfg, ws) = (&self.cfg, &mut self.ws);
+        let (n, d) = (batch.tokens.len(), cfg.d_model);
         let x = sized(&mut ws.x, n * d);
         let row_bytes = self.w.embed.row_bytes();
         for (i, &tok) in batch.tokens.iter().enumerate() {
@@ -124,114 +139,142 @@ impl Transformer {
             }
         }
         fill_rope(&mut ws.rope, &self.rope_tables, batch);
+        Ok(())
+    }
 
-        let th = &self.threads;
-        let eps = cfg.rms_eps;
-        for (li, lw) in self.w.layers.iter().enumerate() {
-            let h = Rows::of(sized(&mut ws.h, n * d), d);
+    /// Layer `li`'s attention half: `qkv`, `attend`, then the output projection, (post-norm)
+    /// and the residual into `ws.x`; leaves the FFN norm of the new residual in `ws.h`.
+    fn attention_block(&mut self, li: usize, batch: &Batch, kv: &mut KvPool, rows: RowSplit) {
+        self.qkv(li, rows);
+        self.attend(li, batch, kv, rows.n);
+        let (cfg, lw, th, ws) = (&self.cfg, &self.w.layers[li], &self.threads, &mut self.ws);
+        let (n, d, eps) = (rows.n, cfg.d_model, cfg.rms_eps);
+        let o = sized(&mut ws.o, n * d);
+        mm(th, &lw.wo, &ws.att[..n * cfg.q_dim()], n, o, &mut ws.mm);
+        let (or, xr, hr) = (
+            rows.cut(o, d),
+            rows.cut(&mut ws.x[..n * d], d),
+            rows.cut(sized(&mut ws.h, n * d), d),
+        );
+        rows.run(th, &|r| {
+            let (o, x, h) = (or.take_rows(&r), xr.take_rows(&r), hr.take_rows(&r));
+            if let Some(pn) = &lw.post_attn_norm {
+                rms_norm_rows_in_place(o, pn, eps);
+            }
+            kernels::add(x, o);
+            rms_norm_rows(x, &lw.ffn_norm, eps, h);
+        });
+    }
+
+    /// Layer `li`'s queries, keys and values of every token into `ws.q/k/v`: norm, the three
+    /// projections in one parallel region (their input quantized once), biases, then per row
+    /// (QK-norm) and RoPE.
+    fn qkv(&mut self, li: usize, rows: RowSplit) {
+        let (cfg, lw, th, ws) = (&self.cfg, &self.w.layers[li], &self.threads, &mut self.ws);
+        let (n, d, qd, kvd, eps) = (rows.n, cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.rms_eps);
+        {
+            let h = rows.cut(sized(&mut ws.h, n * d), d);
             let x = &ws.x[..n * d];
-            par_rows(th, n, &|r| {
-                // SAFETY (every `par_rows` below): each row range goes to exactly one call.
-                let h = unsafe { h.get(r.clone()) };
+            rows.run(th, &|r| {
+                let h = h.take_rows(&r);
                 rms_norm_rows(&x[r.start * d..r.end * d], &lw.attn_norm, eps, h);
             });
-            let h = &ws.h[..n * d];
-            let q = sized(&mut ws.q, n * qd);
-            let k = sized(&mut ws.k, n * kvd);
-            let v = sized(&mut ws.v, n * kvd);
-            matmul_shared(
-                &self.threads,
-                [&lw.wq.weights(), &lw.wk.weights(), &lw.wv.weights()],
-                h,
-                n,
-                [&mut *q, &mut *k, &mut *v],
-                &mut ws.mm,
-            );
-            for (buf, bias) in [(&mut *q, &lw.bq), (&mut *k, &lw.bk), (&mut *v, &lw.bv)] {
-                if let Some(b) = bias {
-                    buf.chunks_exact_mut(b.len())
-                        .for_each(|r| kernels::add(r, b));
-                }
+        }
+        let q = sized(&mut ws.q, n * qd);
+        let k = sized(&mut ws.k, n * kvd);
+        let v = sized(&mut ws.v, n * kvd);
+        matmul_shared(
+            th,
+            [&lw.wq.weights(), &lw.wk.weights(), &lw.wv.weights()],
+            &ws.h[..n * d],
+            n,
+            [&mut *q, &mut *k, &mut *v],
+            &mut ws.mm,
+        );
+        for (buf, bias) in [(&mut *q, &lw.bq), (&mut *k, &lw.bk), (&mut *v, &lw.bv)] {
+            if let Some(b) = bias {
+                buf.chunks_exact_mut(b.len())
+                    .for_each(|r| kernels::add(r, b));
             }
-            let rope = &ws.rope[self.layer_rope[li]];
-            let pairs = rope.len() / n;
-            let (qr, kr) = (Rows::of(q, qd), Rows::of(k, kvd));
-            par_rows(th, n, &|r| {
-                let (q, k) = unsafe { (qr.get(r.clone()), kr.get(r.clone())) };
-                if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                    // Each head is a row of `head_dim` values.
-                    rms_norm_rows_in_place(q, qn, eps);
-                    rms_norm_rows_in_place(k, kn, eps);
-                }
-                let cs = &rope[r.start * pairs..r.end * pairs];
-                apply_rope(q, cs, r.len(), cfg.head_dim, cfg.rope_style);
-                apply_rope(k, cs, r.len(), cfg.head_dim, cfg.rope_style);
-            });
+        }
+        let rope = &ws.rope[self.layer_rope[li]];
+        let pairs = rope.len() / n;
+        let (qr, kr) = (rows.cut(q, qd), rows.cut(k, kvd));
+        rows.run(th, &|r| {
+            let (q, k) = (qr.take_rows(&r), kr.take_rows(&r));
+            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+                // Each head is a row of `head_dim` values.
+                rms_norm_rows_in_place(q, qn, eps);
+                rms_norm_rows_in_place(k, kn, eps);
+            }
+            let cs = &rope[r.start * pairs..r.end * pairs];
+            apply_rope(q, cs, r.len(), cfg.head_dim, cfg.rope_style);
+            apply_rope(k, cs, r.len(), cfg.head_dim, cfg.rope_style);
+        });
+    }
 
-            let (group, in_group) = kv.layout().layer_slot[li];
-            let ts = kv.layout().tile_size;
-            let window = cfg.layers[li].window;
-            let mut chunks = Vec::with_capacity(batch.seqs.len());
-            for sc in batch.seqs {
-                let table = &sc.tile_tables[group];
-                for t in 0..sc.len {
-                    let pos = sc.start_pos + t;
-                    let row = sc.first_token + t;
-                    kv.store(
-                        table[pos / ts],
-                        in_group,
-                        pos % ts,
-                        &k[row * kvd..(row + 1) * kvd],
-                        &v[row * kvd..(row + 1) * kvd],
-                    );
-                }
-                chunks.push(ChunkAttention {
-                    tiles: table,
+    /// Layer `li`'s K/V of the batch stored in each sequence's tiles, then paged attention of
+    /// `ws.q` against them into `ws.att`.
+    fn attend(&mut self, li: usize, batch: &Batch, kv: &mut KvPool, n: usize) {
+        let (cfg, ws) = (&self.cfg, &mut self.ws);
+        let (qd, kvd) = (cfg.q_dim(), cfg.kv_dim());
+        let (k, v) = (&ws.k[..n * kvd], &ws.v[..n * kvd]);
+        let (group, in_group) = kv.layout().layer_slot[li];
+        let ts = kv.layout().tile_size;
+        let window = cfg.layers[li].window;
+        let mut chunks = Vec::with_capacity(batch.seqs.len());
+        for sc in batch.seqs {
+            let table = &sc.tile_tables[group];
+            for t in 0..sc.len {
+                let pos = sc.start_pos + t;
+                let row = sc.first_token + t;
+                kv.store(
+                    table[pos / ts],
                     in_group,
-                    start_pos: sc.start_pos,
-                    first_row: sc.first_token,
-                    len: sc.len,
-                    window,
-                });
+                    pos % ts,
+                    &k[row * kvd..(row + 1) * kvd],
+                    &v[row * kvd..(row + 1) * kvd],
+                );
             }
-            let heads = Heads {
-                n_heads: cfg.n_heads,
-                n_kv_heads: cfg.n_kv_heads,
-                head_dim: cfg.head_dim,
-                scale: cfg.attn_scale,
-            };
-            let att = sized(&mut ws.att, n * qd);
-            attend_all(&self.threads, kv, &chunks, heads, q, att, &mut ws.attn);
-            let o = sized(&mut ws.o, n * d);
-            mm(&self.threads, &lw.wo, att, n, o, &mut ws.mm);
-            let (or, xr, hr) = (
-                Rows::of(o, d),
-                Rows::of(&mut ws.x[..n * d], d),
-                Rows::of(sized(&mut ws.h, n * d), d),
-            );
-            par_rows(th, n, &|r| {
-                let (o, x, h) = unsafe { (or.get(r.clone()), xr.get(r.clone()), hr.get(r)) };
-                if let Some(pn) = &lw.post_attn_norm {
-                    rms_norm_rows_in_place(o, pn, eps);
-                }
-                kernels::add(x, o);
-                rms_norm_rows(x, &lw.ffn_norm, eps, h);
+            chunks.push(ChunkAttention {
+                tiles: table,
+                in_group,
+                start_pos: sc.start_pos,
+                first_row: sc.first_token,
+                len: sc.len,
+                window,
             });
+        }
+        let heads = Heads {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+            scale: cfg.attn_scale,
+        };
+        let att = sized(&mut ws.att, n * qd);
+        let q = &ws.q[..n * qd];
+        attend_all(&self.threads, kv, &chunks, heads, q, att, &mut ws.attn);
+    }
 
-            let h = &ws.h[..n * d];
-            let gate = sized(&mut ws.gate, n * ff);
-            let up = sized(&mut ws.up, n * ff);
-            matmul_shared(
-                &self.threads,
-                [&lw.w_gate.weights(), &lw.w_up.weights()],
-                h,
-                n,
-                [&mut *gate, &mut *up],
-                &mut ws.mm,
-            );
-            let (gr, up) = (Rows::of(gate, ff), &*up);
-            par_rows(th, n, &|r| {
-                let gate = unsafe { gr.get(r.clone()) };
+    /// Layer `li`'s MLP half on the normed residual in `ws.h`: gate and up in one parallel
+    /// region, the activation times up, the down projection, (post-norm) and the residual.
+    fn mlp_block(&mut self, li: usize, rows: RowSplit) {
+        let (cfg, lw, th, ws) = (&self.cfg, &self.w.layers[li], &self.threads, &mut self.ws);
+        let (n, d, ff, eps) = (rows.n, cfg.d_model, cfg.d_ff, cfg.rms_eps);
+        let gate = sized(&mut ws.gate, n * ff);
+        let up = sized(&mut ws.up, n * ff);
+        matmul_shared(
+            th,
+            [&lw.w_gate.weights(), &lw.w_up.weights()],
+            &ws.h[..n * d],
+            n,
+            [&mut *gate, &mut *up],
+            &mut ws.mm,
+        );
+        {
+            let (gr, up) = (rows.cut(gate, ff), &*up);
+            rows.run(th, &|r| {
+                let gate = gr.take_rows(&r);
                 match cfg.activation {
                     Activation::Silu => kernels::silu(gate),
                     // ggml's f16 table, as llama.cpp computes it.
@@ -239,20 +282,24 @@ impl Transformer {
                 }
                 kernels::mul(gate, &up[r.start * ff..r.end * ff]);
             });
-            let gate = &ws.gate[..n * ff];
-            let o = sized(&mut ws.o, n * d);
-            mm(&self.threads, &lw.w_down, gate, n, o, &mut ws.mm);
-            let (or, xr) = (Rows::of(o, d), Rows::of(&mut ws.x[..n * d], d));
-            par_rows(th, n, &|r| {
-                let (o, x) = unsafe { (or.get(r.clone()), xr.get(r)) };
-                if let Some(pn) = &lw.post_ffn_norm {
-                    rms_norm_rows_in_place(o, pn, eps);
-                }
-                kernels::add(x, o);
-            });
         }
+        let o = sized(&mut ws.o, n * d);
+        mm(th, &lw.w_down, &ws.gate[..n * ff], n, o, &mut ws.mm);
+        let (or, xr) = (rows.cut(o, d), rows.cut(&mut ws.x[..n * d], d));
+        rows.run(th, &|r| {
+            let (o, x) = (or.take_rows(&r), xr.take_rows(&r));
+            if let Some(pn) = &lw.post_ffn_norm {
+                rms_norm_rows_in_place(o, pn, eps);
+            }
+            kernels::add(x, o);
+        });
+    }
 
-        // Gather the rows whose logits are wanted, then norm and project only those.
+    /// The final norm and the output projection of the rows whose logits were asked for
+    /// (gathered first, so only those are normed and projected), then the soft cap.
+    fn logits(&mut self, batch: &Batch, logits: &mut Vec<f32>) {
+        let (cfg, ws) = (&self.cfg, &mut self.ws);
+        let d = cfg.d_model;
         let rows = batch.n_logit_rows();
         let picked = sized(&mut ws.picked, rows * d);
         let mut r = 0;
@@ -282,7 +329,6 @@ impl Transformer {
             let c = cfg.final_logit_softcap;
             logits.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
         }
-        Ok(())
     }
 }
 
@@ -371,58 +417,42 @@ fn apply_rope(x: &mut [f32], cs: &[(f32, f32)], n: usize, head_dim: usize, style
     }
 }
 
-/// Rows of a `[n][width]` buffer handed to the pool's threads by [`par_rows`], which gives each
-/// row range to exactly one call: the slices made from it never overlap.
+/// How element-wise work between matmuls is cut into row ranges: one range on the caller when
+/// there are too few rows to pay for the hand-off (or one thread), else one range per thread,
+/// each a home share of `Threads::for_each_range` (a thread takes the same rows step after step,
+/// and in decode attends the same sequences). Every row gets the same operations either way.
 #[derive(Clone, Copy)]
-struct Rows {
-    ptr: *mut f32,
-    width: usize,
+struct RowSplit {
+    /// Rows of the batch.
     n: usize,
+    /// Rows per range.
+    chunk: usize,
 }
 
-// SAFETY: a pointer into a buffer borrowed mutably for the whole `par_rows` call, which joins its
-// threads before returning; callers take disjoint row ranges (see `get`).
-unsafe impl Sync for Rows {}
-
-impl Rows {
-    fn of(buf: &mut [f32], width: usize) -> Rows {
-        Rows {
-            ptr: buf.as_mut_ptr(),
-            width,
-            n: buf.len() / width,
-        }
+impl RowSplit {
+    fn new(threads: &Threads, n: usize) -> RowSplit {
+        const MIN_ROWS: usize = 4;
+        let chunk = if n < MIN_ROWS || threads.n() == 1 {
+            n.max(1)
+        } else {
+            n.div_ceil(threads.n())
+        };
+        RowSplit { n, chunk }
     }
 
-    /// Rows `r` as a slice.
-    ///
-    /// # Safety
-    /// No other live slice from this `Rows` may overlap `r` (`par_rows` ranges are disjoint), and
-    /// the buffer it came from must outlive the slice.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn get(&self, r: std::ops::Range<usize>) -> &mut [f32] {
-        assert!(
-            r.start <= r.end && r.end <= self.n,
-            "Rows::get out of bounds"
-        );
-        // SAFETY: in bounds (checked); exclusive per the contract.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.ptr.add(r.start * self.width), r.len() * self.width)
-        }
+    /// `buf` (`[n][width]`) cut into this split's ranges, each lent to the call that runs it.
+    fn cut<'a>(&self, buf: &'a mut [f32], width: usize) -> Shares<'a, f32> {
+        Shares::rows(&mut buf[..self.n * width], width, self.chunk)
     }
-}
 
-/// Runs `f` over row ranges covering `0..n`, each range once: on the pool when there are enough
-/// rows to pay for the hand-off (element-wise work between matmuls would otherwise leave the
-/// other threads waiting), else on the caller. Every row gets the same operations either way.
-fn par_rows(threads: &Threads, n: usize, f: &(dyn Fn(std::ops::Range<usize>) + Sync)) {
-    const MIN_ROWS: usize = 4;
-    if n < MIN_ROWS || threads.n() == 1 {
-        if n > 0 {
-            f(0..n);
+    /// Runs `f` once per range, covering `0..n`.
+    fn run(&self, threads: &Threads, f: &(dyn Fn(Range<usize>) + Sync)) {
+        if self.chunk >= self.n {
+            if self.n > 0 {
+                f(0..self.n);
+            }
+        } else {
+            threads.for_each_range(self.n, self.chunk, &|_, r| f(r));
         }
-    } else {
-        // Home shares: a thread takes the same rows step after step, and in decode attends
-        // the same sequences (see `Threads::for_each_range`).
-        threads.for_each_range(n, n.div_ceil(threads.n()), &|_, r| f(r));
     }
 }

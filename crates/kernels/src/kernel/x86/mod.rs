@@ -27,6 +27,7 @@ use crate::act::Activation;
 use crate::dtype::Format;
 use crate::quant::{BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ8_0, PodBlock};
 
+pub(crate) mod attn;
 mod float;
 mod kquants;
 mod kquants512;

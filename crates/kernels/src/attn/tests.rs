@@ -1,0 +1,279 @@
+//! Bit-identity of the SIMD helpers with their portable forms, and `exp_neg`'s accuracy.
+
+use super::*;
+
+#[test]
+fn exp_neg_takes_n_and_2_to_the_n_from_the_bits_exactly() {
+    // The same polynomial with n from `round_ties_even` and 2^n from an integer cast.
+    let reference = |x: f32| -> f32 {
+        use exp_consts::*;
+        let small = x < FLOOR;
+        let x = x.max(FLOOR);
+        let n = (x * LOG2E).round_ties_even();
+        let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
+        let mut p = POLY[0];
+        for &c in &POLY[1..] {
+            p = p.mul_add(r, c);
+        }
+        let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+        if small {
+            0.0
+        } else {
+            p * scale
+        }
+    };
+    let mut x = -100.0f32;
+    while x <= 0.0 {
+        assert_eq!(exp_neg(x).to_bits(), reference(x).to_bits(), "x = {x}");
+        x += 0.000_37;
+    }
+    for x in [
+        0.0f32,
+        -0.0,
+        -87.0,
+        -87.000_01,
+        -86.999_99,
+        f32::NEG_INFINITY,
+        -0.346_573_6,
+    ] {
+        assert_eq!(exp_neg(x).to_bits(), reference(x).to_bits(), "x = {x}");
+    }
+}
+
+#[test]
+fn exp_neg_is_within_a_few_ulp_of_exp() {
+    let mut worst = 0.0f64;
+    let mut x = -87.0f32;
+    while x <= 0.0 {
+        let want = f64::from(x).exp();
+        let got = f64::from(exp_neg(x));
+        worst = worst.max(((got - want) / want).abs());
+        x += 0.000_731;
+    }
+    assert!(worst < 4e-7, "worst relative error {worst}");
+    assert_eq!(exp_neg(0.0), 1.0);
+    assert_eq!(exp_neg(-100.0), 0.0);
+    assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
+}
+
+/// The SIMD V sum and dots of one block, for f32 or raw f16 K/V rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn simd_pair<E: KvElem>(
+    q: [&[f32]; 2],
+    k: [&[E]; KEYS_PER_BLOCK],
+    acc: &mut [f32],
+    w: &[f32],
+    b: &Block<()>,
+    v: &[E],
+) -> [[f32; KEYS_PER_BLOCK]; 2] {
+    axpy_block::<3, _, E, ()>(Avx2(()), acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]);
+    dots(Avx2(()), q, k)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn simd256_axpy(acc: &mut [f32], w: &[f32], b: &Block<()>, v: &[f32]) {
+    // SAFETY: features enabled here; hd % 16 == 0 in the test.
+    unsafe { x86::axpy_block::<3, f32, ()>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]) };
+}
+
+#[test]
+fn simd_dots_and_value_sums_give_the_portable_bits() {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        let row = |seed: usize, n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
+                .collect()
+        };
+        let hd = 256;
+        let (q0, q1) = (row(1, hd), row(2, hd));
+        let ks: Vec<Vec<f32>> = (0..KEYS_PER_BLOCK).map(|j| row(10 + j, hd)).collect();
+        let k: [&[f32]; KEYS_PER_BLOCK] = std::array::from_fn(|j| &ks[j][..]);
+        let (span, n_pos) = (40, 37);
+        let w = row(5, 3 * span);
+        let v = row(6, n_pos * hd);
+        let b = Block {
+            span,
+            hd,
+            base: 0,
+            positions: 0..n_pos,
+            next: &(),
+        };
+        let mut acc_simd = row(7, 3 * hd);
+        let mut acc_plain = acc_simd.clone();
+        // SAFETY: features detected above.
+        let d_simd = unsafe { simd_pair([&q0, &q1], k, &mut acc_simd, &w, &b, &v) };
+        axpy_block::<3, _, f32, ()>(Portable, &mut acc_plain, &w, &b, |p| {
+            &v[p * hd..(p + 1) * hd]
+        });
+        let d_plain = dots(Portable, [&q0, &q1], k);
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(d_simd.as_flattened()), bits(d_plain.as_flattened()));
+        assert_eq!(bits(&acc_simd), bits(&acc_plain));
+        // Both SIMD widths (`axpy_block` picks the 512-bit one where it can).
+        let mut acc256 = row(7, 3 * hd);
+        // SAFETY: features detected above.
+        unsafe { simd256_axpy(&mut acc256, &w, &b, &v) };
+        assert_eq!(bits(&acc256), bits(&acc_plain));
+        if std::is_x86_feature_detected!("avx512f") {
+            let mut acc512 = row(7, 3 * hd);
+            // SAFETY: AVX-512F detected; hd = 256 is a multiple of WIDE.
+            unsafe {
+                x86::axpy_block_512::<3, f32, ()>(&mut acc512, &w, &b, |p| &v[p * hd..(p + 1) * hd])
+            };
+            assert_eq!(bits(&acc512), bits(&acc_plain));
+        }
+        // f16 rows read directly give the bits of the same rows converted first.
+        let k16: Vec<Vec<u16>> = ks
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect()
+            })
+            .collect();
+        let kc: Vec<Vec<f32>> = k16
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|&x| half::f16::from_bits(x).to_f32())
+                    .collect()
+            })
+            .collect();
+        let k16r: [&[u16]; KEYS_PER_BLOCK] = std::array::from_fn(|j| &k16[j][..]);
+        let kcr: [&[f32]; KEYS_PER_BLOCK] = std::array::from_fn(|j| &kc[j][..]);
+        let v16: Vec<u16> = v
+            .iter()
+            .map(|&x| half::f16::from_f32(x).to_bits())
+            .collect();
+        let vc: Vec<f32> = v16
+            .iter()
+            .map(|&x| half::f16::from_bits(x).to_f32())
+            .collect();
+        let mut acc16 = row(7, 3 * hd);
+        let mut accc = acc16.clone();
+        // SAFETY: features detected above.
+        let d16 = unsafe { simd_pair([&q0, &q1], k16r, &mut acc16, &w, &b, &v16) };
+        // SAFETY: as above.
+        let dc = unsafe { simd_pair([&q0, &q1], kcr, &mut accc, &w, &b, &vc) };
+        assert_eq!(bits(d16.as_flattened()), bits(dc.as_flattened()));
+        assert_eq!(bits(&acc16), bits(&accc));
+        let dp16 = dots::<_, u16>(Portable, [&q0, &q1], k16r);
+        assert_eq!(bits(dp16.as_flattened()), bits(dc.as_flattened()));
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl") {
+            // Four heads by four keys: each pair as `dots` computes it.
+            let qs4: Vec<Vec<f32>> = (0..4).map(|a| row(20 + a, hd)).collect();
+            let ks4: Vec<Vec<u16>> = (0..KEYS4)
+                .map(|j| {
+                    row(30 + j, hd)
+                        .iter()
+                        .map(|&x| half::f16::from_f32(x).to_bits())
+                        .collect()
+                })
+                .collect();
+            let q4: [&[f32]; 4] = std::array::from_fn(|a| &qs4[a][..]);
+            let k4: [&[u16]; KEYS4] = std::array::from_fn(|j| &ks4[j][..]);
+            // SAFETY: AVX-512VL detected (and AVX2/FMA above).
+            let d4 = unsafe { x86::dots4(q4, k4) };
+            for a in 0..4 {
+                for b in 0..KEYS4 {
+                    let one = dots::<_, u16>(Portable, [q4[a], q4[a]], [k4[b]; KEYS_PER_BLOCK]);
+                    assert_eq!(d4[a][b].to_bits(), one[0][0].to_bits(), "head {a} key {b}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_softmax_and_f16_rounding_give_the_portable_bits() {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c")
+    {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn both(x: &mut [f32], y: &mut [f32], s: f32) {
+            softmax_f16(Avx2(()), x);
+            scale_round_f16(Avx2(()), y, s);
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn exp8(x: [f32; 8]) -> [f32; 8] {
+            use std::arch::x86_64::*;
+            let mut out = [0.0f32; 8];
+            // SAFETY: 8 floats each way; features enabled here.
+            unsafe {
+                let e = x86::exp_neg8(_mm256_loadu_ps(x.as_ptr()));
+                _mm256_storeu_ps(out.as_mut_ptr(), e);
+            }
+            out
+        }
+        let mut x = -100.0f32;
+        while x <= 0.0 {
+            let xs: [f32; 8] = std::array::from_fn(|j| x - j as f32 * 0.000_03);
+            // SAFETY: features detected above.
+            let got = unsafe { exp8(xs) };
+            for j in 0..8 {
+                assert_eq!(got[j].to_bits(), exp_neg(xs[j]).to_bits(), "x = {}", xs[j]);
+            }
+            x += 0.000_71;
+        }
+        let odd = [
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -87.0,
+            -87.000_01,
+            0.0,
+            -0.0,
+            -1e-30,
+            -88.0,
+        ];
+        // SAFETY: features detected above.
+        let got = unsafe { exp8(odd) };
+        for j in 0..8 {
+            assert_eq!(
+                got[j].to_bits(),
+                exp_neg(odd[j]).to_bits(),
+                "x = {}",
+                odd[j]
+            );
+        }
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for n in [1usize, 5, 8, 9, 16, 100, 515, 1027] {
+            // Scores spread over ~120 (so some fall below exp_neg's -87 cut and some
+            // probabilities are f16 subnormals), and raw values spread past f16's range.
+            let scores: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919 + n) % 4001) as f32 * -0.03 + (i % 3) as f32 * 0.5)
+                .collect();
+            let raw: Vec<f32> = (0..n)
+                .map(|i| ((i * 104_729 + 7) % 20_011) as f32 * 7.37 - 70_000.0)
+                .collect();
+            let (mut x_simd, mut y_simd) = (scores.clone(), raw.clone());
+            // SAFETY: features detected above.
+            unsafe { both(&mut x_simd, &mut y_simd, 0.0625) };
+            let (mut x_plain, mut y_plain) = (scores.clone(), raw.clone());
+            softmax_f16(Portable, &mut x_plain);
+            scale_round_f16(Portable, &mut y_plain, 0.0625);
+            assert_eq!(bits(&x_simd), bits(&x_plain), "softmax, n = {n}");
+            assert_eq!(bits(&y_simd), bits(&y_plain), "rounding, n = {n}");
+            let total: f32 = x_plain.iter().sum();
+            assert!(
+                (total - 1.0).abs() < 1e-2,
+                "n = {n}: probabilities sum to {total}"
+            );
+        }
+    }
+}
+
+#[test]
+fn exp_sum_matches_a_plain_loop() {
+    for n in [1usize, 7, 8, 9, 100, 1027] {
+        let mut x: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32 * -0.3).collect();
+        let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let want: f64 = x.iter().map(|&v| f64::from(v - max).exp()).sum();
+        let got = exp_sum(&mut x, max);
+        assert!(((got - want) / want).abs() < 1e-6, "n {n}: {got} vs {want}");
+    }
+}

@@ -1,0 +1,491 @@
+//! One attention task: queries `t0..t1` of a chunk, heads `h0..h1`, against the chunk's K/V
+//! tiles, in three passes — scores tile by tile (K), the softmax of each (query, head), the
+//! weighted sum of V tile by tile — into the task's run of the output.
+//!
+//! Design: tiles are the outer loop of both tile passes, so each tile's rows are converted (or,
+//! for few queries, read as f16 directly) once for every query of the task that sees them. While
+//! a tile is computed, the next one's cache lines are asked for a share at a time (`Ahead`).
+//! `run_task` picks the form of `kernels::attn`'s helpers once per task: with AVX2/FMA/F16C it
+//! enters a `#[target_feature]` function so the helpers inline with those features.
+//!
+//! Invariants:
+//! - A (query, head) is computed whole here, visiting tiles and slots in position order, so its
+//!   result does not depend on the task split (batch invariance).
+//! - Both forms do the same arithmetic in the same order (`kernels::attn`), so results are the
+//!   same bits with and without SIMD.
+//! - A released tile is never read: only tiles wholly below every query's window are released
+//!   (`Tiles::visible`).
+
+use kernels::attn::{
+    axpy_block, dots, dots4, scale_round_f16, softmax_f16, Avx2, Block, KvElem, Lanes, Portable,
+    Wide, KEYS4, KEYS_PER_BLOCK,
+};
+
+use super::ahead::Ahead;
+use super::plan::Task;
+use super::{grow, AttnScratch, ChunkAttention, Heads};
+use crate::kv::{KvPool, TileId};
+
+/// Tasks with at most this many queries read f16 K/V tiles directly (converting as they load);
+/// larger ones convert each tile to f32 once and reuse it.
+const DIRECT_F16_QUERIES: usize = 2;
+
+/// Runs one task into `out`, its run of the output (`Task::out_range`), with AVX2/FMA/F16C code
+/// where the CPU has it (and `TESSERA_ISA` allows). Both paths do the same arithmetic in the
+/// same order (fused multiply-adds; `f32::mul_add` in the portable path), so results are
+/// identical.
+pub(super) fn run_task(
+    pool: &KvPool,
+    c: &ChunkAttention,
+    h: Heads,
+    task: Task,
+    q: &[f32],
+    out: &mut [f32],
+    s: &mut AttnScratch,
+) {
+    if let Some(simd) = Avx2::detect() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an `Avx2` value means AVX2, FMA and F16C were detected.
+        unsafe {
+            run_task_avx2(simd, pool, c, h, task, q, out, s)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        run_task_body(simd, pool, c, h, task, q, out, s);
+        return;
+    }
+    run_task_body(Portable, pool, c, h, task, q, out, s);
+}
+
+/// # Safety
+/// AVX2, FMA and F16C must be available (an `Avx2` value proves it).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_task_avx2(
+    simd: Avx2,
+    pool: &KvPool,
+    c: &ChunkAttention,
+    h: Heads,
+    task: Task,
+    q: &[f32],
+    out: &mut [f32],
+    s: &mut AttnScratch,
+) {
+    run_task_body(simd, pool, c, h, task, q, out, s);
+}
+
+/// The task, with the helpers' form `L` (inlined into `run_task_avx2` for `Avx2`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn run_task_body<L: Lanes>(
+    lanes: L,
+    pool: &KvPool,
+    c: &ChunkAttention,
+    h: Heads,
+    task: Task,
+    q: &[f32],
+    out: &mut [f32],
+    s: &mut AttnScratch,
+) {
+    let layout = pool.layout();
+    let hd = h.head_dim;
+    let q_dim = h.n_heads * hd;
+    let nq = task.t1 - task.t0;
+    let nh = task.h1 - task.h0;
+    let lo = |p: usize| c.window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let first_pos = c.start_pos + task.t0;
+    let last_pos = c.start_pos + task.t1 - 1;
+    // Scores are kept per (query, head) for key positions base..=last_pos.
+    let base = lo(first_pos);
+    let span = last_pos + 1 - base;
+    let shape = TileSpan {
+        start: 0,
+        first_pos,
+        nq,
+        nh,
+        hd,
+        kv_dim: layout.kv_dim,
+        group: h.n_heads / h.n_kv_heads,
+        h0: task.h0,
+        span,
+        base,
+    };
+
+    grow(&mut s.scores, nq * nh * span);
+    load_queries(lanes, c, h, task, q, &mut s.m);
+    // Few queries (decode): read f16 K/V tiles as they are stored; many (prefill): convert each
+    // tile once and reuse it (`Tiles::rows`).
+    let direct = L::SIMD && nq <= DIRECT_F16_QUERIES;
+    let tiles = Tiles {
+        pool,
+        c,
+        last_pos,
+        direct,
+    };
+    scores_pass(lanes, &tiles, &shape, &s.m, &mut s.scores, &mut s.k, &lo);
+    softmax_pass(lanes, &shape, &mut s.scores, &lo);
+
+    // Pass 3 goes straight into the output when the task has every head of its queries (their
+    // rows are then its whole run of `out`).
+    let acc: &mut [f32] = if nh == h.n_heads {
+        assert_eq!(out.len(), nq * q_dim, "attention output run: this is a bug");
+        &mut *out
+    } else {
+        grow(&mut s.acc, nq * nh * hd)
+    };
+    acc.fill(0.0);
+    values_pass(lanes, &tiles, &shape, &s.scores, acc, &mut s.v, &lo);
+    if nh < h.n_heads {
+        // The run starts at head h0 of the first query; each query's heads are q_dim apart.
+        for t in 0..nq {
+            let dst = &mut out[t * q_dim..t * q_dim + nh * hd];
+            dst.copy_from_slice(&s.acc[t * nh * hd..(t + 1) * nh * hd]);
+        }
+    }
+}
+
+/// Scaled queries of the task rounded to f16, as llama.cpp's f16 K·Q product sees them, into
+/// `m` as `[query][head][head_dim]`.
+#[inline(always)]
+fn load_queries<L: Lanes>(
+    lanes: L,
+    c: &ChunkAttention,
+    h: Heads,
+    task: Task,
+    q: &[f32],
+    m: &mut Vec<f32>,
+) {
+    let hd = h.head_dim;
+    let q_dim = h.n_heads * hd;
+    let (nq, nh) = (task.t1 - task.t0, task.h1 - task.h0);
+    let qr = grow(m, nq * nh * hd);
+    for t in 0..nq {
+        let row = c.first_row + task.t0 + t;
+        for hi in 0..nh {
+            let head = task.h0 + hi;
+            let src = &q[row * q_dim + head * hd..row * q_dim + (head + 1) * hd];
+            let dst = &mut qr[(t * nh + hi) * hd..(t * nh + hi + 1) * hd];
+            dst.copy_from_slice(src);
+            scale_round_f16(lanes, dst, h.scale);
+        }
+    }
+}
+
+/// Pass 1: scores, tile by tile (`scores_tile`). A decode reads each K/V row once, from
+/// memory: while a tile is computed, the next one (after the last K tile, the first V tile) is
+/// asked for a share at a time (`Ahead`).
+#[inline(always)]
+fn scores_pass<L: Lanes>(
+    lanes: L,
+    tiles: &Tiles,
+    shape: &TileSpan,
+    qr: &[f32],
+    scores: &mut [f32],
+    buf: &mut Vec<f32>,
+    lo: &impl Fn(usize) -> usize,
+) {
+    let ts = tiles.pool.layout().tile_size;
+    let (base, last) = (shape.base, tiles.last_pos / ts);
+    for ti in base / ts..=last {
+        let Some((tile_start, n_slots)) = tiles.visible(ti, base) else {
+            continue;
+        };
+        let tile = TileSpan {
+            start: tile_start,
+            ..*shape
+        };
+        let next = match ti < last {
+            true => tiles.ahead(Side::K, ti + 1, base),
+            false => tiles.ahead(Side::V, base / ts, base),
+        };
+        match tiles.rows(Side::K, ti, n_slots, buf) {
+            TileRows::F16(k) => scores_tile::<L, u16>(lanes, &tile, k, qr, scores, lo, &next),
+            TileRows::F32(k) => scores_tile::<L, f32>(lanes, &tile, k, qr, scores, lo, &next),
+        }
+        next.upto(1, 1);
+    }
+}
+
+/// Pass 2: softmax over each query's visible keys (sum in f64, as ggml), probabilities
+/// rounded to f16 as llama.cpp's f16 V product sees them.
+#[inline(always)]
+fn softmax_pass<L: Lanes>(
+    lanes: L,
+    shape: &TileSpan,
+    scores: &mut [f32],
+    lo: &impl Fn(usize) -> usize,
+) {
+    let (nh, span, base) = (shape.nh, shape.span, shape.base);
+    for t in 0..shape.nq {
+        let p = shape.first_pos + t;
+        let (v_lo, v_hi) = (lo(p) - base, p + 1 - base);
+        for hi in 0..nh {
+            let sc = &mut scores[(t * nh + hi) * span..(t * nh + hi + 1) * span][v_lo..v_hi];
+            softmax_f16(lanes, sc);
+        }
+    }
+}
+
+/// Pass 3: weighted sum of V into `acc` (`[query][head][head_dim]` of the task's heads), tile
+/// by tile (`values_tile`), the next V tile asked for as each is computed.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn values_pass<L: Lanes>(
+    lanes: L,
+    tiles: &Tiles,
+    shape: &TileSpan,
+    scores: &[f32],
+    acc: &mut [f32],
+    buf: &mut Vec<f32>,
+    lo: &impl Fn(usize) -> usize,
+) {
+    let ts = tiles.pool.layout().tile_size;
+    let (base, last) = (shape.base, tiles.last_pos / ts);
+    for ti in base / ts..=last {
+        let Some((tile_start, n_slots)) = tiles.visible(ti, base) else {
+            continue;
+        };
+        let tile = TileSpan {
+            start: tile_start,
+            ..*shape
+        };
+        let next = match ti < last {
+            true => tiles.ahead(Side::V, ti + 1, base),
+            false => Ahead::none(),
+        };
+        match tiles.rows(Side::V, ti, n_slots, buf) {
+            TileRows::F16(v) => values_tile::<L, u16>(lanes, &tile, v, scores, acc, lo, &next),
+            TileRows::F32(v) => values_tile::<L, f32>(lanes, &tile, v, scores, acc, lo, &next),
+        }
+        next.upto(1, 1);
+    }
+}
+
+/// Which half of the cache a tile read is for.
+#[derive(Clone, Copy)]
+enum Side {
+    K,
+    V,
+}
+
+/// One tile's K or V rows as the per-tile loops read them.
+enum TileRows<'a> {
+    F16(&'a [u16]),
+    F32(&'a [f32]),
+}
+
+/// The task's view of its chunk's tiles.
+struct Tiles<'a> {
+    pool: &'a KvPool,
+    c: &'a ChunkAttention<'a>,
+    /// Position of the task's last query.
+    last_pos: usize,
+    /// Read f16 rows as stored (few queries) rather than convert each tile first.
+    direct: bool,
+}
+
+impl<'a> Tiles<'a> {
+    /// The start and the number of filled slots of tile `ti`, or `None` if no query of the task
+    /// sees it (released tiles are only ever below every query's window, which starts at
+    /// `base` or later).
+    #[inline(always)]
+    fn visible(&self, ti: usize, base: usize) -> Option<(usize, usize)> {
+        let ts = self.pool.layout().tile_size;
+        let tile_start = ti * ts;
+        if self.c.tiles[ti] == TileId::RELEASED {
+            debug_assert!(tile_start + ts <= base, "a visible tile was released");
+            return None;
+        }
+        Some((tile_start, ts.min(self.last_pos + 1 - tile_start)))
+    }
+
+    /// The first `n_slots` K or V rows of tile `ti`: the pool's f16 bits when `direct` and the
+    /// pool stores f16, else converted into `buf` (grown as needed).
+    fn rows<'b>(&self, side: Side, ti: usize, n_slots: usize, buf: &'b mut Vec<f32>) -> TileRows<'b>
+    where
+        'a: 'b,
+    {
+        let (pool, tile, g) = (self.pool, self.c.tiles[ti], self.c.in_group);
+        if self.direct {
+            let raw = match side {
+                Side::K => pool.keys_f16(tile, g, n_slots),
+                Side::V => pool.values_f16(tile, g, n_slots),
+            };
+            if let Some(raw) = raw {
+                return TileRows::F16(raw);
+            }
+        }
+        let dst = grow(buf, n_slots * pool.layout().kv_dim);
+        match side {
+            Side::K => pool.read_keys(tile, g, n_slots, dst),
+            Side::V => pool.read_values(tile, g, n_slots, dst),
+        }
+        TileRows::F32(dst)
+    }
+
+    /// Tile `ti`'s visible f16 rows to ask for while the current tile is computed: nothing
+    /// unless `direct` (converted tiles are read once, in order) and the pool stores f16.
+    fn ahead(&self, side: Side, ti: usize, base: usize) -> Ahead {
+        if !self.direct {
+            return Ahead::none();
+        }
+        let rows = self.visible(ti, base).and_then(|(_, n_slots)| {
+            let (tile, g) = (self.c.tiles[ti], self.c.in_group);
+            match side {
+                Side::K => self.pool.keys_f16(tile, g, n_slots),
+                Side::V => self.pool.values_f16(tile, g, n_slots),
+            }
+        });
+        Ahead::of(rows)
+    }
+}
+
+/// One tile's place in a task: what the per-tile loops need.
+#[derive(Clone, Copy)]
+struct TileSpan {
+    start: usize,
+    first_pos: usize,
+    nq: usize,
+    nh: usize,
+    hd: usize,
+    kv_dim: usize,
+    group: usize,
+    h0: usize,
+    span: usize,
+    base: usize,
+}
+
+/// Pass 1 for one tile: scores of every (query, head) of the task against the tile's visible
+/// keys, in blocks of four heads by four keys (`dots4`, where AVX-512VL gives the registers)
+/// or two heads by `KEYS_PER_BLOCK` keys (`dots`); keys a query cannot see are
+/// computed with the block and never stored.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn scores_tile<L: Lanes, E: KvElem>(
+    lanes: L,
+    t: &TileSpan,
+    keys: &[E],
+    qr: &[f32],
+    scores: &mut [f32],
+    lo: &impl Fn(usize) -> usize,
+    next: &Ahead,
+) {
+    let n_slots = keys.len() / t.kv_dim;
+    let (hd, nh) = (t.hd, t.nh);
+    let wide = match L::SIMD && t.group >= 4 {
+        true => Wide::detect(),
+        false => None,
+    };
+    for qi in 0..t.nq {
+        let p = t.first_pos + qi;
+        let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
+        if s_lo >= s_hi {
+            continue;
+        }
+        let mut hi = 0;
+        while hi < nh {
+            let g = (t.h0 + hi) / t.group;
+            let key = |pos: usize| {
+                let slot = pos - t.start;
+                &keys[slot * t.kv_dim + g * hd..slot * t.kv_dim + (g + 1) * hd]
+            };
+            // Four heads of one KV head together where the registers allow (same bits).
+            if let Some(wide) = wide.filter(|_| hi + 4 <= nh && (t.h0 + hi + 3) / t.group == g) {
+                let qs: [&[f32]; 4] = std::array::from_fn(|j| {
+                    &qr[(qi * nh + hi + j) * hd..(qi * nh + hi + j + 1) * hd]
+                });
+                let mut pos = s_lo;
+                while pos < s_hi {
+                    let nk = (s_hi - pos).min(KEYS4);
+                    let ks: [&[E]; KEYS4] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
+                    next.upto(pos + nk - t.start, n_slots);
+                    let d = dots4::<E>(wide, qs, ks);
+                    for (j, dj) in d.iter().enumerate() {
+                        let row = (qi * nh + hi + j) * t.span + pos - t.base;
+                        scores[row..row + nk].copy_from_slice(&dj[..nk]);
+                    }
+                    pos += nk;
+                }
+                hi += 4;
+                continue;
+            }
+            // Heads hi and hi + 1 together when they share a KV head, else hi alone.
+            let n_pairs = if hi + 1 < nh && (t.h0 + hi + 1) / t.group == g {
+                2
+            } else {
+                1
+            };
+            let qs: [&[f32]; 2] = std::array::from_fn(|j| {
+                let hj = hi + j.min(n_pairs - 1);
+                &qr[(qi * nh + hj) * hd..(qi * nh + hj + 1) * hd]
+            });
+            let mut pos = s_lo;
+            while pos < s_hi {
+                let nk = (s_hi - pos).min(KEYS_PER_BLOCK);
+                let ks: [&[E]; KEYS_PER_BLOCK] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
+                next.upto(pos + nk - t.start, n_slots);
+                let d = dots(lanes, qs, ks);
+                for (j, dj) in d.iter().enumerate().take(n_pairs) {
+                    let row = (qi * nh + hi + j) * t.span + pos - t.base;
+                    scores[row..row + nk].copy_from_slice(&dj[..nk]);
+                }
+                pos += nk;
+            }
+            hi += n_pairs;
+        }
+    }
+}
+
+/// Pass 3 for one tile: the heads of a query that share a KV head run together over 16-float
+/// slices of their accumulators, so each V slice feeds all of them (`axpy_block`); per element
+/// the sum runs over positions in order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn values_tile<L: Lanes, E: KvElem>(
+    lanes: L,
+    t: &TileSpan,
+    vals: &[E],
+    scores: &[f32],
+    acc_all: &mut [f32],
+    lo: &impl Fn(usize) -> usize,
+    next: &Ahead,
+) {
+    let n_slots = vals.len() / t.kv_dim;
+    let (hd, nh, span) = (t.hd, t.nh, t.span);
+    for qi in 0..t.nq {
+        let p = t.first_pos + qi;
+        let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
+        if s_lo >= s_hi {
+            continue;
+        }
+        let mut hi = 0;
+        while hi < nh {
+            let g = (t.h0 + hi) / t.group;
+            let mut n = 1;
+            while n < 4 && hi + n < nh && (t.h0 + hi + n) / t.group == g {
+                n += 1;
+            }
+            let st = qi * nh + hi;
+            let weights = &scores[st * span..(st + n) * span];
+            let acc = &mut acc_all[st * hd..(st + n) * hd];
+            let values = |pos: usize| {
+                let slot = pos - t.start;
+                &vals[slot * t.kv_dim + g * hd..slot * t.kv_dim + (g + 1) * hd]
+            };
+            let blk = Block {
+                span,
+                hd,
+                base: t.base,
+                positions: s_lo..s_hi,
+                next,
+            };
+            match n {
+                4 => axpy_block::<4, L, E, Ahead>(lanes, acc, weights, &blk, values),
+                3 => axpy_block::<3, L, E, Ahead>(lanes, acc, weights, &blk, values),
+                2 => axpy_block::<2, L, E, Ahead>(lanes, acc, weights, &blk, values),
+                _ => axpy_block::<1, L, E, Ahead>(lanes, acc, weights, &blk, values),
+            }
+            hi += n;
+        }
+    }
+}
