@@ -76,7 +76,84 @@ impl Collector for Scrape {
 fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {
     engine_gauges(enc, st)?;
     engine_counters(enc, st)?;
-    engine_histograms(enc, st)
+    engine_histograms(enc, st)?;
+    match st.tiers.get() {
+        Some(t) => tier_metrics(enc, t),
+        None => Ok(()),
+    }
+}
+
+/// The KV tiers' counters, labelled by tier (`disk`, `redis`), when tiers are on.
+fn tier_metrics(enc: &mut DescriptorEncoder, t: &engine::tier::TierStats) -> fmt::Result {
+    type Field = fn(&engine::tier::TierCounters) -> &AtomicU64;
+    let per_tier: [(&str, &str, Field); 6] = [
+        (
+            "tessera_kv_tier_lookups",
+            "KV tiles asked of a tier.",
+            |c| &c.lookups,
+        ),
+        (
+            "tessera_kv_tier_hits",
+            "KV tiles a tier returned and that verified.",
+            |c| &c.hits,
+        ),
+        (
+            "tessera_kv_tier_read_bytes",
+            "Bytes read from a tier.",
+            |c| &c.bytes_read,
+        ),
+        (
+            "tessera_kv_tier_written_bytes",
+            "Bytes written to a tier.",
+            |c| &c.bytes_written,
+        ),
+        (
+            "tessera_kv_tier_errors",
+            "Tier operations that failed (the tokens were recomputed).",
+            |c| &c.errors,
+        ),
+        (
+            "tessera_kv_tier_rejected",
+            "Values a tier returned that did not verify (never used).",
+            |c| &c.rejected,
+        ),
+    ];
+    for (name, help, field) in per_tier {
+        let samples: Vec<(&str, u64)> = t
+            .tiers
+            .iter()
+            .map(|c| (c.name, field(c).load(Relaxed)))
+            .collect();
+        counter_family(enc, name, help, "tier", &samples)?;
+    }
+    let totals = [
+        (
+            "tessera_kv_tier_write_drops",
+            "Tier writes dropped because the queue was full.",
+            &t.write_drops,
+        ),
+        (
+            "tessera_kv_tier_skipped_fetches",
+            "Tier fetches not made because recomputing was estimated faster.",
+            &t.skipped_fetches,
+        ),
+        (
+            "tessera_kv_tier_imported_tiles",
+            "KV tiles imported from the tiers into memory.",
+            &t.imported_tiles,
+        ),
+    ];
+    for (name, help, v) in totals {
+        let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(load(v)).encode(m)?;
+    }
+    for c in &t.tiers {
+        let name = format!("tessera_kv_tier_{}_load_seconds", c.name);
+        let help = "Seconds per fetch from this tier.";
+        let m = enc.encode_descriptor(&name, help, None, MetricType::Histogram)?;
+        Buckets(&c.load_seconds).encode(m)?;
+    }
+    Ok(())
 }
 
 fn load(v: &AtomicU64) -> f64 {

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Time to first token of a long prompt: cold, from the memory pool, and from the disk tier.
+
+For each prompt length it starts `tessera serve --kv-disk DIR` on a fresh directory, sends
+the prompt once (cold: every token computed) and again (a hit in the memory pool), stops the
+server with SIGTERM (full tiles are written to the tier), starts a new server on the same
+directory and sends the prompt a third time (a hit in the disk tier). Each request asks for
+one token; TTFT is measured by the client, and `cached_tokens` is read from the usage.
+
+Usage: scripts/bench_kv_tiers.py --bin target/release/tessera [--model PATH]
+       [--tokens 2000 8000] [--rounds 3]
+Only the standard library is used.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+TEXT = (
+    "The harbour master kept a ledger of every ship that entered the bay: its name, its flag, "
+    "its cargo and the hour of its arrival. Over the years the ledger grew into a history of "
+    "the town itself, of its good seasons and its storms, of the families who built boats and "
+    "the ones who left on them. "
+)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def post(url, body):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def start(bin_, model, port, kv_dir, log):
+    args = [bin_, "serve", "--port", str(port), "--kv-disk", kv_dir, "--kv-memory", "1GiB"]
+    if model:
+        args += ["--model", model]
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return p
+        except Exception:
+            if p.poll() is not None:
+                raise SystemExit("tessera serve exited; see its log")
+            time.sleep(0.2)
+    raise SystemExit("tessera serve did not become healthy")
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
+
+
+def ttft(port, prompt):
+    body = {
+        "prompt": prompt,
+        "max_tokens": 1,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json"},
+    )
+    t0 = time.perf_counter()
+    first = None
+    cached = None
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[5:])
+            if first is None and ev.get("choices"):
+                first = time.perf_counter()
+            if ev.get("usage"):
+                d = ev["usage"].get("prompt_tokens_details") or {}
+                cached = d.get("cached_tokens")
+    return (first or time.perf_counter()) - t0, cached
+
+
+def prompt_of(port, n, tag):
+    text = f"Ledger {tag}. " + TEXT * (n // 40 + 2)
+    ids = post(f"http://127.0.0.1:{port}/tokenize", {"prompt": text})["tokens"]
+    return ids[:n]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--model")
+    ap.add_argument("--tokens", type=int, nargs="+", default=[2000, 8000])
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    log = open(os.path.join(tempfile.gettempdir(), "tessera-bench-kv-tiers.log"), "ab")
+    for n in a.tokens:
+        rows = {"cold": [], "pool hit": [], "disk hit": []}
+        cached = {}
+        for r in range(a.rounds):
+            kv_dir = tempfile.mkdtemp(prefix="tessera-kv-tier-")
+            port = free_port()
+            p = start(a.bin, a.model, port, kv_dir, log)
+            prompt = prompt_of(port, n, f"{n}-{r}-{time.time()}")
+            for name in ("cold", "pool hit"):
+                t, c = ttft(port, prompt)
+                rows[name].append(t)
+                cached[name] = c
+            stop(p)
+            port = free_port()
+            p = start(a.bin, a.model, port, kv_dir, log)
+            t, c = ttft(port, prompt)
+            rows["disk hit"].append(t)
+            cached["disk hit"] = c
+            stop(p)
+            shutil.rmtree(kv_dir, ignore_errors=True)
+        cold = statistics.median(rows["cold"])
+        for name, ts in rows.items():
+            m = statistics.median(ts)
+            print(
+                f"{n} tokens, {name}: TTFT median {m * 1000:.1f} ms ({m / cold:.3f}x cold), "
+                f"cached_tokens {cached[name]}, {len(ts)} runs"
+            )
+
+
+if __name__ == "__main__":
+    main()
