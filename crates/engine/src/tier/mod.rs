@@ -97,7 +97,7 @@ pub enum TierError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{tier}: {0}", tier = .0)]
+    #[error("{0}: {1}")]
     Other(&'static str, String),
 }
 
