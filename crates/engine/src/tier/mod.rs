@@ -16,6 +16,7 @@
 pub mod disk;
 pub mod format;
 pub mod io;
+pub mod redis;
 
 use std::fmt;
 
