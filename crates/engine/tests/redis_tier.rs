@@ -293,3 +293,110 @@ fn tile_put_and_get_times_over_loopback() {
         println!("  {what}: {:7.1} µs/tile {:7.1} MiB/s", per(d), rate(d));
     }
 }
+
+mod through_the_tier_io_thread {
+    //! Two replicas' tier I/O threads over one Redis: what one writes the other finds, verified;
+    //! a value that is not what the asker's tile must be is rejected, and Redis being down
+    //! makes fetches come back empty (the prompt is recomputed), with the fault counted.
+
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use engine::tier::io::FetchJob;
+    use engine::tier::{FetchResult, TierIo, TierTile, TileMeta};
+    use engine::SeqId;
+
+    use super::*;
+
+    const TS: usize = 4;
+
+    fn meta(i: u32) -> TileMeta {
+        TileMeta {
+            key: key(1000 + i),
+            parent: i.checked_sub(1).map(|p| u128::from(p) + 1),
+            tokens: (0..TS as u32).map(|t| i * 100 + t).collect(),
+        }
+    }
+
+    fn replica(url: &str) -> TierIo {
+        let tier = RedisTier::open(url, None).expect("opens");
+        TierIo::start(vec![Box::new(tier)], vec![None], TS).expect("starts the I/O thread")
+    }
+
+    fn fetch(io: &TierIo, blocks: Vec<TileMeta>) -> FetchResult {
+        io.fetch(FetchJob {
+            id: SeqId(7),
+            first_block: 0,
+            blocks: blocks.into_iter().map(|m| vec![m]).collect(),
+        });
+        let t0 = Instant::now();
+        loop {
+            if let Some(r) = io.try_result() {
+                return r;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "no fetch result in 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_prefix_written_by_one_replica_is_loaded_by_another() {
+        let server = RedisServer::start(&[]);
+        let a = replica(&server.url(0));
+        let b = replica(&server.url(0));
+        for i in 0..3 {
+            a.write(TierTile {
+                meta: meta(i),
+                bytes: value(i, TILE),
+            });
+        }
+        // Writes are queued: wait until A has written all three.
+        let t0 = Instant::now();
+        let written = |io: &TierIo| io.stats().tiers[0].bytes_written.load(Relaxed);
+        while written(&a) < 3 * TILE as u64 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "writes not done in 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+
+        // Blocks 0..3 are there, block 3 is not: a run of three.
+        let r = fetch(&b, (0..4).map(meta).collect());
+        assert_eq!(r.first_block, 0);
+        let got: Vec<Option<Vec<u8>>> = r.tiles.into_iter().map(|mut t| t.remove(0)).collect();
+        assert_eq!(
+            got,
+            (0..3).map(|i| Some(value(i, TILE))).collect::<Vec<_>>()
+        );
+        let c = &b.stats().tiers[0];
+        assert_eq!((c.lookups.load(Relaxed), c.hits.load(Relaxed)), (4, 3));
+
+        // Block 1's key asked for with other tokens: rejected, so the run is block 0 alone.
+        let mut wrong = meta(1);
+        wrong.tokens[2] += 1;
+        let r = fetch(&b, vec![meta(0), wrong, meta(2)]);
+        assert_eq!(r.tiles.len(), 1);
+        assert_eq!(c.rejected.load(Relaxed), 1);
+        assert_eq!(c.errors.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn with_redis_down_fetches_come_back_empty_and_the_fault_is_counted() {
+        let port = redis_server::free_port();
+        let io = replica(&format!("redis://127.0.0.1:{port}/0"));
+        io.write(TierTile {
+            meta: meta(0),
+            bytes: value(0, TILE),
+        });
+        let t0 = Instant::now();
+        let r = fetch(&io, (0..2).map(meta).collect());
+        assert!(r.tiles.is_empty());
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        let c = &io.stats().tiers[0];
+        assert!(c.errors.load(Relaxed) >= 1);
+        assert_eq!(c.hits.load(Relaxed), 0);
+    }
+}
