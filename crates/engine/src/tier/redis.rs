@@ -48,7 +48,7 @@ pub struct RedisTier {
     connect_timeout: Duration,
     io_timeout: Duration,
     retry_interval: Duration,
-    conn: Option<redis::Connection>,
+    conn: Option<::redis::Connection>,
     /// No connection attempt before this instant.
     next_attempt: Option<Instant>,
     /// Why the last connection attempt failed, for the errors returned while waiting.
@@ -62,12 +62,13 @@ impl RedisTier {
     /// `None`, stay until Redis evicts them. Fails only on a malformed URL; whether Redis is
     /// up is found out on first use.
     pub fn open(url: &str, ttl: Option<Duration>) -> Result<RedisTier, TierError> {
+        let shown = redacted(url);
         let info = url
             .into_connection_info()
-            .map_err(|e| err(format!("bad URL {url:?}: {e}")))?;
+            .map_err(|e| err(format!("bad URL {shown:?}: {e}")))?;
         let ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
             return Err(err(format!(
-                "bad URL {url:?}: only plain TCP (redis://HOST:PORT/DB) is supported"
+                "bad URL {shown:?}: only plain TCP (redis://HOST:PORT/DB) is supported"
             )));
         };
         let target = format!("{host}:{port}/{}", info.redis_settings().db());
@@ -77,7 +78,7 @@ impl RedisTier {
         let info = info
             .set_tcp_settings(TcpSettings::default().set_nodelay(true))
             .set_redis_settings(redis_settings);
-        let client = Client::open(info).map_err(|e| err(format!("bad URL {url:?}: {e}")))?;
+        let client = Client::open(info).map_err(|e| err(format!("bad URL {shown:?}: {e}")))?;
         Ok(RedisTier {
             client,
             target,
@@ -114,7 +115,7 @@ impl RedisTier {
     }
 
     /// The connection, made now if there is none and the retry interval has passed.
-    fn connection(&mut self) -> Result<&mut redis::Connection, TierError> {
+    fn connection(&mut self) -> Result<&mut ::redis::Connection, TierError> {
         if self.conn.is_none() {
             let now = Instant::now();
             if let Some(at) = self.next_attempt.filter(|&at| now < at) {
@@ -147,7 +148,7 @@ impl RedisTier {
             .ok_or_else(|| err("no connection (unreachable)"))
     }
 
-    fn connect(&self) -> Result<redis::Connection, RedisError> {
+    fn connect(&self) -> Result<::redis::Connection, RedisError> {
         let c = self
             .client
             .get_connection_with_timeout(self.connect_timeout)?;
@@ -157,7 +158,7 @@ impl RedisTier {
     }
 
     /// Runs `cmd` on the connection, with the error handling of the module docs.
-    fn run<T: redis::FromRedisValue>(&mut self, cmd: &Cmd, what: &str) -> Result<T, TierError> {
+    fn run<T: ::redis::FromRedisValue>(&mut self, cmd: &Cmd, what: &str) -> Result<T, TierError> {
         let mut retried = false;
         loop {
             let conn = self.connection()?;
@@ -185,6 +186,14 @@ impl RedisTier {
     }
 }
 
+/// `url` without its user name and password, for messages.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
 /// The Redis key of a tier key.
 pub fn redis_key(key: &TierKey) -> String {
     format!("{KEY_PREFIX}{}", key.hex())
@@ -199,7 +208,7 @@ impl KvTier for RedisTier {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut cmd = redis::cmd("MGET");
+        let mut cmd = ::redis::cmd("MGET");
         for k in keys {
             cmd.arg(redis_key(k));
         }
@@ -215,7 +224,7 @@ impl KvTier for RedisTier {
     }
 
     fn put(&mut self, key: &TierKey, value: &[u8]) -> Result<(), TierError> {
-        let mut cmd = redis::cmd("SET");
+        let mut cmd = ::redis::cmd("SET");
         cmd.arg(redis_key(key)).arg(value);
         if let Some(s) = self.ttl_secs {
             cmd.arg("EX").arg(s);
@@ -254,6 +263,16 @@ mod tests {
                 "{bad:?} must be refused"
             );
         }
+    }
+
+    #[test]
+    fn messages_never_show_the_password() {
+        let e = RedisTier::open("redis://user:s3cret@127.0.0.1:70000/0", None)
+            .err()
+            .expect("port out of range");
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+        assert_eq!(redacted("redis://:pw@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redacted("redis://h:1/0"), "redis://h:1/0");
     }
 
     #[test]
