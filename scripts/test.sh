@@ -2,9 +2,15 @@
 # Runs Tessera's whole test suite: fetches the default model on first use (the golden and
 # end-to-end tests need it), runs the Rust tests of every crate in release mode, then the
 # end-to-end tests (the official `openai` client, curl and a Prometheus parser against
-# `tessera serve`).
+# `tessera serve`). Needs `redis-server` on PATH (Debian: apt-get install redis-server): the
+# Redis tier's tests start their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! command -v redis-server >/dev/null && [[ -z "${TESSERA_REDIS_SERVER:-}" ]]; then
+    echo "scripts/test.sh: redis-server not found; the Redis tier's tests need it" \
+        "(Debian: apt-get install redis-server, or set TESSERA_REDIS_SERVER)" >&2
+    exit 1
+fi
 export TESSERA_MODELS_DIR="${TESSERA_MODELS_DIR:-$PWD/models}"
 cargo build --release --bin tessera
 BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"

@@ -16,6 +16,7 @@
 pub mod disk;
 pub mod format;
 pub mod io;
+pub mod redis;
 
 use std::fmt;
 
@@ -97,7 +98,7 @@ pub enum TierError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{tier}: {0}", tier = .0)]
+    #[error("{0}: {1}")]
     Other(&'static str, String),
 }
 
