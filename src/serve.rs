@@ -98,6 +98,14 @@ pub struct ServeArgs {
     /// Most bytes the --kv-disk directory may hold (least recently used tiles go first).
     #[arg(long, default_value = "8GiB", value_parser = parse_size)]
     kv_disk_size: usize,
+    /// A KV tier in Redis (`redis://HOST:PORT/DB`), asked after --kv-disk: replicas sharing
+    /// one Redis share each other's prefixes. Redis being down costs a recompute, not a
+    /// failure; the tier reconnects when it returns.
+    #[arg(long)]
+    kv_redis: Option<String>,
+    /// Seconds a tile lives in Redis (0: until Redis's maxmemory-policy evicts it).
+    #[arg(long, default_value_t = 0)]
+    kv_redis_ttl: u64,
     /// Write full KV tiles to the tiers as soon as they are computed, not only when evicted
     /// (replicas sharing a tier then find each other's prefixes at once).
     #[arg(long)]
@@ -336,9 +344,9 @@ async fn serve(
 /// The KV tier settings, with the model file's fingerprint (SHA-256 of its bytes) when a tier
 /// is asked for.
 fn kv_tiers(args: &ServeArgs, model: &std::path::Path) -> Result<Option<engine::TierConfig>> {
-    let Some(dir) = &args.kv_disk else {
+    if args.kv_disk.is_none() && args.kv_redis.is_none() {
         return Ok(None);
-    };
+    }
     let t0 = std::time::Instant::now();
     let model_fingerprint = crate::fetch::sha256_file(model)
         .with_context(|| format!("fingerprinting {}", model.display()))?;
@@ -348,7 +356,14 @@ fn kv_tiers(args: &ServeArgs, model: &std::path::Path) -> Result<Option<engine::
     );
     Ok(Some(engine::TierConfig {
         model_fingerprint,
-        disk: Some((dir.clone(), args.kv_disk_size as u64)),
+        disk: args
+            .kv_disk
+            .as_ref()
+            .map(|d| (d.clone(), args.kv_disk_size as u64)),
+        redis: args.kv_redis.as_ref().map(|url| {
+            let ttl = (args.kv_redis_ttl > 0).then(|| Duration::from_secs(args.kv_redis_ttl));
+            (url.clone(), ttl)
+        }),
         write_through: args.kv_tier_write_through,
     }))
 }

@@ -40,6 +40,9 @@ pub struct TierConfig {
     pub model_fingerprint: [u8; 32],
     /// A directory and its size cap in bytes.
     pub disk: Option<(PathBuf, u64)>,
+    /// A Redis server (`redis://HOST:PORT/DB`), asked after the disk, and the time its entries
+    /// live (`None`: until Redis's own eviction policy drops them).
+    pub redis: Option<(String, Option<std::time::Duration>)>,
     /// Write tiles as soon as they are full, not only when evicted (replicas sharing a tier
     /// find each other's prefixes at once).
     pub write_through: bool,
@@ -70,6 +73,11 @@ impl Tiering {
                 disk.bytes() >> 20
             );
             tiers.push(Box::new(disk));
+        }
+        if let Some((url, ttl)) = &cfg.redis {
+            let redis = crate::tier::redis::RedisTier::open(url, *ttl)
+                .map_err(|e| StartError::Tier(e.to_string()))?;
+            tiers.push(Box::new(redis));
         }
         let windows = facts.layout.groups.iter().map(|g| g.window).collect();
         let io =

@@ -3,6 +3,7 @@
 //! tiles of another model, damaged files — the tokens are those of a run without tiers.
 
 mod common;
+mod redis_server;
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -28,6 +29,7 @@ fn cfg(tiles: usize, dir: &std::path::Path, fingerprint: u8) -> EngineConfig {
         kv_tiers: Some(TierConfig {
             model_fingerprint: [fingerprint; 32],
             disk: Some((dir.to_path_buf(), 1 << 30)),
+            redis: None,
             write_through: false,
         }),
         ..fake_config(&model(), TS, tiles)
@@ -141,4 +143,105 @@ fn tiles_of_another_model_or_damaged_files_are_never_used() {
     );
     assert_eq!(stats.imported_tiles.load(Relaxed), 0);
     let _ = std::fs::remove_dir_all(&d);
+}
+
+fn redis_cfg(tiles: usize, url: &str, write_through: bool) -> EngineConfig {
+    EngineConfig {
+        kv_tiers: Some(TierConfig {
+            model_fingerprint: [1; 32],
+            disk: None,
+            redis: Some((url.to_string(), None)),
+            write_through,
+        }),
+        ..fake_config(&model(), TS, tiles)
+    }
+}
+
+/// Runs `reqs` to the end on `h`.
+fn drive(h: &mut Harness<FakeModel>, reqs: &[engine::GenerateRequest]) -> Vec<Outcome> {
+    let ids: Vec<_> = reqs.iter().map(|r| h.submit(r.clone())).collect();
+    let t0 = Instant::now();
+    while h.engine.has_work() {
+        h.step();
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "engine did not finish"
+        );
+    }
+    ids.iter().map(|id| h.outcome(*id).clone()).collect()
+}
+
+#[test]
+fn two_engines_sharing_one_redis_share_a_prefix() {
+    let redis = redis_server::RedisServer::start(&[]);
+    let req = greedy(prompt(31, 150), 6);
+    let want = solo(model, TS, &req).tokens;
+    // A computes the prompt; with write-through its full tiles reach Redis at once.
+    let mut a = Harness::new(
+        model(),
+        tiny_tokenizer(),
+        &redis_cfg(512, &redis.url(0), true),
+    );
+    assert_eq!(drive(&mut a, std::slice::from_ref(&req))[0].tokens, want);
+    // Let A's I/O thread finish its writes (it is a live replica: nothing is flushed).
+    let written = || {
+        a.stats.tiers.get().expect("tiers on").tiers[0]
+            .bytes_written
+            .load(Relaxed)
+    };
+    let t0 = Instant::now();
+    let mut last = 0;
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let w = written();
+        if w > 0 && w == last {
+            break;
+        }
+        last = w;
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "A's writes did not arrive"
+        );
+    }
+    let mut b = Harness::new(
+        model(),
+        tiny_tokenizer(),
+        &redis_cfg(512, &redis.url(0), false),
+    );
+    let out = drive(&mut b, std::slice::from_ref(&req));
+    assert_eq!(out[0].tokens, want);
+    assert_eq!(out[0].finish.expect("finished").1.cached_tokens, 148);
+    let st = b.stats.tiers.get().expect("tiers on");
+    assert!(st.imported_tiles.load(Relaxed) > 0);
+    assert!(st.tiers[0].hits.load(Relaxed) > 0);
+}
+
+#[test]
+fn with_redis_down_requests_are_recomputed_and_the_fault_counted() {
+    let mut redis = redis_server::RedisServer::start(&[]);
+    let url = redis.url(0);
+    redis.kill();
+    let req = greedy(prompt(32, 90), 5);
+    let want = solo(model, TS, &req).tokens;
+    let mut h = Harness::new(model(), tiny_tokenizer(), &redis_cfg(512, &url, true));
+    let out = drive(&mut h, &[req.clone(), greedy(prompt(33, 90), 5)]);
+    assert_eq!(out[0].tokens, want);
+    assert_eq!(out[0].finish.expect("finished").1.cached_tokens, 0);
+    let st = h.stats.tiers.get().expect("tiers on").clone();
+    assert!(st.tiers[0].errors.load(Relaxed) > 0, "the fault is counted");
+    // Redis returns: the tier works again without a restart.
+    redis.restart();
+    let t0 = Instant::now();
+    loop {
+        let again = drive(&mut h, &[greedy(prompt(34, 60), 3)]);
+        assert!(again[0].error.is_none());
+        if st.tiers[0].bytes_written.load(Relaxed) > 0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the tier did not reconnect"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
