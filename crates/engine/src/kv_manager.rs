@@ -88,6 +88,16 @@ pub struct TierWrite {
     pub tokens: Vec<u32>,
 }
 
+/// Which full tile of which prefix a tile holds: its block's chain key, the one before, its
+/// KV group and its token ids.
+#[derive(Clone, Copy, Debug)]
+pub struct TileFacts<'a> {
+    pub chain: PrefixKey,
+    pub parent: Option<PrefixKey>,
+    pub group: usize,
+    pub block: &'a [u32],
+}
+
 /// What the pool holds of a prompt (`KvManager::probe`).
 #[derive(Clone, Debug, Default)]
 pub struct PrefixProbe {
@@ -476,8 +486,13 @@ impl KvManager {
                 }
                 if t != TileId::RELEASED && self.alloc.register(t, group_key(key, g)) {
                     let link = self.expected_link(g, anchor, parent);
-                    let parent_key = i.checked_sub(1).map(|p| seq.chain[p]);
-                    self.note_registered(t, key, parent_key, g, block, link, false);
+                    let facts = TileFacts {
+                        chain: key,
+                        parent: i.checked_sub(1).map(|p| seq.chain[p]),
+                        group: g,
+                        block,
+                    };
+                    self.note_registered(t, &facts, link, false);
                     if self.tier_writes == TierWrites::WriteThrough {
                         self.pending.push(self.tier_write(t));
                         self.written[t.0 as usize] = true;
@@ -487,22 +502,12 @@ impl KvManager {
         }
     }
 
-    /// Records what registered tile `t` holds: its tokens, link, chain keys and group.
-    #[allow(clippy::too_many_arguments)]
-    fn note_registered(
-        &mut self,
-        t: TileId,
-        chain: PrefixKey,
-        parent: Option<PrefixKey>,
-        g: usize,
-        block: &[u32],
-        link: Link,
-        written: bool,
-    ) {
+    /// Records what registered tile `t` holds (`facts`), its link, and whether a tier has it.
+    fn note_registered(&mut self, t: TileId, facts: &TileFacts, link: Link, written: bool) {
         let (i, ts) = (t.0 as usize, self.tile_size);
-        self.tile_tokens[i * ts..(i + 1) * ts].copy_from_slice(block);
+        self.tile_tokens[i * ts..(i + 1) * ts].copy_from_slice(facts.block);
         self.tile_link[i] = link;
-        self.tile_chain[i] = (chain, parent, g as u8);
+        self.tile_chain[i] = (facts.chain, facts.parent, facts.group as u8);
         self.written[i] = written;
     }
 
@@ -570,21 +575,23 @@ impl KvManager {
         self.take_tile()
     }
 
-    /// Registers imported tile `t` — block `block` with chain key `chain` (after `parent`) of
-    /// group `g`, vouched for by `anchor` (its block's group-0 tile; `t` itself in group 0)
-    /// after `parent_anchor` — and leaves it cached. Returns false (and frees `t`) when it
-    /// cannot be registered: its key is already held, or its anchors are not registered.
-    #[allow(clippy::too_many_arguments)]
+    /// Registers imported tile `t` as the tile `facts` describes, vouched for by `anchor` (its
+    /// block's group-0 tile; `t` itself in group 0) after `parent_anchor`, and leaves it
+    /// cached. Returns false (and frees `t`) when it cannot be registered: its key is already
+    /// held, or its anchors are not registered.
     pub fn finish_import(
         &mut self,
         t: TileId,
-        chain: PrefixKey,
-        parent: Option<PrefixKey>,
-        g: usize,
-        block: &[u32],
+        facts: &TileFacts,
         anchor: TileId,
         parent_anchor: Option<TileId>,
     ) -> bool {
+        let TileFacts {
+            chain,
+            parent,
+            group: g,
+            ..
+        } = *facts;
         let vouched =
             |this: &Self, a: TileId, k: PrefixKey| this.alloc.lookup(group_key(k, 0)) == Some(a);
         let parent_ok = match (parent, parent_anchor) {
@@ -596,7 +603,7 @@ impl KvManager {
         let ok = parent_ok && anchor_ok && self.alloc.register(t, group_key(chain, g));
         if ok {
             let link = self.expected_link(g, anchor, parent_anchor);
-            self.note_registered(t, chain, parent, g, block, link, true);
+            self.note_registered(t, facts, link, true);
         }
         self.alloc.release(t);
         ok

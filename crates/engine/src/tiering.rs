@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use crate::engine::Engine;
 use crate::error::StartError;
-use crate::kv_manager::{PrefixProbe, TierWrites};
+use crate::kv_manager::{PrefixProbe, TierWrites, TileFacts};
 use crate::runner::{Runner, RunnerFacts};
 use crate::scheduler::AddError;
 use crate::sequence::{SeqId, Sequence};
@@ -199,8 +199,14 @@ impl<R: Runner> Engine<R> {
                     break 'blocks;
                 }
                 let a = anchor.unwrap_or(tile);
+                let facts = TileFacts {
+                    chain,
+                    parent,
+                    group: g,
+                    block,
+                };
                 let kv = self.sched.kv_mut();
-                if !kv.finish_import(tile, chain, parent, g, block, a, parent_anchor) {
+                if !kv.finish_import(tile, &facts, a, parent_anchor) {
                     if g == 0 {
                         break 'blocks; // nothing after it can be vouched for
                     }

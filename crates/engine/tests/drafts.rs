@@ -18,22 +18,6 @@ fn model() -> FakeModel {
     FakeModel::new(Some(WINDOW))
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 /// Drafts that are right with probability `right_pct` / 100 per token (it knows each
 /// request's solo output), random otherwise, of random lengths up to `max_len`.
 struct TestDrafter {

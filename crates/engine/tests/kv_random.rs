@@ -7,28 +7,16 @@
 //! expect different contents, so a tile handed to two owners fails the check. At the end
 //! everything is freed and nothing may stay in use.
 
+mod common;
+
 use std::collections::HashMap;
+
+use common::Rng;
 
 use engine::kv_manager::{KvManager, SeqTiles};
 use engine::tiles::{TileAllocator, TileId};
 use model::kv::{KvDtype, KvGroup};
 use model::KvLayout;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 #[test]
 fn random_allocator_operations_keep_every_invariant() {

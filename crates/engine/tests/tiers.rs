@@ -45,15 +45,7 @@ fn run_once(
     reqs: &[engine::GenerateRequest],
 ) -> (Vec<Outcome>, u64) {
     let mut h = Harness::new(model(), tiny_tokenizer(), &cfg(tiles, dir, fingerprint));
-    let ids: Vec<_> = reqs.iter().map(|r| h.submit(r.clone())).collect();
-    let t0 = Instant::now();
-    while h.engine.has_work() {
-        h.step();
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "engine did not finish"
-        );
-    }
+    let outs = drive(&mut h, reqs);
     let imported = h
         .stats
         .tiers
@@ -61,10 +53,7 @@ fn run_once(
         .map_or(0, |s| s.imported_tiles.load(Relaxed));
     h.engine
         .close_tiers(Instant::now() + Duration::from_secs(10));
-    (
-        ids.iter().map(|id| h.outcome(*id).clone()).collect(),
-        imported,
-    )
+    (outs, imported)
 }
 
 #[test]

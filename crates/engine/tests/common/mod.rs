@@ -49,6 +49,21 @@ pub fn tiny_tokenizer() -> Tokenizer {
 
 pub const FAKE_KV_DIM: usize = 2;
 
+/// A seeded generator for the randomized tests (SplitMix64).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0.wrapping_sub(0x9E37_79B9_7F4A_7C15))
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
 /// See the module header.
 pub struct FakeModel {
     pub vocab: usize,
