@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Time to first token of a long prompt: cold, from the memory pool, and from the disk tier.
+"""Time to first token of a long prompt: cold, from the memory pool, and from a KV tier.
 
-For each prompt length it starts `tessera serve --kv-disk DIR` on a fresh directory, sends
-the prompt once (cold: every token computed) and again (a hit in the memory pool), stops the
-server with SIGTERM (full tiles are written to the tier), starts a new server on the same
-directory and sends the prompt a third time (a hit in the disk tier). Each request asks for
-one token; TTFT is measured by the client, and `cached_tokens` is read from the usage.
+For each prompt length it starts `tessera serve` with the tier (`--kv-disk DIR` on a fresh
+directory, or `--kv-redis URL` with `--redis URL`), sends the prompt once (cold: every token
+computed) and again (a hit in the memory pool), stops the server with SIGTERM (full tiles are
+written to the tier), starts a new server on the same tier and sends the prompt a third time
+(a hit in the tier). Each request asks for one token; TTFT is measured by the client, and
+`cached_tokens` is read from the usage. With Redis, each round uses a prompt of its own.
 
 Usage: scripts/bench_kv_tiers.py --bin target/release/tessera [--model PATH]
-       [--tokens 2000 8000] [--rounds 3]
+       [--tokens 2000 8000] [--rounds 3] [--redis redis://127.0.0.1:6379/0]
 Only the standard library is used.
 """
 
@@ -46,8 +47,8 @@ def post(url, body):
         return json.loads(r.read())
 
 
-def start(bin_, model, port, kv_dir, log):
-    args = [bin_, "serve", "--port", str(port), "--kv-disk", kv_dir, "--kv-memory", "1GiB"]
+def start(bin_, model, port, tier, log):
+    args = [bin_, "serve", "--port", str(port), "--kv-memory", "1GiB"] + tier
     if model:
         args += ["--model", model]
     p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -109,15 +110,18 @@ def main():
     ap.add_argument("--model")
     ap.add_argument("--tokens", type=int, nargs="+", default=[2000, 8000])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--redis", help="use this Redis as the tier instead of a disk directory")
     a = ap.parse_args()
     log = open(os.path.join(tempfile.gettempdir(), "tessera-bench-kv-tiers.log"), "ab")
     for n in a.tokens:
-        rows = {"cold": [], "pool hit": [], "disk hit": []}
+        hit = "redis hit" if a.redis else "disk hit"
+        rows = {"cold": [], "pool hit": [], hit: []}
         cached = {}
         for r in range(a.rounds):
             kv_dir = tempfile.mkdtemp(prefix="tessera-kv-tier-")
+            tier = ["--kv-redis", a.redis] if a.redis else ["--kv-disk", kv_dir]
             port = free_port()
-            p = start(a.bin, a.model, port, kv_dir, log)
+            p = start(a.bin, a.model, port, tier, log)
             prompt = prompt_of(port, n, f"{n}-{r}-{time.time()}")
             for name in ("cold", "pool hit"):
                 t, c = ttft(port, prompt)
@@ -125,10 +129,10 @@ def main():
                 cached[name] = c
             stop(p)
             port = free_port()
-            p = start(a.bin, a.model, port, kv_dir, log)
+            p = start(a.bin, a.model, port, tier, log)
             t, c = ttft(port, prompt)
-            rows["disk hit"].append(t)
-            cached["disk hit"] = c
+            rows[hit].append(t)
+            cached[hit] = c
             stop(p)
             shutil.rmtree(kv_dir, ignore_errors=True)
         cold = statistics.median(rows["cold"])
