@@ -177,7 +177,10 @@ async fn cors_preflights_need_no_key_and_only_allowed_origins_get_headers() {
         [
             ("origin", origin),
             ("access-control-request-method", "POST"),
-            ("access-control-request-headers", "authorization, content-type"),
+            (
+                "access-control-request-headers",
+                "authorization, content-type",
+            ),
         ]
     };
     let (s, h, _) = send_with(
@@ -191,7 +194,10 @@ async fn cors_preflights_need_no_key_and_only_allowed_origins_get_headers() {
     assert!(s.is_success(), "{s}");
     assert_eq!(h["access-control-allow-origin"], "http://ok.example");
     let allowed_headers = h["access-control-allow-headers"].to_str().expect("ascii");
-    assert!(allowed_headers.contains("authorization"), "{allowed_headers}");
+    assert!(
+        allowed_headers.contains("authorization"),
+        "{allowed_headers}"
+    );
     assert!(h["access-control-allow-methods"]
         .to_str()
         .is_ok_and(|m| m.contains("POST")));
@@ -261,7 +267,10 @@ async fn without_allowed_origins_there_are_no_cors_headers_and_any_origin_is_a_s
         String::new(),
     )
     .await;
-    assert!(!s.is_success(), "no preflight answer without --allowed-origins: {s}");
+    assert!(
+        !s.is_success(),
+        "no preflight answer without --allowed-origins: {s}"
+    );
     let cfg = ServerConfig {
         allowed_origins: vec!["*".into()],
         ..ServerConfig::default()
@@ -299,7 +308,10 @@ async fn without_max_tokens_chat_generates_to_the_end_of_what_the_pool_holds() {
     let app = server::router(state);
     let (_, models) = get(&app, "/v1/models").await;
     let models: Value = serde_json::from_str(&models).expect("json");
-    assert_eq!(models["data"][0]["max_model_len"].as_u64(), Some(limit as u64));
+    assert_eq!(
+        models["data"][0]["max_model_len"].as_u64(),
+        Some(limit as u64)
+    );
     let body = json!({"messages": [{"role": "user", "content": "hi"}], "ignore_eos": true});
     let (s, b) = post(&app, "/v1/chat/completions", &body).await;
     assert_eq!(s, StatusCode::OK, "{b}");
