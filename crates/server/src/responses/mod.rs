@@ -18,8 +18,9 @@ use engine::FinishReason;
 
 use crate::chat_template::Message;
 use crate::error::ApiError;
-use crate::openai::ResponsesRequest;
-use crate::openai::{CommonParams, ContentPart, InputItem, ItemContent, ResponsesInput};
+use crate::openai::{
+    CommonParams, ContentPart, InputItem, ItemContent, ResponsesInput, ResponsesRequest,
+};
 use crate::response::new_id;
 use crate::state::{unix_now, Loaded, ServerConfig};
 use crate::validate::{
