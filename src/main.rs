@@ -25,7 +25,8 @@ struct Cli {
 enum Command {
     /// Generate a continuation of a prompt and stream it to stdout.
     Generate(generate::GenerateArgs),
-    /// Serve the OpenAI-compatible HTTP API (completions, chat, models, tokenize, metrics).
+    /// Serve the OpenAI-compatible HTTP API (completions, chat, responses, models, tokenize,
+    /// metrics).
     Serve(serve::ServeArgs),
     /// Load generator for any OpenAI-compatible server: throughput and TTFT / ITL / E2E percentiles.
     Bench(bench::BenchArgs),

@@ -113,6 +113,18 @@ pub struct ServeArgs {
     /// Largest request body, e.g. 4MiB.
     #[arg(long, default_value = "4MiB", value_parser = parse_size)]
     max_body: usize,
+    /// Names to serve the model under (default: the file name without .gguf). The first is
+    /// the one responses and /v1/models report first; every one is accepted as `model`.
+    #[arg(long, num_args = 1.., value_name = "NAME")]
+    served_model_name: Vec<String>,
+    /// Origins whose browser pages may call the API (CORS), e.g. https://app.example.com, or
+    /// `*` for any. Default: none (no CORS headers). Preflights need no API key.
+    #[arg(long, num_args = 1.., value_name = "ORIGIN", value_parser = server::cors::parse_origin)]
+    allowed_origins: Vec<String>,
+    /// Most /v1/responses results kept in memory for previous_response_id and retrieval (the
+    /// least recently used are dropped first; 0 keeps none).
+    #[arg(long, default_value_t = 1024)]
+    max_stored_responses: usize,
 }
 
 /// Parses sizes like `512MiB`, `2GiB`, `300MB`, `64k` or a plain byte count.
@@ -226,9 +238,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Err(e) = engine_cfg.validate() {
         bail!("{e}");
     }
+    if args.served_model_name.iter().any(|n| n.trim().is_empty()) {
+        bail!("--served-model-name: a name must not be empty");
+    }
     let server_cfg = ServerConfig {
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         body_limit: args.max_body,
+        served_model_names: args.served_model_name.clone(),
+        allowed_origins: args.allowed_origins.clone(),
+        max_stored_responses: args.max_stored_responses,
         ..ServerConfig::default()
     };
     // The HTTP side needs little CPU; the cores belong to the engine's matmul workers.

@@ -5,7 +5,10 @@ The server is started by tests/e2e/run.sh, which sets TESSERA_URL and TESSERA_AP
 
 import json
 import os
+import socket
 import subprocess
+import tempfile
+import time
 
 import openai
 import pytest
@@ -32,6 +35,49 @@ def client(base_url, api_key):
 @pytest.fixture(scope="session")
 def model(client):
     return client.models.list().data[0].id
+
+
+ALIASES = ["tessera-e2e", "tessera-alias"]
+ALLOWED_ORIGIN = "http://allowed.example"
+
+
+@pytest.fixture(scope="session")
+def small_server():
+    """A second server: a 64 MiB KV pool, two served names, one allowed CORS origin and an API
+    key. Yields (base URL, key); stopped with SIGTERM at the end."""
+    binary = os.environ.get("TESSERA_BIN")
+    if not binary:
+        pytest.skip("TESSERA_BIN is not set: run tests/e2e/run.sh")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    key = f"small-{os.getpid()}"
+    model = ["--model", os.environ["TESSERA_MODEL"]] if os.environ.get("TESSERA_MODEL") else []
+    log = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(
+        [binary, "serve", *model, "--port", str(port), "--kv-memory", "64MiB", "--api-key", key,
+         "--served-model-name", *ALIASES, "--allowed-origins", ALLOWED_ORIGIN],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"the second server exited: {log.read()}")
+            status, _ = curl(f"{base}/health", check=False)
+            if status == 200:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the second server never became healthy")
+        yield base, key
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
 
 
 def curl(*args, check=True):

@@ -3,8 +3,9 @@
 # parser) against `tessera serve` on the default model.
 #
 # Builds the release binary, installs the Python clients into .venv/ (git-ignored), starts the
-# server on a free port with an API key, waits for /health, runs pytest, then stops the server
-# with SIGTERM and checks that it exits 0 (graceful shutdown).
+# server on a free port with an API key, waits for /health, runs pytest (some tests start a
+# second server of their own), then stops the server with SIGTERM and checks that it exits 0
+# (graceful shutdown).
 #
 # Environment: TESSERA_BIN (skip the build and use this binary), TESSERA_MODEL (a GGUF file;
 # default: the default model, fetched on first use), CARGO_TARGET_DIR (honoured).
@@ -64,7 +65,10 @@ if ! curl -fsS -o /dev/null "$BASE/health"; then
 fi
 
 set +e
-TESSERA_URL="$BASE" TESSERA_API_KEY="$API_KEY" "$VENV/bin/python" -m pytest -q tests/e2e "$@"
+# TESSERA_BIN lets tests start a second, differently configured server (small KV pool,
+# served names, CORS origins).
+TESSERA_URL="$BASE" TESSERA_API_KEY="$API_KEY" TESSERA_BIN="$TESSERA_BIN" \
+    "$VENV/bin/python" -m pytest -q tests/e2e "$@"
 status=$?
 set -e
 

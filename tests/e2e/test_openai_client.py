@@ -114,7 +114,7 @@ def test_bad_requests_raise_bad_request_error(client, model):
         client.completions.create(model=model, prompt=PROMPT, max_tokens=4, temperature=-1)
     assert e.value.status_code == 400
     assert e.value.body["param"] == "temperature"
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt=PROMPT, max_tokens=4)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=model, messages=[], max_tokens=4)

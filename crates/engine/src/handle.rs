@@ -38,6 +38,10 @@ enum Command {
 #[derive(Clone, Debug)]
 pub struct ModelInfo {
     pub context_length: usize,
+    /// The most tokens (prompt plus output) one sequence can hold: the context length, or less
+    /// when the KV pool cannot hold a whole context for one sequence. Requests past it are
+    /// refused (`Scheduler::check_fits`).
+    pub max_seq_len: usize,
     pub vocab_size: usize,
     pub kv_tiles: usize,
     pub tile_size: usize,
@@ -101,6 +105,7 @@ impl EngineHandle {
                 };
                 let info = ModelInfo {
                     context_length: engine.context_length(),
+                    max_seq_len: engine.scheduler().max_fitting_len(engine.context_length()),
                     vocab_size: engine.vocab_size(),
                     kv_tiles: engine.scheduler().tile_counts().total,
                     tile_size: thread_cfg.tile_size,

@@ -235,6 +235,23 @@ impl Scheduler {
         })
     }
 
+    /// The longest sequence, at most `cap` tokens, that `check_fits` accepts (0 if none).
+    ///
+    /// The tiles a sequence needs never shrink as it grows, so the accepted lengths are a
+    /// prefix of `0..=cap` and a binary search finds its end.
+    pub fn max_fitting_len(&self, cap: usize) -> usize {
+        let (mut lo, mut hi) = (0, cap);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.check_fits(mid).is_ok() {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    }
+
     /// Queues a sequence; refuses one that could never fit the pool.
     pub fn add(&mut self, mut seq: Sequence) -> Result<(), AddError> {
         if seq.tokens.is_empty() {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 use common::*;
-use engine::{EngineConfig, EngineHandle, Event, FinishReason, RequestStream};
+use engine::{EngineConfig, EngineHandle, Event, FinishReason, GenerateRequest, RequestStream};
 
 fn spawn(tiles: usize) -> EngineHandle {
     let mut m = FakeModel::new(Some(10));
@@ -308,4 +308,47 @@ fn an_engine_thread_that_dies_says_so_and_refuses_requests() {
         .expect("engine starts");
     wait_until("the engine thread dies", || !h.is_alive());
     assert!(h.submit(greedy(prompt(1, 4), 2)).is_err());
+}
+
+/// The first event of a submitted request: `Accepted`, or the refusal.
+fn first_event(h: &EngineHandle, req: GenerateRequest) -> Event {
+    let mut s = h.submit(req).expect("queued");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match s.events.try_recv() {
+            Ok(ev) => return ev,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Err(_) => panic!("no event within the deadline"),
+        }
+    }
+}
+
+#[test]
+fn max_seq_len_is_the_longest_sequence_the_pool_accepts() {
+    // Global groups only: a sequence of n tokens holds 3 * ceil(n / 4) tiles, so 30 tiles hold
+    // 40 tokens.
+    let m = FakeModel::new(None);
+    let h = EngineHandle::spawn(fake_config(&m, 4, 30), move || Ok((m, tiny_tokenizer())))
+        .expect("starts");
+    assert_eq!(h.info().max_seq_len, 40);
+    assert_eq!(h.info().context_length, 256);
+    // With sliding windows the windowed groups stop growing: the global one limits, and the
+    // exact bound is what `check_fits` accepts, one more token is refused.
+    let m = FakeModel::new(Some(8));
+    let h = EngineHandle::spawn(fake_config(&m, 4, 60), move || Ok((m, tiny_tokenizer())))
+        .expect("starts");
+    let max = h.info().max_seq_len;
+    assert!(max > 20 && max < 256, "{max}");
+    let fits = greedy(prompt(1, 10), max - 10);
+    assert!(matches!(first_event(&h, fits), Event::Accepted));
+    let too_long = greedy(prompt(2, 10), max - 9);
+    assert!(
+        matches!(first_event(&h, too_long), Event::Error(_)),
+        "{max} + 1 tokens must be refused"
+    );
+    // A pool roomy enough for a whole context reports the context length.
+    let m = FakeModel::new(Some(8));
+    let h = EngineHandle::spawn(fake_config(&m, 4, 4096), move || Ok((m, tiny_tokenizer())))
+        .expect("starts");
+    assert_eq!(h.info().max_seq_len, 256);
 }

@@ -28,6 +28,13 @@ pub enum ApiError {
     /// No such route (404).
     #[error("no route for {0}")]
     NotFound(String),
+    /// No such model or stored response (404, e.g. code `model_not_found`).
+    #[error("{message}")]
+    Missing {
+        message: String,
+        param: Option<String>,
+        code: Option<&'static str>,
+    },
     /// The body is larger than the limit (413).
     #[error("the request body exceeds {limit} bytes")]
     PayloadTooLarge { limit: usize },
@@ -84,7 +91,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound(_) | ApiError::Missing { .. } => StatusCode::NOT_FOUND,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotReady | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
@@ -97,7 +104,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. } => "invalid_request",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::NotFound(_) => "not_found",
+            ApiError::NotFound(_) | ApiError::Missing { .. } => "not_found",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::Overloaded(_) => "overloaded",
             ApiError::NotReady => "not_ready",
@@ -111,6 +118,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest { .. }
             | ApiError::NotFound(_)
+            | ApiError::Missing { .. }
             | ApiError::PayloadTooLarge { .. } => "invalid_request_error",
             ApiError::Unauthorized => "authentication_error",
             ApiError::Overloaded(_) => "rate_limit_error",
@@ -122,7 +130,9 @@ impl ApiError {
     /// The body sent to the client.
     pub fn body(&self) -> ErrorBody {
         let (param, code) = match self {
-            ApiError::BadRequest { param, code, .. } => (param.clone(), *code),
+            ApiError::BadRequest { param, code, .. } | ApiError::Missing { param, code, .. } => {
+                (param.clone(), *code)
+            }
             _ => (None, None),
         };
         let message = match self {
@@ -213,6 +223,11 @@ mod tests {
             ApiError::bad("x"),
             ApiError::Unauthorized,
             ApiError::NotFound("/x".into()),
+            ApiError::Missing {
+                message: "x".into(),
+                param: None,
+                code: None,
+            },
             ApiError::PayloadTooLarge { limit: 1 },
             ApiError::Overloaded("x".into()),
             ApiError::NotReady,

@@ -1,20 +1,24 @@
 //! Tessera's OpenAI-compatible HTTP server (axum).
 //!
-//! One file per concern: `openai` (request shapes), `response` (response shapes, with the
-//! head and `usage` completions and chat share), `validate` (the one place input is checked
-//! and turned into engine requests), `chat_template`, `run` (submitting to the engine,
-//! collecting or merging events), `sse` (streamed responses), `logprobs`, `metrics`
-//! (Prometheus text), `error` (the one `ApiError`), `auth`, `state`, and `routes/` (one file
-//! per route group). The HTTP layer only ever sees a stream of events per request; the engine
+//! One file per concern: `openai` (request shapes), `fields` (which top-level fields a route
+//! accepts), `response` (response shapes, with the head and `usage` completions and chat
+//! share), `validate` (the one place input is checked and turned into engine requests),
+//! `responses/` (the Responses API: its wire format, stream and store), `chat_template`, `run`
+//! (submitting to the engine, collecting or merging events), `sse` (streamed responses),
+//! `logprobs`, `metrics` (Prometheus text), `error` (the one `ApiError`), `auth`, `cors`,
+//! `state`, and `routes/` (one file per route group). The HTTP layer only ever sees a stream of events per request; the engine
 //! thread does the work.
 
 pub mod auth;
 pub mod chat_template;
+pub mod cors;
 pub mod error;
+pub mod fields;
 pub mod logprobs;
 pub mod metrics;
 pub mod openai;
 pub mod response;
+pub mod responses;
 pub mod routes;
 pub mod run;
 pub mod sse;

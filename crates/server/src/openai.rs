@@ -4,8 +4,9 @@
 //! (serde's `flatten` would lose the path of a wrongly typed field, and with it the `param` of
 //! the 400). Types here only describe shapes: every numeric field is taken wide (`i64`, `f64`)
 //! so that an out-of-range value reaches `validate.rs` and gets a precise 400 there, instead of
-//! a generic serde message. Unknown fields are ignored, as OpenAI's API does. Response bodies
-//! are in `response.rs`.
+//! a generic serde message. The fields here are the ones honoured; `fields.rs` decides about
+//! every other top-level field (ignored harmlessly, accepted at a no-op value, or a 400).
+//! Response bodies are in `response.rs` and `responses/wire.rs`.
 
 use std::collections::HashMap;
 
@@ -124,4 +125,51 @@ pub struct TokenizeRequest {
 pub struct DetokenizeRequest {
     pub model: Option<String>,
     pub tokens: Vec<i64>,
+}
+
+/// `POST /v1/responses`.
+#[derive(Debug, Deserialize)]
+pub struct ResponsesRequest {
+    pub model: Option<String>,
+    pub input: Option<ResponsesInput>,
+    /// A system message put first; not carried over to responses that continue this one.
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub stream: Option<bool>,
+    /// Continue the conversation of a stored response.
+    pub previous_response_id: Option<String>,
+    /// Keep the result for `previous_response_id` and retrieval (default true).
+    pub store: Option<bool>,
+    /// Echoed in the response object.
+    pub metadata: Option<HashMap<String, String>>,
+    /// Echoed in the response object.
+    pub user: Option<String>,
+}
+
+/// `input`: text (one user message) or a list of message items.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ResponsesInput {
+    Text(String),
+    Items(Vec<InputItem>),
+}
+
+/// One `input` item. Only messages are supported (`type` absent or `"message"`); their other
+/// fields (`id`, `status`, as in an output item passed back) are ignored.
+#[derive(Debug, Deserialize)]
+pub struct InputItem {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub role: Option<String>,
+    pub content: Option<ItemContent>,
+}
+
+/// A message item's content: text, or parts (`input_text`, `output_text`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ItemContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
 }

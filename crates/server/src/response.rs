@@ -29,7 +29,7 @@ impl Head {
     /// A new response of `model`, its id starting with `prefix` (`cmpl`, `chatcmpl`).
     pub fn new(prefix: &str, model: &str) -> Head {
         Head {
-            id: new_id(prefix),
+            id: new_id(&format!("{prefix}-")),
             created: unix_now(),
             model: model.to_string(),
         }
@@ -48,14 +48,14 @@ impl Head {
     }
 }
 
-/// A response id: the prefix, the time and a process-wide counter (unique per process).
-fn new_id(prefix: &str) -> String {
+/// An object id: the prefix, the time and a process-wide counter (unique per process).
+pub fn new_id(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     format!(
-        "{prefix}-{nanos:x}{:04x}",
+        "{prefix}{nanos:x}{:04x}",
         NEXT.fetch_add(1, Relaxed) & 0xffff
     )
 }

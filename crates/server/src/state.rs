@@ -1,5 +1,5 @@
-//! Shared state of the HTTP layer: settings, the loaded model (absent while it loads) and the
-//! server-side counters.
+//! Shared state of the HTTP layer: settings, the loaded model (absent while it loads), the
+//! server-side counters and the stored `/v1/responses` results.
 //!
 //! The server binds before the model is loaded, so `/health` can honestly answer 503 while
 //! loading; `AppState::set_loaded` flips it once. Everything else about the model (tokenizer,
@@ -15,6 +15,7 @@ use engine::{EngineConfig, EngineHandle};
 
 use crate::chat_template::ChatTemplate;
 use crate::error::{ApiError, ERROR_LABELS};
+use crate::responses::store::ResponseStore;
 
 /// HTTP-layer settings.
 #[derive(Clone, Debug)]
@@ -29,6 +30,15 @@ pub struct ServerConfig {
     pub max_prompts: usize,
     /// Largest `logprobs` / `top_logprobs`.
     pub max_logprobs: usize,
+    /// Names the model is served under (`--served-model-name`): the first is reported in
+    /// responses, every one is accepted as `model`. Empty: the file name without `.gguf`.
+    pub served_model_names: Vec<String>,
+    /// Origins allowed to call the API from a browser (`--allowed-origins`; `*` for any).
+    /// Empty: no CORS headers at all.
+    pub allowed_origins: Vec<String>,
+    /// Most `/v1/responses` results kept for `previous_response_id` and retrieval (the least
+    /// recently used go first).
+    pub max_stored_responses: usize,
 }
 
 impl Default for ServerConfig {
@@ -39,6 +49,9 @@ impl Default for ServerConfig {
             max_n: 16,
             max_prompts: 64,
             max_logprobs: 20,
+            served_model_names: Vec::new(),
+            allowed_origins: Vec::new(),
+            max_stored_responses: 1024,
         }
     }
 }
@@ -46,11 +59,23 @@ impl Default for ServerConfig {
 /// A model ready to serve.
 pub struct Loaded {
     pub engine: EngineHandle,
-    /// The id clients put in `model` (the file name without `.gguf`).
+    /// The name responses report in `model`: the first served name, else the file name
+    /// without `.gguf`.
     pub model_id: String,
+    /// The other names accepted in `model` (the rest of the served names).
+    pub aliases: Vec<String>,
+    /// The file name without `.gguf` (`root` in `/v1/models`, as vLLM's model path).
+    pub root: String,
     pub chat_template: ChatTemplate,
     /// Unix seconds when loading finished (`created` in `/v1/models`).
     pub created: u64,
+}
+
+impl Loaded {
+    /// Every name `model` may hold, the reported one first.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.model_id.as_str()).chain(self.aliases.iter().map(String::as_str))
+    }
 }
 
 /// Loads a GGUF model onto a new engine thread (blocking; call it off the async runtime).
@@ -71,9 +96,11 @@ pub fn load_model(
     })
     .map_err(|e| e.to_string())?;
     tracing::info!(
-        "loaded {} ({arch}, context {}, {} KV tiles of {}, chat template: {})",
+        "loaded {} ({arch}, context {}, max_model_len {} with this KV pool, {} KV tiles of {}, \
+         chat template: {})",
         path.display(),
         engine.info().context_length,
+        engine.info().max_seq_len.min(engine.info().context_length),
         engine.info().kv_tiles,
         engine.info().tile_size,
         chat_template.describe()
@@ -81,6 +108,8 @@ pub fn load_model(
     Ok(Loaded {
         engine,
         model_id: model_id_for(path),
+        aliases: Vec::new(),
+        root: model_id_for(path),
         chat_template,
         created: unix_now(),
     })
@@ -158,6 +187,7 @@ struct Inner {
     config: ServerConfig,
     loaded: OnceLock<Loaded>,
     counters: ServerCounters,
+    responses: ResponseStore,
 }
 
 impl AppState {
@@ -165,6 +195,7 @@ impl AppState {
     pub fn new(config: ServerConfig) -> AppState {
         AppState {
             inner: Arc::new(Inner {
+                responses: ResponseStore::new(config.max_stored_responses),
                 config,
                 loaded: OnceLock::new(),
                 counters: ServerCounters::default(),
@@ -179,8 +210,19 @@ impl AppState {
         s
     }
 
-    /// Publishes the model; a second call is ignored (the first model stays).
-    pub fn set_loaded(&self, loaded: Loaded) {
+    /// Publishes the model under the configured names; a second call is ignored (the first
+    /// model stays).
+    pub fn set_loaded(&self, mut loaded: Loaded) {
+        if let Some((first, rest)) = self.inner.config.served_model_names.split_first() {
+            loaded.model_id = first.clone();
+            loaded.aliases = rest.to_vec();
+        }
+        let names: Vec<&str> = loaded.names().collect();
+        tracing::info!(
+            "serving the model as {} (max_model_len {})",
+            names.join(", "),
+            crate::validate::max_model_len(&loaded)
+        );
         if self.inner.loaded.set(loaded).is_err() {
             tracing::warn!("a model is already loaded; ignoring the second one");
         }
@@ -192,6 +234,11 @@ impl AppState {
 
     pub fn counters(&self) -> &ServerCounters {
         &self.inner.counters
+    }
+
+    /// Stored `/v1/responses` results.
+    pub fn responses(&self) -> &ResponseStore {
+        &self.inner.responses
     }
 
     /// The model, if loaded.

@@ -70,15 +70,25 @@ pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// Checks `model` against the served model's id.
-pub fn check_model(requested: Option<&str>, served: &str) -> Result<(), ApiError> {
+/// Checks `model` against the names the model is served under: an unknown one is a 404
+/// `model_not_found`, as with OpenAI and vLLM. An absent `model` means the served one.
+pub fn check_model(requested: Option<&str>, m: &Loaded) -> Result<(), ApiError> {
     match requested {
-        Some(m) if m != served => Err(ApiError::BadRequest {
-            message: format!("the model `{m}` does not exist; this server serves `{served}`"),
-            param: Some("model".into()),
-            code: Some("model_not_found"),
-        }),
+        Some(r) if !m.names().any(|n| n == r) => Err(model_not_found(r, m)),
         _ => Ok(()),
+    }
+}
+
+/// The 404 for a model this server does not serve.
+pub fn model_not_found(requested: &str, m: &Loaded) -> ApiError {
+    let names: Vec<String> = m.names().map(|n| format!("`{n}`")).collect();
+    ApiError::Missing {
+        message: format!(
+            "the model `{requested}` does not exist; this server serves {}",
+            names.join(", ")
+        ),
+        param: Some("model".into()),
+        code: Some("model_not_found"),
     }
 }
 
@@ -89,7 +99,7 @@ pub fn completion_job(
     m: &Loaded,
     cfg: &ServerConfig,
 ) -> Result<Job, ApiError> {
-    check_model(common.model.as_deref(), &m.model_id)?;
+    check_model(common.model.as_deref(), m)?;
     let echo = req.echo.unwrap_or(false);
     let logprobs = opt_range(req.logprobs, "logprobs", 0, cfg.max_logprobs)?;
     let prompts = completion_prompts(req.prompt, m, cfg)?;
@@ -100,7 +110,13 @@ pub fn completion_job(
             "max_tokens must be at least 1 (0 is only allowed with echo)",
         ));
     }
-    let max_tokens = fit_max_tokens(&prompts, explicit, DEFAULT_COMPLETION_TOKENS, m)?;
+    let max_tokens = fit_max_tokens(
+        &prompts,
+        explicit,
+        DEFAULT_COMPLETION_TOKENS,
+        m,
+        "max_tokens",
+    )?;
     let mut request = common_request(&common, m)?;
     request.max_tokens = max_tokens;
     request.logprobs = logprobs;
@@ -118,7 +134,7 @@ pub fn chat_job(
     m: &Loaded,
     cfg: &ServerConfig,
 ) -> Result<Job, ApiError> {
-    check_model(common.model.as_deref(), &m.model_id)?;
+    check_model(common.model.as_deref(), m)?;
     let messages = req.messages.unwrap_or_default();
     let text = render_chat(&messages, req.add_generation_prompt.unwrap_or(true), m)?;
     let prompt = m.engine.tokenizer().encode(&text, false, true);
@@ -131,8 +147,8 @@ pub fn chat_job(
         "max_tokens"
     };
     let explicit = opt_range(explicit, param, 1, usize::MAX)?;
-    let remaining = m.engine.info().context_length - prompts[0].len();
-    let max_tokens = fit_max_tokens(&prompts, explicit, remaining, m)?;
+    // Without a limit, chat generates to the end of what this sequence can hold (as vLLM).
+    let max_tokens = fit_max_tokens(&prompts, explicit, usize::MAX, m, param)?;
     let top = opt_range(req.top_logprobs, "top_logprobs", 0, cfg.max_logprobs)?;
     let wants_logprobs = req.logprobs.unwrap_or(false);
     if top.is_some() && !wants_logprobs {
@@ -156,6 +172,16 @@ pub fn render_chat(
     if messages.is_empty() {
         return Err(ApiError::invalid("messages", "messages must not be empty"));
     }
+    render_messages(
+        &plain_messages(messages)?,
+        add_generation_prompt,
+        m,
+        "messages",
+    )
+}
+
+/// Chat messages as role and text (only text content parts are accepted).
+fn plain_messages(messages: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
     let mut plain = Vec::with_capacity(messages.len());
     for (i, msg) in messages.iter().enumerate() {
         let content = match &msg.content {
@@ -182,6 +208,16 @@ pub fn render_chat(
             content,
         });
     }
+    Ok(plain)
+}
+
+/// Renders plain messages through the model's chat template (a template error blames `param`).
+pub(crate) fn render_messages(
+    plain: &[Message],
+    add_generation_prompt: bool,
+    m: &Loaded,
+    param: &str,
+) -> Result<String, ApiError> {
     let tok = m.engine.tokenizer();
     let piece = |id: Option<u32>| {
         id.and_then(|i| tok.token_piece(i))
@@ -190,15 +226,15 @@ pub fn render_chat(
     };
     m.chat_template
         .render(
-            &plain,
+            plain,
             add_generation_prompt,
             &piece(tok.bos_id()),
             &piece(tok.eos_id()),
         )
-        .map_err(|e| ApiError::invalid("messages", e.0))
+        .map_err(|e| ApiError::invalid(param, e.0))
 }
 
-fn job(
+pub(crate) fn job(
     prompts: Vec<Vec<u32>>,
     request: GenerateRequest,
     c: &CommonParams,
@@ -270,8 +306,12 @@ fn encode_text(tok: &tokenizer::Tokenizer, text: &str) -> Vec<u32> {
     tok.encode(text, true, true)
 }
 
-fn check_prompt_lengths(prompts: &[Vec<u32>], m: &Loaded, param: &str) -> Result<(), ApiError> {
-    let ctx = m.engine.info().context_length;
+pub(crate) fn check_prompt_lengths(
+    prompts: &[Vec<u32>],
+    m: &Loaded,
+    param: &str,
+) -> Result<(), ApiError> {
+    let ctx = max_model_len(m);
     for p in prompts {
         if p.is_empty() {
             return Err(ApiError::invalid(
@@ -282,8 +322,8 @@ fn check_prompt_lengths(prompts: &[Vec<u32>], m: &Loaded, param: &str) -> Result
         if p.len() >= ctx {
             return Err(ApiError::BadRequest {
                 message: format!(
-                    "this model's maximum context length is {ctx} tokens, and the prompt has {} \
-                     (at least one token must be left to generate)",
+                    "{}, and the prompt has {} (at least one token must be left to generate)",
+                    limit_text(m),
                     p.len()
                 ),
                 param: Some(param.to_string()),
@@ -294,32 +334,54 @@ fn check_prompt_lengths(prompts: &[Vec<u32>], m: &Loaded, param: &str) -> Result
     Ok(())
 }
 
-/// The `max_tokens` to use: an explicit value must fit the context beside every prompt; the
-/// default is cut to what fits.
-fn fit_max_tokens(
+/// The longest sequence (prompt plus output) this server runs: the model's context length, or
+/// less when the KV pool cannot hold a whole context for one sequence (`max_model_len`).
+pub fn max_model_len(m: &Loaded) -> usize {
+    let info = m.engine.info();
+    info.max_seq_len.min(info.context_length)
+}
+
+/// "this model's maximum context length is N tokens", naming the KV pool when it is the limit.
+fn limit_text(m: &Loaded) -> String {
+    let ctx = max_model_len(m);
+    if ctx < m.engine.info().context_length {
+        format!(
+            "this server's maximum context length is {ctx} tokens (what its KV pool holds for \
+             one sequence; the model's own is {})",
+            m.engine.info().context_length
+        )
+    } else {
+        format!("this model's maximum context length is {ctx} tokens")
+    }
+}
+
+/// The `max_tokens` to use: an explicit value must fit beside every prompt within
+/// `max_model_len`; the default is cut to what fits, so a default never causes a refusal.
+pub(crate) fn fit_max_tokens(
     prompts: &[Vec<u32>],
     explicit: Option<usize>,
     default: usize,
     m: &Loaded,
+    param: &str,
 ) -> Result<usize, ApiError> {
-    let ctx = m.engine.info().context_length;
+    let ctx = max_model_len(m);
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     match explicit {
         Some(n) if longest.saturating_add(n) > ctx => Err(ApiError::BadRequest {
             message: format!(
-                "this model's maximum context length is {ctx} tokens; the prompt has {longest} \
-                 and {n} were requested for the completion"
+                "{}; the prompt has {longest} tokens and {n} were requested for the completion",
+                limit_text(m)
             ),
-            param: Some("max_tokens".into()),
+            param: Some(param.into()),
             code: Some("context_length_exceeded"),
         }),
         Some(n) => Ok(n),
-        None => Ok(default.min(ctx - longest)),
+        None => Ok(default.min(ctx.saturating_sub(longest))),
     }
 }
 
 /// Sampling, stops, priority: the fields both routes share.
-fn common_request(c: &CommonParams, m: &Loaded) -> Result<GenerateRequest, ApiError> {
+pub(crate) fn common_request(c: &CommonParams, m: &Loaded) -> Result<GenerateRequest, ApiError> {
     let vocab = m.engine.info().vocab_size;
     let sampling = sampling_params(c, vocab)?;
     let stop_strings = match &c.stop {
@@ -457,7 +519,12 @@ fn in_range(v: Option<f64>, param: &str, lo: f64, hi: f64, default: f64) -> Resu
 }
 
 /// An optional integer in [lo, hi].
-fn opt_range(v: Option<i64>, param: &str, lo: usize, hi: usize) -> Result<Option<usize>, ApiError> {
+pub(crate) fn opt_range(
+    v: Option<i64>,
+    param: &str,
+    lo: usize,
+    hi: usize,
+) -> Result<Option<usize>, ApiError> {
     match v {
         None => Ok(None),
         Some(x) => match usize::try_from(x) {

@@ -11,6 +11,7 @@ use engine::{Event, FinishReason};
 use tokenizer::Tokenizer;
 
 use crate::error::ApiError;
+use crate::fields::{self, struct_fields, Route};
 use crate::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::openai::{ChatRequest, CommonParams};
 use crate::response::{
@@ -35,6 +36,11 @@ pub async fn handle(
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: ChatRequest = parse_body(&bytes)?;
     let common: CommonParams = parse_body(&bytes)?;
+    let honoured = [
+        struct_fields::<CommonParams>(),
+        struct_fields::<ChatRequest>(),
+    ];
+    fields::check(&bytes, Route::Chat, &honoured)?;
     let job = chat_job(req, common, m, state.config())?;
     let tok = m.engine.tokenizer().clone();
     let head = Head::new("chatcmpl", &m.model_id);

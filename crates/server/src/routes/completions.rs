@@ -12,6 +12,7 @@ use engine::{Event, FinishReason, TokenLogprob};
 use tokenizer::Tokenizer;
 
 use crate::error::ApiError;
+use crate::fields::{self, struct_fields, Route};
 use crate::logprobs::Legacy;
 use crate::openai::{CommonParams, CompletionRequest};
 use crate::response::{Body, CompletionChoice, Head, UsageTotals};
@@ -33,6 +34,11 @@ pub async fn handle(
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: CompletionRequest = parse_body(&bytes)?;
     let common: CommonParams = parse_body(&bytes)?;
+    let honoured = [
+        struct_fields::<CommonParams>(),
+        struct_fields::<CompletionRequest>(),
+    ];
+    fields::check(&bytes, Route::Completions, &honoured)?;
     let job = completion_job(req, common, m, state.config())?;
     let tok = m.engine.tokenizer().clone();
     let head = Head::new("cmpl", &m.model_id);

@@ -1,18 +1,19 @@
-//! The small routes: `/health`, `/v1/models`, `/metrics`, and vLLM's `/tokenize` and
+//! The small routes: `/health`, `/v1/models` (and one model by id), `/metrics`, and vLLM's `/tokenize` and
 //! `/detokenize`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use crate::fields::{self, struct_fields, Route};
 use crate::metrics;
 use crate::openai::{DetokenizeRequest, TokenizeRequest};
 use crate::response::{Detokenized, ModelCard, ModelList, Tokenized};
-use crate::state::AppState;
-use crate::validate::{check_model, parse_body, render_chat};
+use crate::state::{AppState, Loaded};
+use crate::validate::{check_model, max_model_len, parse_body, render_chat};
 
 use super::{body_bytes, empty_ok};
 
@@ -25,21 +26,36 @@ pub async fn health(State(state): State<AppState>) -> Result<Response, ApiError>
     Ok(empty_ok())
 }
 
+/// `GET /v1/models`: one card per served name, the reported one first (as vLLM lists its
+/// served model names).
 pub async fn models(State(state): State<AppState>) -> Result<Response, ApiError> {
     let m = state.model()?;
-    let card = ModelCard {
-        id: m.model_id.clone(),
+    let list = ModelList {
+        object: "list",
+        data: m.names().map(|n| card(m, n)).collect(),
+    };
+    Ok(axum::Json(list).into_response())
+}
+
+/// `GET /v1/models/{id}`: the card of a served name, or 404 `model_not_found`.
+pub async fn model(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let m = state.model()?;
+    check_model(Some(&id), m)?;
+    Ok(axum::Json(card(m, &id)).into_response())
+}
+
+fn card(m: &Loaded, name: &str) -> ModelCard {
+    ModelCard {
+        id: name.to_string(),
         object: "model",
         created: m.created,
         owned_by: "tessera",
-        root: m.model_id.clone(),
-        max_model_len: m.engine.info().context_length,
-    };
-    let list = ModelList {
-        object: "list",
-        data: vec![card],
-    };
-    Ok(axum::Json(list).into_response())
+        root: m.root.clone(),
+        max_model_len: max_model_len(m),
+    }
 }
 
 /// Prometheus text format (answers while loading too, with the server-side counters only).
@@ -58,7 +74,9 @@ pub async fn tokenize(
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: TokenizeRequest = parse_body(&bytes)?;
-    check_model(req.model.as_deref(), &m.model_id)?;
+    let honoured = [struct_fields::<TokenizeRequest>()];
+    fields::check(&bytes, Route::Tokenize, &honoured)?;
+    check_model(req.model.as_deref(), m)?;
     let tok = m.engine.tokenizer();
     let tokens = match (req.prompt, req.messages) {
         (Some(p), None) => tok.encode(&p, req.add_special_tokens.unwrap_or(true), true),
@@ -70,7 +88,7 @@ pub async fn tokenize(
     };
     let body = Tokenized {
         count: tokens.len(),
-        max_model_len: m.engine.info().context_length,
+        max_model_len: max_model_len(m),
         tokens,
     };
     Ok(axum::Json(body).into_response())
@@ -84,7 +102,9 @@ pub async fn detokenize(
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: DetokenizeRequest = parse_body(&bytes)?;
-    check_model(req.model.as_deref(), &m.model_id)?;
+    let honoured = [struct_fields::<DetokenizeRequest>()];
+    fields::check(&bytes, Route::Detokenize, &honoured)?;
+    check_model(req.model.as_deref(), m)?;
     let vocab = m.engine.info().vocab_size;
     let mut ids = Vec::with_capacity(req.tokens.len());
     for t in req.tokens {

@@ -1,13 +1,17 @@
 //! The HTTP routes, one file each, and the router that wires them with the cross-cutting
-//! layers: body-size limit, API-key check, and error counting.
+//! layers: body-size limit, API-key check, error counting and CORS.
 //!
-//! Layer order (outermost first): error counting sees every response, including the 401s of
-//! the key check and the 404 fallback; the key check guards the API routes but not `/health`
-//! or `/metrics` (probes and scrapers carry no key, as with vLLM).
+//! Layer order (outermost first): CORS (when origins are allowed) answers preflights before
+//! anything else, so they need no key; error counting sees every other response, including
+//! the 401s of the key check and the 404 fallback; the key check guards the API routes but not
+//! `/health` or `/metrics` (probes and scrapers carry no key, as with vLLM). The OpenAI routes
+//! are served under `/v1` and at the root alike (as llama-server does), so clients configured
+//! with a bare base URL work.
 
 pub mod chat;
 pub mod completions;
 pub mod misc;
+pub mod responses;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -15,7 +19,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 
 use crate::auth::bearer_matches;
@@ -25,21 +29,44 @@ use crate::state::AppState;
 /// The whole application.
 pub fn router(state: AppState) -> Router {
     let limit = state.config().body_limit;
-    let api = Router::new()
-        .route("/v1/completions", post(completions::handle))
-        .route("/v1/chat/completions", post(chat::handle))
-        .route("/v1/models", get(misc::models))
+    let api = openai_routes()
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
-    Router::new()
+    let app = Router::new()
         .route("/health", get(misc::health))
         .route("/metrics", get(misc::metrics))
         .merge(api)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(state.clone(), count_errors))
-        .with_state(state)
+        .with_state(state.clone());
+    match crate::cors::layer(&state.config().allowed_origins) {
+        Some(cors) => app.layer(cors),
+        None => app,
+    }
+}
+
+/// The OpenAI routes, each under `/v1` and at the root.
+fn openai_routes() -> Router<AppState> {
+    let routes: [(&str, MethodRouter<AppState>); 6] = [
+        ("/completions", post(completions::handle)),
+        ("/chat/completions", post(chat::handle)),
+        ("/models", get(misc::models)),
+        ("/models/{id}", get(misc::model)),
+        ("/responses", post(responses::create)),
+        (
+            "/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        ),
+    ];
+    let mut r = Router::new();
+    for (path, handler) in routes {
+        r = r
+            .route(&format!("/v1{path}"), handler.clone())
+            .route(path, handler);
+    }
+    r
 }
 
 async fn not_found(uri: Uri) -> ApiError {

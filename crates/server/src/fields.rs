@@ -1,0 +1,314 @@
+//! Which top-level request fields a route accepts.
+//!
+//! A field Tessera does not honour must not be dropped silently when it changes what the output
+//! means (`response_format`, `tools`, vLLM's `guided_json`, a misspelled `max_token`…): the
+//! client would get an answer that looks right and is not what it asked for. So every top-level
+//! field of a request body is one of:
+//! - honoured: a field of the route's request types in `openai.rs` (read from the types
+//!   themselves, so this list cannot drift from what is parsed);
+//! - accepted and ignored, because it does not change the output: `IGNORED`;
+//! - accepted only at the value that means "nothing" (`response_format: {"type": "text"}`,
+//!   `tools: []`, …): `NO_OP`, refused with a message saying what is unsupported otherwise;
+//! - anything else: a 400 naming it (`param`).
+//!
+//! A `null` value counts as absent (several SDKs send unset fields as `null`).
+
+use serde::de::{self, Deserialize, Deserializer, Visitor};
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::validate::parse_body;
+
+/// Fields accepted and ignored on every route: they do not change the output. `user` and
+/// `safety_identifier` identify end users for abuse monitoring; `metadata` tags a request;
+/// `store` (chat, completions) asks OpenAI to keep the result for its dashboards;
+/// `service_tier` picks a price class; `prompt_cache_key` / `prompt_cache_retention` are
+/// caching hints (Tessera caches prefixes by itself).
+pub const IGNORED: &[&str] = &[
+    "user",
+    "safety_identifier",
+    "metadata",
+    "store",
+    "service_tier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+];
+
+/// A field accepted only at a value that leaves the output as it is.
+struct NoOp {
+    key: &'static str,
+    accepts: fn(&Value) -> bool,
+    /// Why another value is refused.
+    why: &'static str,
+}
+
+const TOOLS: &str = "tool calling is not supported yet (only an empty list, or no tools)";
+const TOOL_CHOICE: &str =
+    "tool calling is not supported yet (only \"none\" or \"auto\" without tools)";
+const FORMAT: &str = "structured output (JSON schema / JSON mode) is not supported yet \
+    (only the plain text format)";
+
+fn is_text_format(v: &Value) -> bool {
+    v.as_object().is_some_and(|o| {
+        o.get("type").and_then(Value::as_str) == Some("text") && o.keys().all(|k| k == "type")
+    })
+}
+
+fn empty_list(v: &Value) -> bool {
+    v.as_array().is_some_and(Vec::is_empty)
+}
+
+fn none_or_auto(v: &Value) -> bool {
+    matches!(v.as_str(), Some("none" | "auto"))
+}
+
+fn any(_: &Value) -> bool {
+    true
+}
+
+/// Chat completions.
+const CHAT_NO_OP: &[NoOp] = &[
+    NoOp {
+        key: "response_format",
+        accepts: is_text_format,
+        why: FORMAT,
+    },
+    NoOp {
+        key: "tools",
+        accepts: empty_list,
+        why: TOOLS,
+    },
+    NoOp {
+        key: "functions",
+        accepts: empty_list,
+        why: TOOLS,
+    },
+    NoOp {
+        key: "tool_choice",
+        accepts: none_or_auto,
+        why: TOOL_CHOICE,
+    },
+    NoOp {
+        key: "function_call",
+        accepts: none_or_auto,
+        why: TOOL_CHOICE,
+    },
+    // Only matters when there are tools, and there are none.
+    NoOp {
+        key: "parallel_tool_calls",
+        accepts: any,
+        why: "",
+    },
+    NoOp {
+        key: "modalities",
+        accepts: |v| v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
+        why: "only text output is supported",
+    },
+];
+
+/// Completions.
+const COMPLETION_NO_OP: &[NoOp] = &[NoOp {
+    key: "best_of",
+    accepts: |v| v.as_i64() == Some(1),
+    why: "best_of is not supported (only 1); use n for several choices",
+}];
+
+/// Responses: `text.format`, `tools`, and the settings that only mean something with tools,
+/// reasoning models or background runs.
+const RESPONSES_NO_OP: &[NoOp] = &[
+    NoOp {
+        key: "text",
+        accepts: |v| {
+            v.as_object().is_some_and(|o| {
+                o.iter()
+                    .all(|(k, f)| k == "format" && (f.is_null() || is_text_format(f)))
+            })
+        },
+        why: FORMAT,
+    },
+    NoOp {
+        key: "tools",
+        accepts: empty_list,
+        why: TOOLS,
+    },
+    NoOp {
+        key: "tool_choice",
+        accepts: none_or_auto,
+        why: TOOL_CHOICE,
+    },
+    NoOp {
+        key: "parallel_tool_calls",
+        accepts: any,
+        why: "",
+    },
+    NoOp {
+        key: "max_tool_calls",
+        accepts: any,
+        why: "",
+    },
+    NoOp {
+        key: "truncation",
+        accepts: |v| v == "disabled",
+        why: "only \"disabled\" is supported (an input too long for the context is refused)",
+    },
+    NoOp {
+        key: "reasoning",
+        accepts: |v| {
+            v.as_object()
+                .is_some_and(|o| o.values().all(Value::is_null))
+        },
+        why: "this model does not reason: reasoning settings are not supported",
+    },
+    NoOp {
+        key: "include",
+        accepts: empty_list,
+        why: "extra output data (`include`) is not supported",
+    },
+    NoOp {
+        key: "background",
+        accepts: |v| v == false,
+        why: "background responses are not supported",
+    },
+    // Obfuscation padding of stream events: no effect on the content.
+    NoOp {
+        key: "stream_options",
+        accepts: any,
+        why: "",
+    },
+];
+
+/// The routes whose bodies are checked, with what each honours beyond its typed fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    Completions,
+    Chat,
+    Responses,
+    Tokenize,
+    Detokenize,
+}
+
+impl Route {
+    fn no_op(self) -> &'static [NoOp] {
+        match self {
+            Route::Chat => CHAT_NO_OP,
+            Route::Completions => COMPLETION_NO_OP,
+            Route::Responses => RESPONSES_NO_OP,
+            Route::Tokenize | Route::Detokenize => &[],
+        }
+    }
+}
+
+/// Refuses a top-level field of `body` that `route` neither honours (`honoured`, the fields of
+/// its request types), nor ignores harmlessly, nor gets at a no-op value.
+pub fn check(body: &[u8], route: Route, honoured: &[&[&str]]) -> Result<(), ApiError> {
+    let map: Map<String, Value> = parse_body(body)?;
+    for (key, value) in &map {
+        if value.is_null()
+            || honoured.iter().any(|h| h.contains(&key.as_str()))
+            || IGNORED.contains(&key.as_str())
+        {
+            continue;
+        }
+        match route.no_op().iter().find(|n| n.key == key) {
+            Some(n) if (n.accepts)(value) => {}
+            Some(n) => return Err(ApiError::invalid(key, format!("`{key}`: {}", n.why))),
+            None => {
+                return Err(ApiError::invalid(
+                    key,
+                    format!(
+                        "unsupported field `{key}`: this server does not honour it, and \
+                         ignoring it could change what the output means"
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The field names of a `#[derive(Deserialize)]` struct, as serde's derive lists them.
+pub fn struct_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    let mut fields: &'static [&'static str] = &[];
+    // The introspector always fails after noting the fields: the error is expected.
+    let _ = T::deserialize(Introspect {
+        fields: &mut fields,
+    });
+    fields
+}
+
+/// A deserializer that only records the field list a struct asks for.
+struct Introspect<'a> {
+    fields: &'a mut &'static [&'static str],
+}
+
+impl<'de> Deserializer<'de> for Introspect<'_> {
+    type Error = de::value::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(de::Error::custom("not a struct"))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        *self.fields = fields;
+        Err(de::Error::custom("fields recorded"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::{ChatRequest, CommonParams};
+
+    fn chat(body: &str) -> Result<(), ApiError> {
+        let common = struct_fields::<CommonParams>();
+        let chat = struct_fields::<ChatRequest>();
+        check(body.as_bytes(), Route::Chat, &[common, chat])
+    }
+
+    fn param(e: ApiError) -> Option<String> {
+        match e {
+            ApiError::BadRequest { param, .. } => param,
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn struct_fields_lists_what_serde_parses() {
+        let f = struct_fields::<CommonParams>();
+        assert!(
+            f.contains(&"max_tokens") && f.contains(&"stream_options"),
+            "{f:?}"
+        );
+        assert!(!f.contains(&"messages"));
+    }
+
+    #[test]
+    fn honoured_ignored_and_no_op_fields_pass_and_the_rest_is_named() {
+        chat(r#"{"messages": [], "max_tokens": 3, "user": "u", "metadata": {"a": "b"}}"#)
+            .expect("honoured and ignored fields pass");
+        chat(r#"{"response_format": {"type": "text"}, "tools": [], "tool_choice": "none"}"#)
+            .expect("no-op values pass");
+        chat(r#"{"tools": null, "response_format": null, "guided_json": null}"#)
+            .expect("null is absent");
+        let e = chat(r#"{"response_format": {"type": "json_object"}}"#).expect_err("refused");
+        assert!(e.to_string().contains("structured output"), "{e}");
+        assert_eq!(param(e), Some("response_format".into()));
+        let e = chat(r#"{"tools": [{"type": "function"}]}"#).expect_err("refused");
+        assert!(e.to_string().contains("tool calling"), "{e}");
+        let e = chat(r#"{"max_token": 5}"#).expect_err("a misspelling is refused");
+        assert_eq!(param(e), Some("max_token".into()));
+        let e = chat(r#"{"guided_json": {}}"#).expect_err("refused");
+        assert_eq!(param(e), Some("guided_json".into()));
+    }
+}
