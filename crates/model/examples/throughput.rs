@@ -138,6 +138,28 @@ fn main() {
             rates[bi].push(tg);
         }
     }
+    report_batches(&args, &rates, &states, &mut results);
+    if let Some(path) = args.json {
+        let body = format!(
+            "{{\"threads\": {}, {}}}\n",
+            args.threads,
+            results.join(", ")
+        );
+        if let Err(e) = std::fs::write(&path, body) {
+            eprintln!("error: writing {path}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Prints each batch size's median rate and, over several rounds, its ratio to batch 1 (also
+/// over the rounds run wholly in each machine state); adds the medians to `results`.
+fn report_batches(
+    args: &Args,
+    rates: &[Vec<f64>],
+    states: &[Vec<Option<bool>>],
+    results: &mut Vec<String>,
+) {
     let one = args.batches.iter().position(|&b| b == 1);
     for (bi, &b) in args.batches.iter().enumerate() {
         let med = median(&rates[bi]);
@@ -171,17 +193,6 @@ fn main() {
                     );
                 }
             }
-        }
-    }
-    if let Some(path) = args.json {
-        let body = format!(
-            "{{\"threads\": {}, {}}}\n",
-            args.threads,
-            results.join(", ")
-        );
-        if let Err(e) = std::fs::write(&path, body) {
-            eprintln!("error: writing {path}: {e}");
-            std::process::exit(1);
         }
     }
 }
