@@ -259,8 +259,8 @@ impl<R: Runner> Engine<R> {
         let (out_len, total_len, max_total) =
             (seq.output().len(), seq.tokens.len(), seq.max_total_len);
         let tokens: Vec<u32> = drawn.iter().map(|d| d.0).collect();
-        // Every drawn token but the last was a drafted token the step computed.
-        self.sched.commit(id, computed + tokens.len() - 1, &tokens);
+        // Send them in order until one ends the request: the tokens after it are not kept.
+        let mut end = None;
         for (i, (token, logprob)) in drawn.into_iter().enumerate() {
             let Some(r) = self.reqs.get_mut(&id) else {
                 return;
@@ -283,9 +283,23 @@ impl<R: Runner> Engine<R> {
             let is_eog = self.tokenizer.is_eog(token);
             match contain(|| r.emit(token, logprob, is_eog, len)) {
                 Ok(None) => {}
-                Ok(Some(reason)) => return self.finish(id, reason),
-                Err(()) => return self.fail_one(id, "detokenizing panicked"),
+                Ok(Some(reason)) => {
+                    end = Some((i + 1, Ok(reason)));
+                    break;
+                }
+                Err(()) => {
+                    end = Some((i + 1, Err(())));
+                    break;
+                }
             }
+        }
+        let kept = end.as_ref().map_or(tokens.len(), |e| e.0);
+        // Every kept token but the last was a drafted token the step computed.
+        self.sched.commit(id, computed + kept - 1, &tokens[..kept]);
+        match end {
+            None => {}
+            Some((_, Ok(reason))) => self.finish(id, reason),
+            Some((_, Err(()))) => self.fail_one(id, "detokenizing panicked"),
         }
     }
 }

@@ -256,3 +256,73 @@ fn a_drafter_that_panics_for_one_request_fails_only_that_request() {
     // but this prompt is chosen so that it does not.
     assert_eq!(o.tokens, solo_out);
 }
+
+#[test]
+fn drafts_leave_logprobs_stop_strings_and_forked_choices_as_they_were() {
+    let with_logprobs = GenerateRequest {
+        logprobs: Some(2),
+        ..sampled(prompt(70, 13), 20, 5)
+    };
+    let tok = tiny_tokenizer();
+    // A stop string taken from the text the request produces without drafts.
+    let plain_text = solo(model, TS, &greedy(prompt(71, 9), 24)).text;
+    let stop: String = plain_text
+        .chars()
+        .skip(plain_text.chars().count() / 2)
+        .take(3)
+        .collect();
+    assert!(!stop.trim().is_empty(), "{plain_text:?}");
+    let with_stop = GenerateRequest {
+        stop_strings: vec![stop],
+        ..greedy(prompt(71, 9), 24)
+    };
+    let group: Vec<GenerateRequest> = (0..3)
+        .map(|j| GenerateRequest {
+            logprobs: Some(1),
+            ..sampled(prompt(72, 11), 12, 40 + j)
+        })
+        .collect();
+    let run = |drafts: Option<&HashMap<SeqId, Vec<u32>>>| {
+        let m = model();
+        let cfg = fake_config(&m, TS, 256);
+        let mut h = Harness::new(m, tok.clone(), &cfg);
+        if let Some(truth) = drafts {
+            h.engine.set_speculation(Speculation {
+                drafter: Box::new(TestDrafter {
+                    rng: Rng(3),
+                    truth: truth.clone(),
+                    right_pct: 80,
+                    max_len: 5,
+                    proposed: Default::default(),
+                }),
+                max_tokens: 5,
+                adaptive: false,
+            });
+        }
+        let mut ids = vec![h.submit(with_logprobs.clone()), h.submit(with_stop.clone())];
+        ids.extend(h.submit_group(group.clone()));
+        h.run();
+        ids.iter()
+            .map(|id| (*id, h.outcome(*id).clone()))
+            .collect::<Vec<_>>()
+    };
+    let plain = run(None);
+    let truth: HashMap<SeqId, Vec<u32>> = plain
+        .iter()
+        .zip([&with_logprobs, &with_stop, &group[0], &group[1], &group[2]])
+        .map(|((id, o), r)| {
+            let mut t = r.prompt.clone();
+            t.extend(&o.tokens);
+            (*id, t)
+        })
+        .collect();
+    let drafted = run(Some(&truth));
+    for ((_, a), (_, b)) in plain.iter().zip(&drafted) {
+        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(a.text, b.text);
+        assert_eq!(a.logprobs, b.logprobs);
+        assert_eq!(a.finish, b.finish);
+        assert!(b.error.is_none());
+    }
+    assert_eq!(drafted[1].1.finish.map(|f| f.0), Some(FinishReason::Stop));
+}
