@@ -4,7 +4,8 @@
 //! head and `usage` completions and chat share), `validate` (the one place input is checked
 //! and turned into engine requests), `chat_template`, `run` (submitting to the engine,
 //! collecting or merging events), `sse` (streamed responses), `logprobs`, `metrics`
-//! (Prometheus text), `error` (the one `ApiError`), `auth`, `state`, and `routes/` (one file
+//! (Prometheus text), `observe` (a span and a log line per request), `telemetry` (the log and
+//! trace pipeline), `error` (the one `ApiError`), `auth`, `state`, and `routes/` (one file
 //! per route group). The HTTP layer only ever sees a stream of events per request; the engine
 //! thread does the work.
 
@@ -13,12 +14,14 @@ pub mod chat_template;
 pub mod error;
 pub mod logprobs;
 pub mod metrics;
+pub mod observe;
 pub mod openai;
 pub mod response;
 pub mod routes;
 pub mod run;
 pub mod sse;
 pub mod state;
+pub mod telemetry;
 pub mod validate;
 
 pub use error::ApiError;

@@ -3,7 +3,8 @@
 //!
 //! Layer order (outermost first): error counting sees every response, including the 401s of
 //! the key check and the 404 fallback; the key check guards the API routes but not `/health`
-//! or `/metrics` (probes and scrapers carry no key, as with vLLM).
+//! or `/metrics` (probes and scrapers carry no key, as with vLLM); every API request, a 401
+//! included, gets a span and a log line (`observe`).
 
 pub mod chat;
 pub mod completions;
@@ -20,6 +21,7 @@ use axum::Router;
 
 use crate::auth::bearer_matches;
 use crate::error::{ApiError, ErrorLabel};
+use crate::observe;
 use crate::state::AppState;
 
 /// The whole application.
@@ -31,7 +33,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/models", get(misc::models))
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            observe::layer,
+        ));
     Router::new()
         .route("/health", get(misc::health))
         .route("/metrics", get(misc::metrics))
