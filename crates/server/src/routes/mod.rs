@@ -3,12 +3,13 @@
 //!
 //! Layer order (outermost first): error counting sees every response, including the 401s of
 //! the key check and the 404 fallback; the key check guards the API routes but not `/health`
-//! or `/metrics` (probes and scrapers carry no key, as with vLLM); every API request, a 401
-//! included, gets a span and a log line (`observe`).
+//! or `/metrics` (probes and scrapers carry no key, as with vLLM), nor the playground page at
+//! `/`; every API request, a 401 included, gets a span and a log line (`observe`).
 
 pub mod chat;
 pub mod completions;
 pub mod misc;
+pub mod playground;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -39,6 +40,7 @@ pub fn router(state: AppState) -> Router {
             observe::layer,
         ));
     Router::new()
+        .route("/", get(playground::page))
         .route("/health", get(misc::health))
         .route("/metrics", get(misc::metrics))
         .merge(api)
