@@ -27,7 +27,6 @@ use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{Status, TraceContextExt};
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing::field::Empty;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -154,7 +153,6 @@ impl RequestTrace {
             "request",
             otel.name = format!("{method} {path}"),
             otel.kind = "server",
-            otel.status_code = Empty,
         );
         let mut trace_id = caller.is_valid().then(|| caller.trace_id().to_string());
         if exporting() {
