@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs Tessera's whole test suite: fetches the default model on first use (the golden and
 # end-to-end tests need it), runs the Rust tests of every crate in release mode, then the
-# end-to-end tests (the official `openai` client, curl and a Prometheus parser against
-# `tessera serve`).
+# end-to-end tests (the official `openai` client, curl, a Prometheus parser, an OTLP receiver
+# and headless Chromium against `tessera serve`; tests/e2e/run.sh installs what they need).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TESSERA_MODELS_DIR="${TESSERA_MODELS_DIR:-$PWD/models}"
