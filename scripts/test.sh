@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs Tessera's whole test suite: fetches the default model on first use (the golden and
 # end-to-end tests need it), runs the Rust tests of every crate in release mode, then the
-# end-to-end tests (the official `openai` client, curl and a Prometheus parser against
-# `tessera serve`). Needs `redis-server` on PATH (Debian: apt-get install redis-server): the
-# Redis tier's tests start their own.
+# end-to-end tests (the official `openai` client, curl, a Prometheus parser, an OTLP receiver
+# and headless Chromium against `tessera serve`; tests/e2e/run.sh installs what they need).
+# Needs `redis-server` (installed here when missing, as root with apt): the Redis tier's tests
+# start their own.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v redis-server >/dev/null && [[ -z "${TESSERA_REDIS_SERVER:-}" ]]; then

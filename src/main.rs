@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use server::telemetry::LogFormat;
 
 #[derive(Parser)]
 #[command(
@@ -49,11 +50,18 @@ fn main() -> Result<()> {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    match cli.command {
+    let (format, otlp) = match &cli.command {
+        Command::Serve(a) => (a.log_format, a.otlp_traces_endpoint.as_deref()),
+        _ => (LogFormat::Human, None),
+    };
+    let telemetry = server::telemetry::init(filter, format, otlp).map_err(anyhow::Error::msg)?;
+    let result = run(cli.command);
+    telemetry.shutdown();
+    result
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Serve(args) => serve::run(args),

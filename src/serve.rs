@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::EngineConfig;
 use model::KvDtype;
+use server::telemetry::LogFormat;
 use server::{AppState, ServerConfig};
 use tokio::sync::watch;
 
@@ -125,6 +126,15 @@ pub struct ServeArgs {
     /// least recently used are dropped first; 0 keeps none).
     #[arg(long, default_value_t = 1024)]
     max_stored_responses: usize,
+    /// Log lines as `human` text or as `json` (one object a line; each finished request gets one
+    /// with its id, trace id, tokens, timings, finish reason and status).
+    #[arg(long, default_value = "human", value_parser = LogFormat::parse)]
+    pub log_format: LogFormat,
+    /// Export a span per request over OTLP (HTTP/protobuf) to this collector, e.g.
+    /// http://localhost:4318 (`/v1/traces` is added to a URL without a path). A request's W3C
+    /// `traceparent` header is continued. Off by default.
+    #[arg(long)]
+    pub otlp_traces_endpoint: Option<String>,
 }
 
 /// Parses sizes like `512MiB`, `2GiB`, `300MB`, `64k` or a plain byte count.

@@ -100,3 +100,79 @@ def curl_json(url, api_key, payload, *extra):
         "-X", "POST", url, "-H", "Content-Type: application/json", *auth, "-d", json.dumps(payload), *extra
     )
     return status, json.loads(body)
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """Another `tessera serve` on a free port (for tests that need other flags than the shared
+    server's), its stderr in a file; stopped with SIGTERM by `stop`."""
+
+    def __init__(self, tmp_path, *flags, env=None):
+        import time
+        import urllib.request
+
+        binary = os.environ.get("TESSERA_BIN")
+        if not binary:
+            pytest.skip("TESSERA_BIN is not set: run tests/e2e/run.sh")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp_path / f"tessera-{self.port}.log"
+        model = ["--model", os.environ["TESSERA_MODEL"]] if os.environ.get("TESSERA_MODEL") else []
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [binary, "serve", *model, "--host", "127.0.0.1", "--port", str(self.port), "--kv-memory", "64MiB",
+             "--max-seqs", "8", "--shutdown-timeout", "5", *flags],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            # Without the shared server's key (serve reads TESSERA_API_KEY).
+            env={**{k: v for k, v in os.environ.items() if k != "TESSERA_API_KEY"}, "RUST_LOG": "info", **(env or {})},
+        )
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, f"tessera serve exited: {self.log_path.read_text()}"
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.3)
+        raise AssertionError(f"tessera serve never became healthy: {self.log_path.read_text()}")
+
+    def post(self, path, payload, headers=None):
+        """POSTs JSON; returns (status, parsed body or the raw text of a stream)."""
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(
+            f"{self.url}{path}",
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                text = r.read().decode()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            text, status = e.read().decode(), e.code
+        return status, (text if payload.get("stream") else json.loads(text))
+
+    def metrics(self):
+        import urllib.request
+
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=30) as r:
+            return r.read().decode()
+
+    def stop(self):
+        """SIGTERM, then the exit status (the server flushes its spans on the way out)."""
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            self.log.close()

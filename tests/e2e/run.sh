@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # End-to-end tests: real clients (the official `openai` package, curl, prometheus_client's
-# parser) against `tessera serve` on the default model.
+# parser, an OTLP receiver on opentelemetry-proto, headless Chromium driven by Playwright)
+# against `tessera serve` on the default model.
 #
-# Builds the release binary, installs the Python clients into .venv/ (git-ignored), starts the
-# server on a free port with an API key, waits for /health, runs pytest (some tests start a
-# second server of their own), then stops the server with SIGTERM and checks that it exits 0
+# Builds the release binary, installs what the tests need when it is missing (Debian's chromium
+# as root; the Python packages into .venv/, git-ignored), starts the server on a free port with
+# an API key, waits for /health, runs pytest (some tests start servers of their own with other
+# flags, from TESSERA_BIN), then stops the server with SIGTERM and checks that it exits 0
 # (graceful shutdown).
 #
 # Environment: TESSERA_BIN (skip the build and use this binary), TESSERA_MODEL (a GGUF file;
@@ -18,14 +20,25 @@ if [[ -z "${TESSERA_BIN:-}" ]]; then
     cargo build --release --bin tessera
     TESSERA_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/tessera"
 fi
+export TESSERA_BIN
+
+# The playground test drives Debian's chromium (Playwright never downloads a browser here).
+if [[ ! -x /usr/bin/chromium ]]; then
+    if [[ "$(id -u)" == 0 ]]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "warning: /usr/bin/chromium is missing (apt-get install chromium); the playground test will fail" >&2
+    fi
+fi
 
 VENV="$ROOT/.venv"
 if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client, playwright, opentelemetry.proto" 2>/dev/null; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        openai pytest prometheus_client
+        openai pytest prometheus_client playwright opentelemetry-proto
 fi
 
 PORT="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

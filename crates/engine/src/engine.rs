@@ -24,7 +24,7 @@ use crate::emit::RequestState;
 use crate::error::StartError;
 use crate::forks::Forks;
 use crate::ngram::NgramDrafter;
-use crate::request::{EngineError, Event, FinishReason, GenerateRequest, Usage};
+use crate::request::{EngineError, Event, FinishReason, GenerateRequest, Timings, Usage};
 use crate::runner::Runner;
 use crate::scheduler::{AddError, Scheduler, StepPlan};
 use crate::sequence::{SeqId, Sequence};
@@ -543,6 +543,8 @@ impl<R: Runner> Engine<R> {
             prompt_tokens,
             completion_tokens,
             cached_tokens,
+            preemptions: seq.as_ref().map_or(0, |s| s.preemptions),
+            timings: Timings::until_now(r.arrived, r.scheduled_at, r.first_token_at),
         };
         let st = &self.stats;
         st.prompt_tokens.fetch_add(prompt_tokens as u64, Relaxed);

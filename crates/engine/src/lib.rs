@@ -41,7 +41,9 @@ pub use cpu_runner::CpuRunner;
 pub use engine::{draft_len, Drafter, Engine, Member, Speculation};
 pub use error::{ConfigError, StartError};
 pub use handle::{EngineHandle, LoadError, ModelInfo, RequestStream};
-pub use request::{EngineError, Event, FinishReason, GenerateRequest, TokenLogprob, Usage};
+pub use request::{
+    EngineError, Event, FinishReason, GenerateRequest, Timings, TokenLogprob, Usage,
+};
 pub use runner::{kv_pool, IntoRunner, KvSpec, Runner, RunnerFacts};
 pub use sequence::SeqId;
 pub use stats::EngineStats;

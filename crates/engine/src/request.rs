@@ -1,6 +1,8 @@
 //! What a client asks of the engine and what it gets back. (The state the engine keeps per
 //! request beside the scheduler's `Sequence` is `emit::RequestState`.)
 
+use std::time::{Duration, Instant};
+
 use model::SamplingParams;
 
 /// A generation request in token space (the server tokenizes).
@@ -59,6 +61,45 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: usize,
+    /// Times the request was preempted (its KV given up and recomputed later).
+    pub preemptions: u32,
+    pub timings: Timings,
+}
+
+/// Where a request's time went, measured on the engine thread from its arrival there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Arrival to first scheduled (None if it never was).
+    pub queue: Option<Duration>,
+    /// Arrival to first generated token (None if it produced none).
+    pub first_token: Option<Duration>,
+    /// Arrival to finish.
+    pub total: Duration,
+}
+
+impl Timings {
+    /// The timings of a request that arrived at `arrived` and finishes now.
+    pub fn until_now(
+        arrived: Instant,
+        scheduled: Option<Instant>,
+        first_token: Option<Instant>,
+    ) -> Timings {
+        Timings {
+            queue: scheduled.map(|t| t.saturating_duration_since(arrived)),
+            first_token: first_token.map(|t| t.saturating_duration_since(arrived)),
+            total: arrived.elapsed(),
+        }
+    }
+
+    /// First scheduled to first token: computing the prompt (and the first draw).
+    pub fn prefill(&self) -> Option<Duration> {
+        Some(self.first_token?.saturating_sub(self.queue?))
+    }
+
+    /// First token to finish: generating the rest.
+    pub fn decode(&self) -> Option<Duration> {
+        Some(self.total.saturating_sub(self.first_token?))
+    }
 }
 
 /// Why the engine refused a request.

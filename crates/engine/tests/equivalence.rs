@@ -116,12 +116,19 @@ fn a_preempted_and_resumed_sequence_gives_the_same_tokens() {
         let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
         let ids: Vec<_> = reqs.iter().map(|r| h.submit(r.clone())).collect();
         h.run();
-        assert!(h.engine.scheduler().preemptions_total() > 0);
+        let total = h.engine.scheduler().preemptions_total();
+        assert!(total > 0);
+        let mut reported = 0;
         for (id, r) in ids.iter().zip(&reqs) {
             let o = h.outcome(*id);
             assert_eq!(o.finish.map(|f| f.0), Some(FinishReason::Length), "{o:?}");
             assert_eq!(o.tokens, solo(model, TS, r).tokens, "caching {caching}");
+            reported += u64::from(o.finish.expect("finished").1.preemptions);
         }
+        assert_eq!(
+            reported, total,
+            "each preemption is reported in its request's usage"
+        );
     }
 }
 

@@ -68,6 +68,11 @@ fn eos_ends_generation_with_stop() {
     assert_eq!(reason, FinishReason::Stop);
     assert_eq!(usage.completion_tokens, 3);
     assert_eq!(usage.prompt_tokens, 10);
+    let t = usage.timings;
+    let (queue, first) = (t.queue.expect("scheduled"), t.first_token.expect("a token"));
+    assert!(queue <= first && first <= t.total, "{t:?}");
+    assert_eq!(t.prefill(), Some(first - queue));
+    assert_eq!(t.decode(), Some(t.total - first));
 
     // With ignore_eos it goes on to max_tokens.
     let id = run_one(&mut h, greedy(start_prompt(start), 20));

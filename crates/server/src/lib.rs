@@ -5,8 +5,10 @@
 //! share), `validate` (the one place input is checked and turned into engine requests),
 //! `responses/` (the Responses API: its wire format, stream and store), `chat_template`, `run`
 //! (submitting to the engine, collecting or merging events), `sse` (streamed responses),
-//! `logprobs`, `metrics` (Prometheus text), `error` (the one `ApiError`), `auth`, `cors`,
-//! `state`, and `routes/` (one file per route group). The HTTP layer only ever sees a stream of events per request; the engine
+//! `logprobs`, `metrics` (Prometheus text), `observe` (a span and a log line per request),
+//! `telemetry` (the log and trace pipeline), `error` (the one `ApiError`), `auth`, `cors`,
+//! `state`, and `routes/` (one file per route group). The HTTP layer only ever sees a stream of
+//! events per request; the engine
 //! thread does the work.
 
 pub mod auth;
@@ -16,6 +18,7 @@ pub mod error;
 pub mod fields;
 pub mod logprobs;
 pub mod metrics;
+pub mod observe;
 pub mod openai;
 pub mod response;
 pub mod responses;
@@ -23,6 +26,7 @@ pub mod routes;
 pub mod run;
 pub mod sse;
 pub mod state;
+pub mod telemetry;
 pub mod validate;
 
 pub use error::ApiError;

@@ -3,10 +3,10 @@
 //!
 //! Everything is read from atomics at scrape time, by one `Collector` over the server state:
 //! the engine's `EngineStats` (requests, tokens, tiles, prefix cache, latency histograms) and
-//! the server's own counters (errors by type). The engine thread owns and updates its atomics
-//! and never waits on a scrape, so there are no registered metric objects to keep in sync: a
-//! scrape builds a registry holding just that collector, which also fixes the order of the
-//! families and of their samples.
+//! the server's own counters (errors by type; request spans exported over OTLP, shown with the
+//! engine's). The engine thread owns and updates its atomics and never waits on a scrape, so
+//! there are no registered metric objects to keep in sync: a scrape builds a registry holding
+//! just that collector, which also fixes the order of the families and of their samples.
 //!
 //! Counters are named without `_total` here; the 0.0.4 encoder appends it to the `# HELP` and
 //! `# TYPE` lines and to the samples alike, as the official Python client writes them. Gauge
@@ -68,6 +68,7 @@ impl Collector for Scrape {
         counter_family(&mut enc, "tessera_request_errors", help, "type", &errors)?;
         if let Some(m) = loaded {
             engine_metrics(&mut enc, m.engine.stats())?;
+            trace_export_counters(&mut enc)?;
         }
         Ok(())
     }
@@ -299,6 +300,28 @@ fn engine_histograms(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Resu
     for (name, help, h) in hists {
         let m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
         Buckets(h).encode(m)?;
+    }
+    Ok(())
+}
+
+/// Request spans exported over OTLP and spans whose export failed (zero with traces off).
+fn trace_export_counters(enc: &mut DescriptorEncoder) -> fmt::Result {
+    let c = crate::telemetry::export_counters();
+    let counters = [
+        (
+            "tessera_otlp_spans_exported",
+            "Request spans sent to the OTLP collector.",
+            &c.exported,
+        ),
+        (
+            "tessera_otlp_spans_failed",
+            "Request spans whose export failed (collector down or refusing); they are dropped.",
+            &c.failed,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(load(v)).encode(m)?;
     }
     Ok(())
 }

@@ -26,10 +26,13 @@ pub struct Head {
 }
 
 impl Head {
-    /// A new response of `model`, its id starting with `prefix` (`cmpl`, `chatcmpl`).
+    /// A new response of `model`, its id starting with `prefix` (`cmpl`, `chatcmpl`); the
+    /// request's trace (`observe`) takes the id too.
     pub fn new(prefix: &str, model: &str) -> Head {
+        let id = new_id(&format!("{prefix}-"));
+        crate::observe::name_response(&id);
         Head {
-            id: new_id(&format!("{prefix}-")),
+            id,
             created: unix_now(),
             model: model.to_string(),
         }

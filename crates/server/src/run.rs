@@ -9,6 +9,9 @@
 //! 200 stream that fails. Dropping what
 //! `start` returns (a client gone, a handler future cancelled) drops the receivers, and the
 //! engine aborts those requests within a step.
+//!
+//! Each choice carries the request's trace (`observe`), if one is current when `start` runs,
+//! and reports its end there; the trace closes when the last choice is dropped.
 
 use std::pin::Pin;
 
@@ -17,6 +20,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::error::ApiError;
+use crate::observe::{self, RequestTrace};
 use crate::validate::Job;
 
 /// One choice in flight.
@@ -27,6 +31,17 @@ pub struct Choice {
     /// nothing else in the same step).
     first: Option<Event>,
     events: UnboundedReceiver<Event>,
+    trace: Option<RequestTrace>,
+}
+
+/// Tells the trace how a choice of prompt `prompt_index` ended, if `ev` ends it.
+fn note(trace: Option<&RequestTrace>, prompt_index: usize, ev: &Event) {
+    let Some(t) = trace else { return };
+    match ev {
+        Event::Finished { reason, usage, .. } => t.finished(prompt_index, *reason, usage),
+        Event::Error(e) => t.failed(&e.to_string()),
+        _ => {}
+    }
 }
 
 /// A generated token as the routes report it.
@@ -51,6 +66,10 @@ pub struct Outcome {
 /// Submits every choice of `job` and waits until each has produced its first event.
 pub async fn start(job: &Job, engine: &EngineHandle) -> Result<Vec<Choice>, ApiError> {
     let mut choices = Vec::with_capacity(job.prompts.len() * job.n);
+    let trace = observe::current();
+    if let Some(t) = &trace {
+        t.begin(job);
+    }
     for p in 0..job.prompts.len() {
         // On refusal, `choices` is dropped and the ones already queued are aborted.
         let streams = engine.submit_group((0..job.n).map(|j| job.request_for(p, j)).collect())?;
@@ -60,6 +79,7 @@ pub async fn start(job: &Job, engine: &EngineHandle) -> Result<Vec<Choice>, ApiE
                 prompt_index: p,
                 first: None,
                 events: s.events,
+                trace: trace.clone(),
             });
         }
     }
@@ -95,6 +115,7 @@ pub async fn collect(mut c: Choice) -> Result<Outcome, ApiError> {
                 .await
                 .ok_or_else(|| ApiError::Internal("engine dropped a request".into()))?,
         };
+        note(c.trace.as_ref(), c.prompt_index, &ev);
         match ev {
             Event::Accepted => {}
             Event::PromptLogprobs(lp) => out.prompt_logprobs = Some(lp),
@@ -131,13 +152,24 @@ pub type Tagged = (usize, Event);
 
 /// All choices' events in arrival order, each tagged with its choice index.
 pub fn merge(choices: Vec<Choice>) -> Pin<Box<dyn Stream<Item = Tagged> + Send>> {
-    let streams = choices.into_iter().map(|mut c| {
-        let index = c.index;
-        let first = stream::iter(c.first.take());
-        let rest = stream::unfold(c.events, |mut rx| async move {
+    let streams = choices.into_iter().map(|c| {
+        let Choice {
+            index,
+            prompt_index,
+            first,
+            events,
+            trace,
+        } = c;
+        let rest = stream::unfold(events, |mut rx| async move {
             rx.recv().await.map(|ev| (ev, rx))
         });
-        first.chain(rest).map(move |ev| (index, ev)).boxed()
+        stream::iter(first)
+            .chain(rest)
+            .map(move |ev| {
+                note(trace.as_ref(), prompt_index, &ev);
+                (index, ev)
+            })
+            .boxed()
     });
     stream::select_all(streams).boxed()
 }

@@ -4,13 +4,15 @@
 //! Layer order (outermost first): CORS (when origins are allowed) answers preflights before
 //! anything else, so they need no key; error counting sees every other response, including
 //! the 401s of the key check and the 404 fallback; the key check guards the API routes but not
-//! `/health` or `/metrics` (probes and scrapers carry no key, as with vLLM). The OpenAI routes
-//! are served under `/v1` and at the root alike (as llama-server does), so clients configured
-//! with a bare base URL work.
+//! `/health`, `/metrics` (probes and scrapers carry no key, as with vLLM) or the playground
+//! page at `/`; every API request, a 401 included, gets a span and a log line (`observe`). The
+//! OpenAI routes are served under `/v1` and at the root alike (as llama-server does), so
+//! clients configured with a bare base URL work.
 
 pub mod chat;
 pub mod completions;
 pub mod misc;
+pub mod playground;
 pub mod responses;
 
 use axum::body::{Body, Bytes};
@@ -24,6 +26,7 @@ use axum::Router;
 
 use crate::auth::bearer_matches;
 use crate::error::{ApiError, ErrorLabel};
+use crate::observe;
 use crate::state::AppState;
 
 /// The whole application.
@@ -32,8 +35,13 @@ pub fn router(state: AppState) -> Router {
     let api = openai_routes()
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_key));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            observe::layer,
+        ));
     let app = Router::new()
+        .route("/", get(playground::page))
         .route("/health", get(misc::health))
         .route("/metrics", get(misc::metrics))
         .merge(api)
