@@ -5,7 +5,9 @@
 //! chunk, the usage chunk when asked, and `data: [DONE]` last. An engine failure after the 200
 //! went out is told in-band: an error body as the next frame, then `[DONE]`. The body is a
 //! pull-driven stream with no task behind it, so a client that disconnects drops the stream,
-//! which drops the engine receivers, which aborts the requests.
+//! which drops the engine receivers, which aborts the requests. The stream is polled with the
+//! request's `guard` context, so a request deadline that passes mid-stream ends it with an
+//! in-band timeout error, and an internal error names the request id.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -14,7 +16,7 @@ use std::pin::Pin;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use engine::Event;
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, Stream};
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -70,9 +72,13 @@ pub fn respond<W: ChunkWriter>(
         include_usage,
         done: false,
     };
-    let body = stream::unfold(state, |mut st| async move {
-        let data = next_frame(&mut st).await?;
-        Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st))
+    let ctx = crate::guard::current();
+    let body = stream::unfold(state, move |mut st| {
+        let ctx = ctx.clone();
+        async move {
+            let data = crate::guard::within(ctx, next_frame(&mut st)).await?;
+            Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st))
+        }
     });
     Sse::new(body)
         .keep_alive(KeepAlive::default())
@@ -95,7 +101,16 @@ async fn next_frame<W: ChunkWriter>(st: &mut State<W>) -> Option<String> {
             st.done = true;
             continue;
         }
-        let Some((index, ev)) = st.events.next().await else {
+        let next = match crate::run::next_before(&mut st.events).await {
+            Ok(next) => next,
+            Err(e) => {
+                st.pending.push_back(error_frame(&e));
+                st.pending.push_back("[DONE]".into());
+                st.done = true;
+                continue;
+            }
+        };
+        let Some((index, ev)) = next else {
             // The engine went away mid-stream: say so in-band, the status is already sent.
             let e = ApiError::Internal("the engine stopped mid-stream".into());
             st.pending.push_back(error_frame(&e));

@@ -9,7 +9,9 @@
 //! `response.failed` when the engine failed). The deltas concatenate to the final text. The
 //! finished response is stored before its terminal event is sent, so a client that chains on
 //! it as soon as it sees the id finds it. Dropping the body (a client gone) drops the engine
-//! receiver, which aborts the request; nothing is stored then.
+//! receiver, which aborts the request; nothing is stored then. The stream is polled with the
+//! request's `guard` context: a request deadline that passes mid-stream fails the response
+//! (`response.failed` with the timeout error).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -18,7 +20,7 @@ use std::pin::Pin;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use engine::Event;
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, Stream};
 
 use crate::error::ApiError;
 use crate::run::Tagged;
@@ -53,9 +55,13 @@ pub fn respond(
         done: false,
     };
     d.opening();
-    let body = stream::unfold(d, |mut d| async move {
-        let ev = d.next_event().await?;
-        Some((Ok::<_, Infallible>(frame(&ev)), d))
+    let ctx = crate::guard::current();
+    let body = stream::unfold(d, move |mut d| {
+        let ctx = ctx.clone();
+        async move {
+            let ev = crate::guard::within(ctx, d.next_event()).await?;
+            Some((Ok::<_, Infallible>(frame(&ev)), d))
+        }
     });
     Sse::new(body)
         .keep_alive(KeepAlive::default())
@@ -186,7 +192,14 @@ impl Driver {
             if self.done {
                 return None;
             }
-            match self.events.next().await.map(|(_, ev)| ev) {
+            let next = match crate::run::next_before(&mut self.events).await {
+                Ok(next) => next,
+                Err(e) => {
+                    self.fail(&e);
+                    continue;
+                }
+            };
+            match next.map(|(_, ev)| ev) {
                 None => self.fail(&ApiError::Internal("the engine stopped mid-stream".into())),
                 Some(Event::Accepted | Event::PromptLogprobs(_)) => {}
                 Some(Event::Token { text, .. }) => self.delta(text),
