@@ -115,7 +115,8 @@ def test_a_half_sent_header_is_disconnected(strict_server):
     assert 1.5 < took < 6, took
 
 
-LONG = {"prompt": "Count from one to ten thousand:", "max_tokens": 4000, "ignore_eos": True}
+# Far longer than 3 s on any CPU this runs on, and within what the 64 MiB pool holds.
+LONG = {"prompt": "Count from one to ten thousand:", "max_tokens": 2000, "ignore_eos": True}
 
 
 def test_a_request_past_its_deadline_is_a_504(strict_server):
@@ -130,13 +131,13 @@ def test_a_request_past_its_deadline_is_a_504(strict_server):
 def test_a_stream_past_its_deadline_ends_with_an_error(strict_server):
     c = openai.OpenAI(base_url=f"{strict_server}/v1", api_key="none", max_retries=0)
     model = c.models.list().data[0].id
-    text = []
     t0 = time.monotonic()
-    with pytest.raises(openai.APIError, match="deadline"):
-        for chunk in c.completions.create(model=model, stream=True, **LONG):
-            text.append(chunk.choices[0].text if chunk.choices else "")
-    assert "".join(text), "the stream had started before the deadline"
-    assert time.monotonic() - t0 < 10
+    stream = c.completions.create(model=model, stream=True, **LONG)  # the 200 is out
+    with pytest.raises(openai.APIError, match="deadline") as e:
+        for _ in stream:
+            pass
+    assert not isinstance(e.value, openai.APIStatusError), "an in-band error, not a status"
+    assert time.monotonic() - t0 < 30
     # The aborted generations give their tiles back.
     for _ in range(50):
         _, metrics = curl(f"{strict_server}/metrics")

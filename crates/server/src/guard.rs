@@ -141,7 +141,8 @@ fn fresh_id() -> String {
     format!("req-{:016x}", h.finish())
 }
 
-fn panic_message(p: &(dyn Any + Send)) -> &str {
+/// The text of a caught panic's payload.
+pub fn panic_message(p: &(dyn Any + Send)) -> &str {
     p.downcast_ref::<&str>()
         .copied()
         .or_else(|| p.downcast_ref::<String>().map(String::as_str))
