@@ -11,16 +11,19 @@
 //! it as soon as it sees the id finds it. Dropping the body (a client gone) drops the engine
 //! receiver, which aborts the request; nothing is stored then. The stream is polled with the
 //! request's `guard` context: a request deadline that passes mid-stream fails the response
-//! (`response.failed` with the timeout error).
+//! (`response.failed` with the timeout error), and so does a panic while making an event
+//! (with an internal error naming the request id).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use engine::Event;
 use futures_util::stream::{self, Stream};
+use futures_util::FutureExt;
 
 use crate::error::ApiError;
 use crate::run::Tagged;
@@ -59,7 +62,17 @@ pub fn respond(
     let body = stream::unfold(d, move |mut d| {
         let ctx = ctx.clone();
         async move {
-            let ev = crate::guard::within(ctx, d.next_event()).await?;
+            let step = AssertUnwindSafe(d.next_event()).catch_unwind();
+            let ev = match crate::guard::within(ctx.clone(), step).await {
+                Ok(ev) => ev?,
+                Err(panic) => {
+                    let what = crate::guard::panic_message(panic.as_ref()).to_string();
+                    let e = ApiError::Internal(format!("a response stream panicked: {what}"));
+                    d.pending.clear();
+                    crate::guard::within(ctx.clone(), async { d.fail(&e) }).await;
+                    crate::guard::within(ctx, d.next_event()).await?
+                }
+            };
             Some((Ok::<_, Infallible>(frame(&ev)), d))
         }
     });
@@ -174,7 +187,8 @@ impl Driver {
 
     fn fail(&mut self, e: &ApiError) {
         if let ApiError::Internal(cause) = e {
-            tracing::error!("internal error: {cause}");
+            let id = crate::guard::request_id();
+            tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
         }
         let obj = self.prep.failed(e);
         self.push(|sequence_number| StreamEvent::Failed {
