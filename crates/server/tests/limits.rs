@@ -302,3 +302,65 @@ async fn health_and_metrics_are_open_unless_protected() {
         assert_eq!(status, 200, "{path}");
     }
 }
+
+#[tokio::test]
+async fn shutdown_lets_the_request_in_flight_finish_and_closes_idle_connections() {
+    let state = state_with(
+        ServerConfig::default(),
+        engine_config(),
+        Some(TEST_TEMPLATE),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(server::serve(listener, state.clone(), async {
+        let _ = stop_rx.await;
+    }));
+
+    let mut idle = TcpStream::connect(addr).await.expect("connect");
+    idle.write_all(get_health()).await.expect("write");
+    assert_eq!(read_response(&mut idle).await.0, 200);
+
+    let prompt: Vec<u32> = (0..60).map(|i| 40 + i % 50).collect();
+    let body = serde_json::json!({"prompt": prompt, "max_tokens": 190, "ignore_eos": true,
+        "stream": true})
+    .to_string();
+    let mut busy = TcpStream::connect(addr).await.expect("connect");
+    busy.write_all(
+        format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("write");
+    let engine = state.loaded().expect("loaded").engine.clone();
+    for _ in 0..500 {
+        if engine
+            .stats()
+            .tiles_in_use
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    stop_tx.send(()).expect("serve is running");
+
+    let (_, closed) = read_until_closed(&mut idle, Duration::from_secs(5)).await;
+    assert!(closed, "an idle connection outlived the shutdown");
+    let (stream, closed) = read_until_closed(&mut busy, Duration::from_secs(30)).await;
+    assert!(closed && stream.contains("data: [DONE]"), "{stream}");
+    assert!(stream.contains("\"finish_reason\":\"length\""), "{stream}");
+    tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("serve returns once the connections are gone")
+        .expect("task")
+        .expect("serve");
+    assert!(TcpStream::connect(addr).await.is_err(), "still accepting");
+}
