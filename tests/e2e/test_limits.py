@@ -132,7 +132,10 @@ def test_a_stream_past_its_deadline_ends_with_an_error(strict_server):
     c = openai.OpenAI(base_url=f"{strict_server}/v1", api_key="none", max_retries=0)
     model = c.models.list().data[0].id
     t0 = time.monotonic()
-    stream = c.completions.create(model=model, stream=True, **LONG)  # the 200 is out
+    stream = c.completions.create(  # the 200 is out
+        model=model, prompt=LONG["prompt"], max_tokens=LONG["max_tokens"], stream=True,
+        extra_body={"ignore_eos": True},
+    )
     with pytest.raises(openai.APIError, match="deadline") as e:
         for _ in stream:
             pass
