@@ -131,8 +131,8 @@ pub struct ServeArgs {
     /// 0 (the default): no deadline.
     #[arg(long, default_value_t = 0, value_name = "SECS")]
     request_timeout: u64,
-    /// Seconds from the first byte of a request head to its last; a client that sends half a
-    /// header and waits is disconnected.
+    /// Seconds from the first byte of a request head to its last, and from a new connection's
+    /// opening to its first byte; a client that sends half a header, or nothing, is disconnected.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     header_read_timeout: u64,
     /// Seconds a client has to send a request's body once its head arrived (408 past it).

@@ -5,13 +5,13 @@
 //!   cap is reached further connections wait in the kernel's accept queue (their handshake
 //!   completes, their request is read when an open connection closes); nothing is refused.
 //! - **Header read timeout** (`header_read_timeout`): from the first byte of a request head to
-//!   its last. A client that sends half a header and waits is disconnected (no response: there
-//!   is no request to answer).
-//! - **Keep-alive idle timeout** (`keep_alive_timeout`): a connection with no request in flight
-//!   and no byte in either direction for that long is closed; a fresh connection that sends
-//!   nothing is idle from its start. A request counts as in flight from its head until its
-//!   response body has been sent (or dropped), so a long generation or a quiet stream is never
-//!   idle.
+//!   its last, and from a new connection's opening to its first byte. A client that sends half a
+//!   header and waits, or connects and sends nothing, is disconnected (no response: there is no
+//!   request to answer), so silent connections cannot hold the connection slots for long.
+//! - **Keep-alive idle timeout** (`keep_alive_timeout`): a connection that has served a request
+//!   and has no request in flight and no byte in either direction for that long is closed. A
+//!   request counts as in flight from its head until its response body has been sent (or
+//!   dropped), so a long generation or a quiet stream is never idle.
 //! - **Graceful shutdown**: when `shutdown` completes the listener closes, every connection
 //!   finishes the request it is serving and closes, idle ones close at once; `serve` returns
 //!   when the last connection is gone (the caller bounds that wait).
@@ -175,6 +175,8 @@ struct Activity {
     head_since: AtomicU64,
     /// Requests whose response body is not finished.
     in_flight: AtomicUsize,
+    /// Requests whose head was read on this connection.
+    served: AtomicUsize,
 }
 
 enum Verdict {
@@ -192,6 +194,7 @@ impl Activity {
             last: AtomicU64::new(0),
             head_since: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
+            served: AtomicUsize::new(0),
         }
     }
 
@@ -216,6 +219,7 @@ impl Activity {
     /// A request's head has been parsed: it is in flight until the guard drops.
     fn begin(self: &Arc<Self>) -> RequestGuard {
         self.in_flight.fetch_add(1, Relaxed);
+        self.served.fetch_add(1, Relaxed);
         self.head_since.store(0, Relaxed);
         RequestGuard(self.clone())
     }
@@ -227,9 +231,12 @@ impl Activity {
             return Verdict::SlowHead;
         }
         let quiet = now.saturating_sub(self.last.load(Relaxed));
-        if head == 0
-            && self.in_flight.load(Relaxed) == 0
-            && quiet >= limits.keep_alive_timeout.as_millis() as u64
+        // A connection that never sent a request waits for its first head, not a keep-alive.
+        let idle_limit = match self.served.load(Relaxed) {
+            0 => limits.header_read_timeout.min(limits.keep_alive_timeout),
+            _ => limits.keep_alive_timeout,
+        };
+        if head == 0 && self.in_flight.load(Relaxed) == 0 && quiet >= idle_limit.as_millis() as u64
         {
             return Verdict::Idle;
         }

@@ -34,7 +34,8 @@ pub struct ServerConfig {
     pub request_timeout: Option<Duration>,
     /// Most connections open at once (more wait in the accept queue).
     pub max_connections: usize,
-    /// Time from the first byte of a request head to its last.
+    /// Time from the first byte of a request head to its last (and from a connection's opening
+    /// to its first byte).
     pub header_read_timeout: Duration,
     /// Time an idle keep-alive connection stays open.
     pub keep_alive_timeout: Duration,
