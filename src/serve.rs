@@ -185,6 +185,37 @@ fn parse_size(s: &str) -> Result<usize, String> {
     Ok(bytes as usize)
 }
 
+/// The HTTP-layer settings from the flags.
+fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
+    if args.served_model_name.iter().any(|n| n.trim().is_empty()) {
+        bail!("--served-model-name: a name must not be empty");
+    }
+    if (args.protect_metrics || args.protect_health)
+        && args.api_key.as_deref().is_none_or(str::is_empty)
+    {
+        bail!("--protect-metrics and --protect-health need --api-key");
+    }
+    Ok(ServerConfig {
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        body_limit: args.max_body,
+        served_model_names: args.served_model_name.clone(),
+        allowed_origins: args.allowed_origins.clone(),
+        max_stored_responses: args.max_stored_responses,
+        request_timeout: (args.request_timeout > 0)
+            .then(|| Duration::from_secs(args.request_timeout)),
+        header_read_timeout: positive_secs("--header-read-timeout", args.header_read_timeout)?,
+        body_read_timeout: positive_secs("--body-read-timeout", args.body_read_timeout)?,
+        keep_alive_timeout: positive_secs("--keep-alive-timeout", args.keep_alive_timeout)?,
+        max_connections: match args.max_connections {
+            0 => bail!("--max-connections must be at least 1"),
+            n => n,
+        },
+        protect_metrics: args.protect_metrics,
+        protect_health: args.protect_health,
+        ..ServerConfig::default()
+    })
+}
+
 /// A timeout flag's value, which must not be 0.
 fn positive_secs(flag: &str, secs: u64) -> Result<Duration> {
     if secs == 0 {
@@ -273,31 +304,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Err(e) = engine_cfg.validate() {
         bail!("{e}");
     }
-    if args.served_model_name.iter().any(|n| n.trim().is_empty()) {
-        bail!("--served-model-name: a name must not be empty");
-    }
-    if (args.protect_metrics || args.protect_health) && args.api_key.is_none() {
-        bail!("--protect-metrics and --protect-health need --api-key");
-    }
-    let server_cfg = ServerConfig {
-        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
-        body_limit: args.max_body,
-        served_model_names: args.served_model_name.clone(),
-        allowed_origins: args.allowed_origins.clone(),
-        max_stored_responses: args.max_stored_responses,
-        request_timeout: (args.request_timeout > 0)
-            .then(|| Duration::from_secs(args.request_timeout)),
-        header_read_timeout: positive_secs("--header-read-timeout", args.header_read_timeout)?,
-        body_read_timeout: positive_secs("--body-read-timeout", args.body_read_timeout)?,
-        keep_alive_timeout: positive_secs("--keep-alive-timeout", args.keep_alive_timeout)?,
-        max_connections: match args.max_connections {
-            0 => bail!("--max-connections must be at least 1"),
-            n => n,
-        },
-        protect_metrics: args.protect_metrics,
-        protect_health: args.protect_health,
-        ..ServerConfig::default()
-    };
+    let server_cfg = server_config(&args)?;
     // The HTTP side needs little CPU; the cores belong to the engine's matmul workers.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
