@@ -339,6 +339,11 @@ class Soak:
             "rss_mib_end": round(rss_end / 1024, 1),
             "rss_mib_max": round(max(k for _, k in self.rss) / 1024, 1) if self.rss else None,
             "rss_drift_mib": round((rss_end - rss_warm) / 1024, 1),
+            # The resident memory as each further tenth of the requests completed.
+            "rss_mib_by_tenth": [
+                round(next((k for d, k in self.rss if d >= self.args.requests * t // 10), rss_end) / 1024, 1)
+                for t in range(1, 11)
+            ],
             "total_seconds": round(time.time() - t0, 1),
         }
         for f in self.failures[:30]:
