@@ -68,7 +68,8 @@ pub struct ServeArgs {
     /// Turn off chunked prefill (a prompt is then prefilled whole in one step).
     #[arg(long)]
     no_chunked_prefill: bool,
-    /// Require `Authorization: Bearer KEY` on the API routes (/health and /metrics stay open).
+    /// Require `Authorization: Bearer KEY` on the API routes (/health and /metrics stay open
+    /// unless --protect-health / --protect-metrics).
     #[arg(long, env = "TESSERA_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
@@ -135,6 +136,32 @@ pub struct ServeArgs {
     /// `traceparent` header is continued. Off by default.
     #[arg(long)]
     pub otlp_traces_endpoint: Option<String>,
+    /// Seconds a request may take from its arrival to its last byte; past it a whole response
+    /// is answered 504 and a stream ends with an in-band error, and the generation is aborted.
+    /// 0 (the default): no deadline.
+    #[arg(long, default_value_t = 0, value_name = "SECS")]
+    request_timeout: u64,
+    /// Seconds from the first byte of a request head to its last, and from a new connection's
+    /// opening to its first byte; a client that sends half a header, or nothing, is disconnected.
+    #[arg(long, default_value_t = 10, value_name = "SECS")]
+    header_read_timeout: u64,
+    /// Seconds a client has to send a request's body once its head arrived (408 past it).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    body_read_timeout: u64,
+    /// Seconds an idle keep-alive connection stays open (above the usual 60 s idle timeout of
+    /// load balancers, so they close first).
+    #[arg(long, default_value_t = 75, value_name = "SECS")]
+    keep_alive_timeout: u64,
+    /// Most connections open at once; further ones wait in the listen queue until one closes
+    /// (none is refused). Keep it under the open-file limit (ulimit -n).
+    #[arg(long, default_value_t = 512)]
+    max_connections: usize,
+    /// Require the API key on /metrics too (with --api-key).
+    #[arg(long)]
+    protect_metrics: bool,
+    /// Require the API key on /health too (with --api-key; probes must then send it).
+    #[arg(long)]
+    protect_health: bool,
 }
 
 /// Parses sizes like `512MiB`, `2GiB`, `300MB`, `64k` or a plain byte count.
@@ -166,6 +193,45 @@ fn parse_size(s: &str) -> Result<usize, String> {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(bytes as usize)
+}
+
+/// The HTTP-layer settings from the flags.
+fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
+    if args.served_model_name.iter().any(|n| n.trim().is_empty()) {
+        bail!("--served-model-name: a name must not be empty");
+    }
+    if (args.protect_metrics || args.protect_health)
+        && args.api_key.as_deref().is_none_or(str::is_empty)
+    {
+        bail!("--protect-metrics and --protect-health need --api-key");
+    }
+    Ok(ServerConfig {
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        body_limit: args.max_body,
+        served_model_names: args.served_model_name.clone(),
+        allowed_origins: args.allowed_origins.clone(),
+        max_stored_responses: args.max_stored_responses,
+        request_timeout: (args.request_timeout > 0)
+            .then(|| Duration::from_secs(args.request_timeout)),
+        header_read_timeout: positive_secs("--header-read-timeout", args.header_read_timeout)?,
+        body_read_timeout: positive_secs("--body-read-timeout", args.body_read_timeout)?,
+        keep_alive_timeout: positive_secs("--keep-alive-timeout", args.keep_alive_timeout)?,
+        max_connections: match args.max_connections {
+            0 => bail!("--max-connections must be at least 1"),
+            n => n,
+        },
+        protect_metrics: args.protect_metrics,
+        protect_health: args.protect_health,
+        ..ServerConfig::default()
+    })
+}
+
+/// A timeout flag's value, which must not be 0.
+fn positive_secs(flag: &str, secs: u64) -> Result<Duration> {
+    if secs == 0 {
+        bail!("{flag} must be at least 1 second");
+    }
+    Ok(Duration::from_secs(secs))
 }
 
 fn parse_kv_dtype(s: &str) -> Result<KvDtype, String> {
@@ -248,17 +314,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     if let Err(e) = engine_cfg.validate() {
         bail!("{e}");
     }
-    if args.served_model_name.iter().any(|n| n.trim().is_empty()) {
-        bail!("--served-model-name: a name must not be empty");
-    }
-    let server_cfg = ServerConfig {
-        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
-        body_limit: args.max_body,
-        served_model_names: args.served_model_name.clone(),
-        allowed_origins: args.allowed_origins.clone(),
-        max_stored_responses: args.max_stored_responses,
-        ..ServerConfig::default()
-    };
+    let server_cfg = server_config(&args)?;
     // The HTTP side needs little CPU; the cores belong to the engine's matmul workers.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -6,8 +6,9 @@
 # Builds the release binary, installs what the tests need when it is missing (Debian's chromium
 # as root; the Python packages into .venv/, git-ignored), starts the server on a free port with
 # an API key, waits for /health, runs pytest (some tests start servers of their own with other
-# flags, from TESSERA_BIN), then stops the server with SIGTERM and checks that it exits 0
-# (graceful shutdown).
+# flags, from TESSERA_BIN), runs a short chaos soak (scripts/soak.sh --requests 300, on a server
+# of its own), then stops the server with SIGTERM and checks that it exits 0 (graceful
+# shutdown).
 #
 # Environment: TESSERA_BIN (skip the build and use this binary), TESSERA_MODEL (a GGUF file;
 # default: the default model, fetched on first use), CARGO_TARGET_DIR (honoured).
@@ -83,6 +84,8 @@ set +e
 TESSERA_URL="$BASE" TESSERA_API_KEY="$API_KEY" TESSERA_BIN="$TESSERA_BIN" \
     "$VENV/bin/python" -m pytest -q tests/e2e "$@"
 status=$?
+# A short chaos soak on a server of its own (the full one is scripts/soak.sh alone).
+TESSERA_BIN="$TESSERA_BIN" scripts/soak.sh --requests "${SOAK_REQUESTS:-300}" || status=1
 set -e
 
 # Graceful shutdown: a request in flight when SIGTERM arrives still completes, no new

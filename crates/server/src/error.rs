@@ -47,6 +47,12 @@ pub enum ApiError {
     /// The server is shutting down (503).
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The body did not arrive within `--body-read-timeout` (408).
+    #[error("the request body did not arrive within {secs} s")]
+    BodyTimeout { secs: u64 },
+    /// The request did not finish within `--request-timeout` (504).
+    #[error("the request did not finish within the server's {secs} s deadline")]
+    Timeout { secs: u64 },
     /// A bug or an engine failure (500); the cause is logged, not sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -65,6 +71,7 @@ pub const ERROR_LABELS: &[&str] = &[
     "overloaded",
     "not_ready",
     "shutting_down",
+    "timeout",
     "internal",
 ];
 
@@ -95,6 +102,8 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Overloaded(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::NotReady | ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Timeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -109,6 +118,7 @@ impl ApiError {
             ApiError::Overloaded(_) => "overloaded",
             ApiError::NotReady => "not_ready",
             ApiError::ShuttingDown => "shutting_down",
+            ApiError::BodyTimeout { .. } | ApiError::Timeout { .. } => "timeout",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -123,6 +133,7 @@ impl ApiError {
             ApiError::Unauthorized => "authentication_error",
             ApiError::Overloaded(_) => "rate_limit_error",
             ApiError::NotReady | ApiError::ShuttingDown => "service_unavailable",
+            ApiError::BodyTimeout { .. } | ApiError::Timeout { .. } => "timeout_error",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -135,9 +146,10 @@ impl ApiError {
             }
             _ => (None, None),
         };
-        let message = match self {
-            ApiError::Internal(_) => "internal error".to_string(),
-            other => other.to_string(),
+        let message = match (self, crate::guard::request_id()) {
+            (ApiError::Internal(_), Some(id)) => format!("internal error (request id {id})"),
+            (ApiError::Internal(_), None) => "internal error".to_string(),
+            (other, _) => other.to_string(),
         };
         ErrorBody {
             error: ErrorDetail {
@@ -180,7 +192,8 @@ impl From<EngineError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Internal(cause) = &self {
-            tracing::error!("internal error: {cause}");
+            let id = crate::guard::request_id();
+            tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
         }
         let mut resp = (self.status(), axum::Json(self.body())).into_response();
         if matches!(self, ApiError::Overloaded(_)) {
@@ -232,6 +245,8 @@ mod tests {
             ApiError::Overloaded("x".into()),
             ApiError::NotReady,
             ApiError::ShuttingDown,
+            ApiError::BodyTimeout { secs: 1 },
+            ApiError::Timeout { secs: 1 },
             ApiError::Internal("x".into()),
         ];
         for e in all {

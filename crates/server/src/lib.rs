@@ -7,8 +7,9 @@
 //! (submitting to the engine, collecting or merging events), `sse` (streamed responses),
 //! `logprobs`, `metrics` (Prometheus text), `observe` (a span and a log line per request),
 //! `telemetry` (the log and trace pipeline), `error` (the one `ApiError`), `auth`, `cors`,
-//! `state`, and `routes/` (one file per route group). The HTTP layer only ever sees a stream of
-//! events per request; the engine
+//! `state`, `guard` (per-request id, body limit, deadline and panic containment), `http` (the
+//! accept loop with the connection limits), and `routes/` (one file per route group). The HTTP
+//! layer only ever sees a stream of events per request; the engine
 //! thread does the work.
 
 pub mod auth;
@@ -16,6 +17,8 @@ pub mod chat_template;
 pub mod cors;
 pub mod error;
 pub mod fields;
+pub mod guard;
+pub mod http;
 pub mod logprobs;
 pub mod metrics;
 pub mod observe;
@@ -30,17 +33,6 @@ pub mod telemetry;
 pub mod validate;
 
 pub use error::ApiError;
+pub use http::serve;
 pub use routes::router;
 pub use state::{load_model, AppState, Loaded, ServerConfig};
-
-/// Serves the application on `listener` until `shutdown` completes, then waits for open
-/// connections to finish (graceful shutdown).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-}

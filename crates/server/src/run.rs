@@ -150,6 +150,21 @@ pub async fn collect_all(choices: Vec<Choice>) -> Result<Vec<Outcome>, ApiError>
 /// One event of one choice, as merged for streaming.
 pub type Tagged = (usize, Event);
 
+/// The next merged event, `None` when every choice's stream has ended, or the `Timeout` error
+/// once the current request's deadline (`guard::deadline`) has passed.
+pub async fn next_before(
+    events: &mut Pin<Box<dyn Stream<Item = Tagged> + Send>>,
+) -> Result<Option<Tagged>, ApiError> {
+    match crate::guard::deadline() {
+        Some((at, timeout)) => tokio::time::timeout_at(at, events.next())
+            .await
+            .map_err(|_| ApiError::Timeout {
+                secs: timeout.as_secs(),
+            }),
+        None => Ok(events.next().await),
+    }
+}
+
 /// All choices' events in arrival order, each tagged with its choice index.
 pub fn merge(choices: Vec<Choice>) -> Pin<Box<dyn Stream<Item = Tagged> + Send>> {
     let streams = choices.into_iter().map(|c| {

@@ -5,16 +5,22 @@
 //! chunk, the usage chunk when asked, and `data: [DONE]` last. An engine failure after the 200
 //! went out is told in-band: an error body as the next frame, then `[DONE]`. The body is a
 //! pull-driven stream with no task behind it, so a client that disconnects drops the stream,
-//! which drops the engine receivers, which aborts the requests.
+//! which drops the engine receivers, which aborts the requests. The stream is polled with the
+//! request's `guard` context, so a request deadline that passes mid-stream ends it with an
+//! in-band timeout error, an internal error names the request id, and a panic while making a
+//! frame (in a route's `ChunkWriter`) ends the stream with an in-band internal error instead of
+//! cutting the connection.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use engine::Event;
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, Stream};
+use futures_util::FutureExt;
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -70,13 +76,36 @@ pub fn respond<W: ChunkWriter>(
         include_usage,
         done: false,
     };
-    let body = stream::unfold(state, |mut st| async move {
-        let data = next_frame(&mut st).await?;
-        Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st))
+    let ctx = crate::guard::current();
+    let body = stream::unfold(state, move |mut st| {
+        let ctx = ctx.clone();
+        async move {
+            let step = AssertUnwindSafe(next_frame(&mut st)).catch_unwind();
+            let data = match crate::guard::within(ctx.clone(), step).await {
+                Ok(data) => data?,
+                Err(panic) => {
+                    let what = crate::guard::panic_message(panic.as_ref()).to_string();
+                    st.pending = VecDeque::from(["[DONE]".to_string()]);
+                    st.done = true;
+                    let e = ApiError::Internal(format!("a stream panicked: {what}"));
+                    crate::guard::within(ctx, async { log_and_frame(&e) }).await
+                }
+            };
+            Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st))
+        }
     });
     Sse::new(body)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// An internal error's frame, its cause logged (with the request id when in scope).
+fn log_and_frame(e: &ApiError) -> String {
+    if let ApiError::Internal(cause) = e {
+        let id = crate::guard::request_id();
+        tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
+    }
+    error_frame(e)
 }
 
 async fn next_frame<W: ChunkWriter>(st: &mut State<W>) -> Option<String> {
@@ -95,7 +124,16 @@ async fn next_frame<W: ChunkWriter>(st: &mut State<W>) -> Option<String> {
             st.done = true;
             continue;
         }
-        let Some((index, ev)) = st.events.next().await else {
+        let next = match crate::run::next_before(&mut st.events).await {
+            Ok(next) => next,
+            Err(e) => {
+                st.pending.push_back(error_frame(&e));
+                st.pending.push_back("[DONE]".into());
+                st.done = true;
+                continue;
+            }
+        };
+        let Some((index, ev)) = next else {
             // The engine went away mid-stream: say so in-band, the status is already sent.
             let e = ApiError::Internal("the engine stopped mid-stream".into());
             st.pending.push_back(error_frame(&e));
@@ -105,7 +143,7 @@ async fn next_frame<W: ChunkWriter>(st: &mut State<W>) -> Option<String> {
         };
         if let Event::Error(e) = ev {
             let e: ApiError = e.into();
-            st.pending.push_back(error_frame(&e));
+            st.pending.push_back(log_and_frame(&e));
             st.pending.push_back("[DONE]".into());
             st.done = true;
             continue;
@@ -115,5 +153,66 @@ async fn next_frame<W: ChunkWriter>(st: &mut State<W>) -> Option<String> {
             st.remaining -= 1;
         }
         st.pending.extend(chunks.iter().map(frame));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+
+    /// A writer whose formatting panics on the first token.
+    struct Exploding;
+
+    impl ChunkWriter for Exploding {
+        type Chunk = String;
+        fn on_event(&mut self, _: usize, ev: Event, out: &mut Vec<String>) -> bool {
+            if let Event::Token { text, .. } = ev {
+                panic!("formatting {text} exploded");
+            }
+            out.push("accepted".into());
+            false
+        }
+        fn usage_chunk(&self) -> String {
+            String::new()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_while_formatting_ends_the_stream_with_an_internal_error() {
+        let events = stream::iter([
+            (0, Event::Accepted),
+            (
+                0,
+                Event::Token {
+                    id: 1,
+                    text: "x".into(),
+                    logprob: None,
+                },
+            ),
+        ])
+        .chain(stream::pending())
+        .boxed();
+        let resp = respond(events, Exploding, 1, false, Vec::new());
+        let body = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            axum::body::to_bytes(resp.into_body(), usize::MAX),
+        )
+        .await
+        .expect("the stream ends")
+        .expect("body");
+        let text = String::from_utf8_lossy(&body);
+        let frames: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .collect();
+        assert_eq!(frames.len(), 3, "{text}");
+        assert_eq!(frames[0], "\"accepted\"");
+        assert!(frames[1].contains("internal_error"), "{text}");
+        assert!(
+            !frames[1].contains("exploded"),
+            "the cause is logged, not sent"
+        );
+        assert_eq!(frames[2], "[DONE]");
     }
 }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use engine::{EngineConfig, EngineHandle};
 
@@ -20,10 +20,25 @@ use crate::responses::store::ResponseStore;
 /// HTTP-layer settings.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Bearer token required on every route but `/health` (None = open).
+    /// Bearer token required on the API routes (None = open).
     pub api_key: Option<String>,
+    /// Whether `/metrics` needs the API key too (it is open by default, for scrapers).
+    pub protect_metrics: bool,
+    /// Whether `/health` needs the API key too (it is open by default, for probes).
+    pub protect_health: bool,
     /// Largest request body, in bytes.
     pub body_limit: usize,
+    /// Time a client has to send a request's whole body once its head arrived.
+    pub body_read_timeout: Duration,
+    /// Deadline of a request from its arrival to its last byte (None: no deadline).
+    pub request_timeout: Option<Duration>,
+    /// Most connections open at once (more wait in the accept queue).
+    pub max_connections: usize,
+    /// Time from the first byte of a request head to its last (and from a connection's opening
+    /// to its first byte).
+    pub header_read_timeout: Duration,
+    /// Time an idle keep-alive connection stays open.
+    pub keep_alive_timeout: Duration,
     /// Largest `n` (choices per prompt) a request may ask for.
     pub max_n: usize,
     /// Largest number of prompts in one completions request.
@@ -45,13 +60,31 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             api_key: None,
+            protect_metrics: false,
+            protect_health: false,
             body_limit: 4 << 20,
+            body_read_timeout: Duration::from_secs(30),
+            request_timeout: None,
+            max_connections: 512,
+            header_read_timeout: Duration::from_secs(10),
+            keep_alive_timeout: Duration::from_secs(75),
             max_n: 16,
             max_prompts: 64,
             max_logprobs: 20,
             served_model_names: Vec::new(),
             allowed_origins: Vec::new(),
             max_stored_responses: 1024,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The limits the accept loop enforces.
+    pub fn conn_limits(&self) -> crate::http::ConnLimits {
+        crate::http::ConnLimits {
+            max_connections: self.max_connections,
+            header_read_timeout: self.header_read_timeout,
+            keep_alive_timeout: self.keep_alive_timeout,
         }
     }
 }

@@ -9,16 +9,21 @@
 //! `response.failed` when the engine failed). The deltas concatenate to the final text. The
 //! finished response is stored before its terminal event is sent, so a client that chains on
 //! it as soon as it sees the id finds it. Dropping the body (a client gone) drops the engine
-//! receiver, which aborts the request; nothing is stored then.
+//! receiver, which aborts the request; nothing is stored then. The stream is polled with the
+//! request's `guard` context: a request deadline that passes mid-stream fails the response
+//! (`response.failed` with the timeout error), and so does a panic while making an event
+//! (with an internal error naming the request id).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use engine::Event;
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, Stream};
+use futures_util::FutureExt;
 
 use crate::error::ApiError;
 use crate::run::Tagged;
@@ -53,9 +58,23 @@ pub fn respond(
         done: false,
     };
     d.opening();
-    let body = stream::unfold(d, |mut d| async move {
-        let ev = d.next_event().await?;
-        Some((Ok::<_, Infallible>(frame(&ev)), d))
+    let ctx = crate::guard::current();
+    let body = stream::unfold(d, move |mut d| {
+        let ctx = ctx.clone();
+        async move {
+            let step = AssertUnwindSafe(d.next_event()).catch_unwind();
+            let ev = match crate::guard::within(ctx.clone(), step).await {
+                Ok(ev) => ev?,
+                Err(panic) => {
+                    let what = crate::guard::panic_message(panic.as_ref()).to_string();
+                    let e = ApiError::Internal(format!("a response stream panicked: {what}"));
+                    d.pending.clear();
+                    crate::guard::within(ctx.clone(), async { d.fail(&e) }).await;
+                    crate::guard::within(ctx, d.next_event()).await?
+                }
+            };
+            Some((Ok::<_, Infallible>(frame(&ev)), d))
+        }
     });
     Sse::new(body)
         .keep_alive(KeepAlive::default())
@@ -168,7 +187,8 @@ impl Driver {
 
     fn fail(&mut self, e: &ApiError) {
         if let ApiError::Internal(cause) = e {
-            tracing::error!("internal error: {cause}");
+            let id = crate::guard::request_id();
+            tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
         }
         let obj = self.prep.failed(e);
         self.push(|sequence_number| StreamEvent::Failed {
@@ -186,7 +206,14 @@ impl Driver {
             if self.done {
                 return None;
             }
-            match self.events.next().await.map(|(_, ev)| ev) {
+            let next = match crate::run::next_before(&mut self.events).await {
+                Ok(next) => next,
+                Err(e) => {
+                    self.fail(&e);
+                    continue;
+                }
+            };
+            match next.map(|(_, ev)| ev) {
                 None => self.fail(&ApiError::Internal("the engine stopped mid-stream".into())),
                 Some(Event::Accepted | Event::PromptLogprobs(_)) => {}
                 Some(Event::Token { text, .. }) => self.delta(text),

@@ -3,11 +3,13 @@
 //!
 //! Layer order (outermost first): CORS (when origins are allowed) answers preflights before
 //! anything else, so they need no key; error counting sees every other response, including
-//! the 401s of the key check and the 404 fallback; the key check guards the API routes but not
-//! `/health`, `/metrics` (probes and scrapers carry no key, as with vLLM) or the playground
-//! page at `/`; every API request, a 401 included, gets a span and a log line (`observe`). The
-//! OpenAI routes are served under `/v1` and at the root alike (as llama-server does), so
-//! clients configured with a bare base URL work.
+//! the 401s of the key check and the 404 fallback, and the 413s, 504s and contained panics of
+//! `guard::layer` (request id, body limit, deadline), which wraps every route; the key check
+//! guards the API routes but not `/health` or `/metrics` (probes and scrapers carry no key, as
+//! with vLLM) unless `protect_health` / `protect_metrics` are set, nor the playground page at
+//! `/`; every API request, a 401 included, gets a span and a log line (`observe`). The OpenAI
+//! routes are served under `/v1` and at the root alike (as llama-server does), so clients
+//! configured with a bare base URL work.
 
 pub mod chat;
 pub mod completions;
@@ -26,27 +28,39 @@ use axum::Router;
 
 use crate::auth::bearer_matches;
 use crate::error::{ApiError, ErrorLabel};
+use crate::guard;
 use crate::observe;
 use crate::state::AppState;
 
 /// The whole application.
 pub fn router(state: AppState) -> Router {
-    let limit = state.config().body_limit;
-    let api = openai_routes()
+    let cfg = state.config();
+    let mut api = openai_routes()
         .route("/tokenize", post(misc::tokenize))
-        .route("/detokenize", post(misc::detokenize))
+        .route("/detokenize", post(misc::detokenize));
+    let mut open = Router::new().route("/", get(playground::page));
+    let probes = [
+        ("/health", get(misc::health), cfg.protect_health),
+        ("/metrics", get(misc::metrics), cfg.protect_metrics),
+    ];
+    for (path, handler, protect) in probes {
+        if protect {
+            api = api.route(path, handler);
+        } else {
+            open = open.route(path, handler);
+        }
+    }
+    let api = api
         .route_layer(middleware::from_fn_with_state(state.clone(), require_key))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             observe::layer,
         ));
-    let app = Router::new()
-        .route("/", get(playground::page))
-        .route("/health", get(misc::health))
-        .route("/metrics", get(misc::metrics))
+    let app = open
         .merge(api)
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(limit))
+        .layer(DefaultBodyLimit::max(cfg.body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::layer))
         .layer(middleware::from_fn_with_state(state.clone(), count_errors))
         .with_state(state.clone());
     match crate::cors::layer(&state.config().allowed_origins) {
