@@ -236,3 +236,45 @@ fn prompt_lookup_drafts_give_the_same_tokens_and_are_accepted_on_repeated_text()
     eprintln!("drafted {drafted}, accepted {accepted}");
     assert!(accepted > 0, "drafted {drafted}, none accepted");
 }
+
+#[test]
+fn a_prompt_restored_from_the_disk_tier_gives_the_logits_of_a_cold_run() {
+    let dir = std::env::temp_dir().join(format!("tessera-real-tier-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (_, tok) = load();
+    let p = text_prompt(&tok, &TEXT.repeat(2));
+    let req = GenerateRequest {
+        logprobs: Some(5),
+        ..greedy(p.clone(), TOKENS)
+    };
+    let cfg = EngineConfig {
+        kv_bytes: 512 * tile_bytes(&load().0, 16),
+        kv_tiers: Some(engine::TierConfig {
+            model_fingerprint: [7; 32],
+            disk: Some((dir.clone(), 1 << 30)),
+            redis: None,
+            write_through: false,
+        }),
+        ..EngineConfig::default()
+    };
+    let run_one = || {
+        let (t, tok) = load();
+        let mut h = Harness::new(t, tok, &cfg);
+        let id = h.submit(req.clone());
+        while h.engine.has_work() {
+            h.step();
+        }
+        h.engine
+            .close_tiers(std::time::Instant::now() + std::time::Duration::from_secs(30));
+        h.outcome(id).clone()
+    };
+    let cold = run_one();
+    let warm = run_one();
+    let _ = std::fs::remove_dir_all(&dir);
+    let full = (p.len() - 1) / 16 * 16;
+    assert_eq!(cold.finish.expect("finished").1.cached_tokens, 0);
+    assert_eq!(warm.finish.expect("finished").1.cached_tokens, full);
+    assert_eq!(warm.tokens, cold.tokens);
+    // Every generated position's log-probabilities (and top 5), bit for bit.
+    assert_eq!(warm.logprobs, cold.logprobs);
+}
