@@ -222,11 +222,7 @@ impl<R: Runner> Engine<R> {
         if let Some(t) = self.tiers.as_mut() {
             t.unpark(id);
         }
-        for child in self.forks.leave(id) {
-            if let Some(seq) = self.pending_sequence(child) {
-                self.enqueue(seq);
-            }
-        }
+        self.leave_group(id);
         if let Some(r) = self.reqs.remove(&id) {
             let msg = format!("{msg} (request {})", id.0);
             let _ = r.events.send(Event::Error(EngineError::Internal(msg)));
@@ -345,6 +341,16 @@ impl<R: Runner> Engine<R> {
     pub(crate) fn pending_sequence(&self, id: SeqId) -> Option<Sequence> {
         let r = self.reqs.get(&id)?;
         Some(new_sequence(id, &r.req, r.arrival, self.context_length))
+    }
+
+    /// `id` ends: it leaves any `n` > 1 group it waits in, and the choices waiting on it run as
+    /// requests of their own.
+    fn leave_group(&mut self, id: SeqId) {
+        for child in self.forks.leave(id) {
+            if let Some(seq) = self.pending_sequence(child) {
+                self.enqueue(seq);
+            }
+        }
     }
 
     /// Adds a sequence whose request state exists to the scheduler (a choice that could not
@@ -520,11 +526,7 @@ impl<R: Runner> Engine<R> {
         let seq = self.sched.remove(id).or(parked);
         // A choice still waiting to fork leaves its group; the choices waiting on a first
         // member that ends before its prompt is computed run as requests of their own.
-        for child in self.forks.leave(id) {
-            if let Some(seq) = self.pending_sequence(child) {
-                self.enqueue(seq);
-            }
-        }
+        self.leave_group(id);
         let Some(mut r) = self.reqs.remove(&id) else {
             return;
         };

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use crate::engine::Engine;
 use crate::error::StartError;
-use crate::kv_manager::{PrefixProbe, TierWrites, TileFacts};
+use crate::kv_manager::{PrefixProbe, TierWrite, TierWrites, TileFacts};
 use crate::runner::{Runner, RunnerFacts};
 use crate::scheduler::AddError;
 use crate::sequence::{SeqId, Sequence};
@@ -57,7 +57,6 @@ pub(crate) struct Tiering {
     /// Moving average of seconds per fetched tile.
     per_tile: Option<f64>,
     fetches: u64,
-    buf: Vec<u8>,
 }
 
 impl Tiering {
@@ -88,7 +87,6 @@ impl Tiering {
             parked: HashMap::new(),
             per_tile: None,
             fetches: 0,
-            buf: Vec::new(),
         })
     }
 
@@ -231,44 +229,39 @@ impl<R: Runner> Engine<R> {
             return;
         };
         for w in self.sched.kv_mut().take_tier_writes() {
-            t.buf.clear();
-            self.runner.export_tile(w.tile, &mut t.buf);
-            t.io.write(TierTile {
-                meta: TileMeta {
-                    key: t.ns.key(w.group, w.chain),
-                    parent: w.parent,
-                    tokens: w.tokens,
-                },
-                bytes: t.buf.clone(),
-            });
+            t.io.write(read_out(&self.runner, &t.ns, w));
         }
     }
 
     /// Writes every full tile no tier has yet (at shutdown), then stops the tier I/O thread
     /// once that is done or at `deadline`.
     pub fn close_tiers(&mut self, deadline: Instant) {
-        let Some(mut t) = self.tiers.take() else {
+        let Some(t) = self.tiers.take() else {
             return;
         };
         let writes = self.sched.kv_mut().unwritten();
         let n = writes.len();
         for w in writes {
-            t.buf.clear();
-            self.runner.export_tile(w.tile, &mut t.buf);
-            let tile = TierTile {
-                meta: TileMeta {
-                    key: t.ns.key(w.group, w.chain),
-                    parent: w.parent,
-                    tokens: w.tokens,
-                },
-                bytes: t.buf.clone(),
-            };
-            if !t.io.write_by(tile, deadline) {
+            if !t.io.write_by(read_out(&self.runner, &t.ns, w), deadline) {
                 break;
             }
         }
         tracing::info!("KV tiers: {n} tiles written at shutdown");
         t.close(deadline);
+    }
+}
+
+/// Tile `w` read out of the runner, keyed for the tiers.
+fn read_out<R: Runner>(runner: &R, ns: &TierNamespace, w: TierWrite) -> TierTile {
+    let mut bytes = Vec::new();
+    runner.export_tile(w.tile, &mut bytes);
+    TierTile {
+        meta: TileMeta {
+            key: ns.key(w.group, w.chain),
+            parent: w.parent,
+            tokens: w.tokens,
+        },
+        bytes,
     }
 }
 
