@@ -134,6 +134,62 @@ fn tiles_of_another_model_or_damaged_files_are_never_used() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// A deliberately weak prefix key: the parent's key and the tile's first token only, so two
+/// prompts that agree on the first token of every tile have the same key for every tile.
+fn weak_key(parent: Option<u128>, tokens: &[u32]) -> u128 {
+    parent
+        .unwrap_or(7)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(u128::from(tokens[0]) + 1)
+}
+
+/// Like `run_once`, with the weak key function.
+fn run_weak(d: &std::path::Path, req: &engine::GenerateRequest) -> (Outcome, u64, u64) {
+    let mut h = Harness::new(model(), tiny_tokenizer(), &cfg(512, d, 1));
+    h.engine.set_prefix_key_fn(weak_key);
+    let out = drive(&mut h, std::slice::from_ref(req)).remove(0);
+    let st = h.stats.tiers.get().expect("tiers on");
+    let imported = st.imported_tiles.load(Relaxed);
+    let rejected = st.tiers[0].rejected.load(Relaxed);
+    h.engine
+        .close_tiers(Instant::now() + Duration::from_secs(10));
+    (out, imported, rejected)
+}
+
+#[test]
+fn tiles_whose_tier_keys_collide_are_told_apart_by_their_tokens() {
+    let d = dir("collide");
+    let a = prompt(51, 123);
+    // `b` agrees with `a` on the first token of every tile and differs in every other: under the
+    // weak key every tile of `b` has the tier key of `a`'s tile at the same place.
+    let b: Vec<u32> = a
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| if i % TS == 0 { t } else { 3 + (t - 3 + 1) % 97 })
+        .collect();
+    assert!(a.iter().zip(&b).any(|(x, y)| x != y));
+    let (ra, rb) = (greedy(a, 6), greedy(b, 6));
+    let (want_a, want_b) = (solo(model, TS, &ra).tokens, solo(model, TS, &rb).tokens);
+    assert_ne!(want_a, want_b, "the two prompts must continue differently");
+    let (first, _, _) = run_weak(&d, &ra);
+    assert_eq!(first.tokens, want_a);
+    // The control: `a` itself is found under the weak keys.
+    let (again, imported, _) = run_weak(&d, &ra);
+    assert_eq!(again.tokens, want_a);
+    assert!(imported > 0);
+    assert!(again.finish.expect("finished").1.cached_tokens >= 120);
+    // `b` finds a stored tile under every key it asks for, and refuses each: other tokens.
+    let (out, imported, rejected) = run_weak(&d, &rb);
+    assert_eq!(
+        out.tokens, want_b,
+        "never computed on another prompt's tiles"
+    );
+    assert_eq!(out.finish.expect("finished").1.cached_tokens, 0);
+    assert_eq!(imported, 0);
+    assert!(rejected > 0, "the colliding tiles are counted as refused");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 fn redis_cfg(tiles: usize, url: &str, write_through: bool) -> EngineConfig {
     EngineConfig {
         kv_tiers: Some(TierConfig {
