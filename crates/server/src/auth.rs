@@ -1,7 +1,28 @@
-//! API-key comparison in constant time.
+//! API-key checks: the comparison in constant time, and the rule for which requests need it.
 //!
 //! The comparison touches every byte of both strings whatever they hold, so its duration tells
 //! an attacker only the lengths, never how long a matching prefix was.
+
+use axum::http::{header, HeaderMap, Method};
+
+/// Whether `headers` carry `Authorization: Bearer <expected>`.
+pub fn authorized(headers: &HeaderMap, expected: &str) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    bearer_matches(given.trim(), expected)
+}
+
+/// Whether a request with `method` can only be for a key-protected route. Every route that
+/// takes a body (every `POST` and `DELETE`) is an API route; the open ones (the playground,
+/// and `/health` and `/metrics` unless protected) are `GET`s. So a request of another method
+/// without the key can be refused before its body is read: an unauthenticated client cannot
+/// make the server buffer a body up to the limit.
+pub fn needs_key_before_body(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
 
 /// Whether `given` equals `expected`, in time independent of where they differ.
 pub fn bearer_matches(given: &str, expected: &str) -> bool {

@@ -5,6 +5,8 @@
 //!   `A-Z a-z 0-9 . _ : -`), else a fresh `req-<16 hex digits>`; the id is sent back in the
 //!   `x-request-id` response header and appears in internal-error messages, so a client's
 //!   report can be matched with the server log;
+//! - refuses a request for a key-protected route without the key before reading its body (401,
+//!   `Connection: close`; see `auth::needs_key_before_body`);
 //! - reads the whole body before any handler runs, within `body_read_timeout`. A body over
 //!   `body_limit` is answered 413 in the OpenAI error shape, but only after the rest of it has
 //!   been read and discarded (up to `DRAIN_LIMIT` bytes past the limit): a server that answers
@@ -37,6 +39,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, StreamExt};
 use tokio::time::Instant;
 
+use crate::auth;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -96,8 +99,17 @@ pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> R
         timeout,
     };
     let (limit, body_timeout) = (cfg.body_limit, cfg.body_read_timeout);
+    let api_key = cfg.api_key.clone();
     let mut resp = CURRENT
         .scope(ctx.clone(), async move {
+            if let Some(key) = &api_key {
+                if auth::needs_key_before_body(req.method())
+                    && !auth::authorized(req.headers(), key)
+                {
+                    // Before reading a byte of the body; its rest stays unread.
+                    return closing(ApiError::Unauthorized.into_response());
+                }
+            }
             let req = match read_body(req, limit, body_timeout).await {
                 Ok(r) => r,
                 Err(e) => return e,

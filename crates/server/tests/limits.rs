@@ -309,6 +309,40 @@ async fn health_and_metrics_are_open_unless_protected() {
 }
 
 #[tokio::test]
+async fn a_request_without_the_key_is_refused_before_its_body_is_read() {
+    let addr = spawn(ServerConfig {
+        api_key: Some("sk-test".into()),
+        body_read_timeout: Duration::from_secs(30),
+        ..ServerConfig::default()
+    })
+    .await;
+    for auth in ["", "Authorization: Bearer sk-wrong\r\n"] {
+        let mut sock = TcpStream::connect(addr).await.expect("connect");
+        // The header announces a 1 MB body and none of it is sent: a server that read the body
+        // first would wait for the body-read timeout (30 s) before answering.
+        let head = format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+        );
+        sock.write_all(head.as_bytes()).await.expect("write");
+        let t0 = Instant::now();
+        let (status, head, body) = read_response(&mut sock).await;
+        assert_eq!(status, 401, "{head}\n{body}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "answered without the body"
+        );
+        assert!(
+            head.to_ascii_lowercase().contains("connection: close"),
+            "{head}"
+        );
+        assert!(
+            body.contains("\"unauthorized\"") || body.contains("key"),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn shutdown_lets_the_request_in_flight_finish_and_closes_idle_connections() {
     let state = state_with(
         ServerConfig::default(),

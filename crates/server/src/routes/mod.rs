@@ -26,7 +26,7 @@ use axum::response::Response;
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 
-use crate::auth::bearer_matches;
+use crate::auth::authorized;
 use crate::error::{ApiError, ErrorLabel};
 use crate::guard;
 use crate::observe;
@@ -98,13 +98,7 @@ async fn not_found(uri: Uri) -> ApiError {
 /// 401 unless the request carries `Authorization: Bearer <key>` (when a key is set).
 async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(key) = &state.config().api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        if !bearer_matches(given.trim(), key) {
+        if !authorized(req.headers(), key) {
             return axum::response::IntoResponse::into_response(ApiError::Unauthorized);
         }
     }
