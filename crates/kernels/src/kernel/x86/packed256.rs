@@ -159,15 +159,16 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
                     }
                 }
                 let dw = half_scales(r, h);
+                let mw = if with_min {
+                    Some(half_scales(r.add(32), h))
+                } else {
+                    None
+                };
                 for j in 0..N {
                     let dx = _mm256_set1_ps(xs[j].d);
                     let scale = _mm256_mul_ps(dw, dx);
                     acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
-                }
-                if with_min {
-                    let mw = half_scales(r.add(32), h);
-                    for j in 0..N {
-                        let dx = _mm256_set1_ps(xs[j].d);
+                    if let Some(mw) = mw {
                         let xsum = _mm256_set1_ps(xs[j].sum as f32);
                         acc[j] = _mm256_fmadd_ps(xsum, _mm256_mul_ps(mw, dx), acc[j]);
                     }
