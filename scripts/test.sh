@@ -22,6 +22,8 @@ export TESSERA_MODELS_DIR="${TESSERA_MODELS_DIR:-$PWD/models}"
 cargo build --release --bin tessera
 BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"
 "$BIN" fetch-model
+# SmolLM2 (llama, Q4_1, the smollm pre-tokenizer): crates/model/tests/smollm2.rs.
+"$BIN" fetch-model smollm2-135m
 cargo test --workspace --release
 # The golden outputs again on the AVX2 kernels (the CPU's best ISA ran above).
 TESSERA_ISA=avx2 cargo test --release -p tessera-model --test golden_gemma3

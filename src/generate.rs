@@ -10,7 +10,8 @@ use model::{Sampler, SamplingParams, Session};
 
 #[derive(Args)]
 pub struct GenerateArgs {
-    /// GGUF model file (default: the default model, fetched on first use).
+    /// GGUF model file, or a known model's name (`tessera fetch-model --list`; fetched on first
+    /// use, as the default model is when this is not given).
     #[arg(long)]
     model: Option<PathBuf>,
     /// The prompt text.

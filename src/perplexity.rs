@@ -8,7 +8,8 @@ use model::KvDtype;
 
 #[derive(Args)]
 pub struct PerplexityArgs {
-    /// GGUF model file (default: the default model, fetched on first use).
+    /// GGUF model file, or a known model's name (`tessera fetch-model --list`; fetched on first
+    /// use, as the default model is when this is not given).
     #[arg(long)]
     model: Option<PathBuf>,
     /// UTF-8 text file to score (one trailing newline is dropped, as llama.cpp's reader does).

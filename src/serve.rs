@@ -19,7 +19,8 @@ use tokio::sync::watch;
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// GGUF model file (default: the default model, fetched on first use).
+    /// GGUF model file, or a known model's name (`tessera fetch-model --list`; fetched on first
+    /// use, as the default model is when this is not given).
     #[arg(long)]
     model: Option<PathBuf>,
     /// Address to listen on (use 0.0.0.0 to accept connections from other machines).

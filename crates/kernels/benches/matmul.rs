@@ -31,6 +31,10 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
                 b[..2].copy_from_slice(&scale);
                 b[2..4].copy_from_slice(&scale);
             }
+            Format::Q4_1 | Format::Q5_1 => {
+                b[..2].copy_from_slice(&scale);
+                b[2..4].copy_from_slice(&kernels::quant::f32_to_f16(-0.08));
+            }
             _ => b[..2].copy_from_slice(&scale),
         }
     }
@@ -93,6 +97,8 @@ fn matmuls(c: &mut Criterion) {
         GgmlType::Q5_0,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_1,
         GgmlType::F16,
     ] {
         bench_shape(c, &threads, ty, 2048, 640, &ms);

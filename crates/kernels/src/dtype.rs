@@ -17,7 +17,9 @@ pub enum Format {
     F16,
     BF16,
     Q4_0,
+    Q4_1,
     Q5_0,
+    Q5_1,
     Q8_0,
     Q4_K,
     Q5_K,
@@ -44,6 +46,8 @@ impl Format {
             GgmlType::F16 => Format::F16,
             GgmlType::BF16 => Format::BF16,
             GgmlType::Q4_0 => Format::Q4_0,
+            GgmlType::Q4_1 => Format::Q4_1,
+            GgmlType::Q5_1 => Format::Q5_1,
             GgmlType::Q5_0 => Format::Q5_0,
             GgmlType::Q8_0 => Format::Q8_0,
             GgmlType::Q4_K => Format::Q4_K,
@@ -57,7 +61,7 @@ impl Format {
     pub const fn block_size(self) -> usize {
         match self {
             Format::F32 | Format::F16 | Format::BF16 => 1,
-            Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => 32,
+            Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => 32,
             Format::Q4_K | Format::Q5_K | Format::Q6_K => 256,
         }
     }
@@ -68,6 +72,8 @@ impl Format {
             Format::F32 => 4,
             Format::F16 | Format::BF16 => 2,
             Format::Q4_0 => 18,
+            Format::Q4_1 => 20,
+            Format::Q5_1 => 24,
             Format::Q5_0 => 22,
             Format::Q8_0 => 34,
             Format::Q4_K => 144,
@@ -80,7 +86,9 @@ impl Format {
     pub const fn act_kind(self) -> ActKind {
         match self {
             Format::F32 | Format::F16 | Format::BF16 => ActKind::F32,
-            Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => ActKind::Q8_0,
+            Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => {
+                ActKind::Q8_0
+            }
             Format::Q4_K | Format::Q5_K | Format::Q6_K => ActKind::Q8_K,
         }
     }

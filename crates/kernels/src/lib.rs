@@ -4,8 +4,8 @@
 //!   and reference dot products.
 //! - [`matmul()`]: threaded, batch-invariant weight x activation multiplication over a fixed
 //!   [`Threads`] pool, with SIMD kernels chosen at run time ([`isa`]).
-//! - [`packed`]: Q8_0/Q5_0/Q4_0 weights repacked sixteen rows per block for the AVX-512 VNNI
-//!   batched kernel.
+//! - [`packed`]: Q8_0/Q5_0/Q4_0/Q4_1/Q5_1/Q4_K/Q6_K weights repacked sixteen rows per block for
+//!   the AVX-512 VNNI and AVX2 batched kernels.
 //! - [`ops`]: norms, activations, softmax and f16 helpers for attention.
 //! - [`attn`]: the inner loops of paged attention (blocked dots, f16-rounded softmax, V sums).
 //! - [`shares`]: a mutable buffer cut into disjoint parts lent to the pool's calls.

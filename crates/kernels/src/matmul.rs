@@ -353,13 +353,15 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
             actual: src.len(),
         });
     }
-    use quant::{float, kquants, legacy};
+    use quant::{float, kquants, legacy, legacy_min};
     match format {
         Format::F32 => float::dequantize_f32(src, dst),
         Format::F16 => float::dequantize_f16(src, dst),
         Format::BF16 => float::dequantize_bf16(src, dst),
         Format::Q4_0 => legacy::dequantize_q4_0(quant::cast_blocks(src), dst),
         Format::Q5_0 => legacy::dequantize_q5_0(quant::cast_blocks(src), dst),
+        Format::Q4_1 => legacy_min::dequantize::<quant::BlockQ4_1>(quant::cast_blocks(src), dst),
+        Format::Q5_1 => legacy_min::dequantize::<quant::BlockQ5_1>(quant::cast_blocks(src), dst),
         Format::Q8_0 => legacy::dequantize_q8_0(quant::cast_blocks(src), dst),
         Format::Q4_K => kquants::dequantize_q4_k(quant::cast_blocks(src), dst),
         Format::Q5_K => kquants::dequantize_q5_k(quant::cast_blocks(src), dst),

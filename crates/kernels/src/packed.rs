@@ -29,6 +29,12 @@
 //!   `2v + 1` in the high nibbles of bytes `64v..64v + 64`, 256 bytes); Q5_0 then adds eight
 //!   little-endian u64 masks, bit `4i + t` of mask `k` being the fifth bit of that quant (64 bytes).
 //!
+//! Q4_1 / Q5_1 records are Q4_0 / Q5_0 records with the sixteen f16 minimums after the scales
+//! (32 more bytes, the quants then start at 64): 320 and 384 bytes, again exactly the sixteen
+//! blocks they replace. Their quants are unsigned already; the minimum's term is
+//! `fma(sum(x), m * d_x, acc)` after the block's `fma(isum, d * d_x, acc)`, the float steps of
+//! `quant::legacy_min`, so the packed kernels give the row-major ones' bits.
+//!
 //! With unsigned weights `u = q + offset`, `sum(q * x) = sum(u * x) - offset * sum(x)`; the
 //! activation block's `sum` is precomputed ([`ActQ8_0`]), so each row's block sum is exact in
 //! integers. Numerics per (weight row, activation row): `acc = fma(isum_b, d_w * d_x, acc)` over
@@ -40,9 +46,11 @@ use crate::dtype::{Format, GgmlType};
 use crate::hugebuf::HugeBuf;
 use crate::kernel::Isa;
 use crate::quant::kquants::{k4_scales_mins, q4_k_quants, q6_k_quants};
+use crate::quant::legacy_min::{fold_block, MinBlock};
 use crate::quant::{
     self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, legacy::PACKED_OFFSETS, ActQ8_0,
-    BlockQ4K, BlockQ4_0, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
+    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0,
+    QK_K,
 };
 use crate::threads::Threads;
 
@@ -83,10 +91,24 @@ pub(crate) fn offset(format: Format) -> Option<i32> {
     }
 }
 
+/// Whether a packable legacy format carries a minimum per block (Q4_1, Q5_1).
+pub(crate) fn has_min(format: Format) -> bool {
+    matches!(format, Format::Q4_1 | Format::Q5_1)
+}
+
+/// Bytes before a legacy record's quants: the scales, and the minimums where the format has them.
+pub(crate) fn quants_at(format: Format) -> usize {
+    if has_min(format) {
+        64
+    } else {
+        32
+    }
+}
+
 /// Elements per block of a packable format.
 fn block_elems(format: Format) -> Option<usize> {
     match format {
-        Format::Q8_0 | Format::Q5_0 | Format::Q4_0 => Some(QK8_0),
+        Format::Q8_0 | Format::Q5_0 | Format::Q4_0 | Format::Q4_1 | Format::Q5_1 => Some(QK8_0),
         Format::Q4_K | Format::Q6_K => Some(QK_K),
         _ => None,
     }
@@ -131,14 +153,33 @@ pub(crate) fn record_bytes(format: Format) -> usize {
         Format::Q8_0 => 32 + 512,
         Format::Q5_0 => 32 + 256 + 64,
         Format::Q4_0 => 32 + 256,
+        Format::Q4_1 => 64 + 256,
+        Format::Q5_1 => 64 + 256 + 64,
         Format::Q4_K => Q4K_QUANTS + 8 * 256,
         Format::Q6_K => Q6K_QUANTS + 4096,
         _ => unreachable!("record_bytes of an unpackable format"),
     }
 }
 
-/// Unsigned quants (`q + offset`) of one block, in element order.
-fn unsigned_quants(format: Format, block: &[u8]) -> ([u8; 2], [u8; QK8_0]) {
+/// Unsigned quants (`q + offset`) of one block, in element order, with its scale (and minimum,
+/// zero bytes for formats without one).
+fn unsigned_quants(format: Format, block: &[u8]) -> ([u8; 2], [u8; 2], [u8; QK8_0]) {
+    let with_min = |(d, q)| (d, [0; 2], q);
+    match format {
+        Format::Q4_1 => {
+            let b: &BlockQ4_1 = &quant::cast_blocks(block)[0];
+            (b.d, b.m, b.quants())
+        }
+        Format::Q5_1 => {
+            let b: &BlockQ5_1 = &quant::cast_blocks(block)[0];
+            (b.d, b.m, b.quants())
+        }
+        _ => with_min(unsigned_quants_0(format, block)),
+    }
+}
+
+/// [`unsigned_quants`] of the formats without a minimum.
+fn unsigned_quants_0(format: Format, block: &[u8]) -> ([u8; 2], [u8; QK8_0]) {
     match format {
         Format::Q8_0 => {
             let b: &BlockQ8_0 = &quant::cast_blocks(block)[0];
@@ -219,11 +260,14 @@ fn pack_group(format: Format, data: &[u8], bb: usize, blocks: usize, g: usize, d
     }
 }
 
-/// Writes a Q8_0 / Q5_0 / Q4_0 block (`src`) into lane `i` of record `r`.
+/// Writes a Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 block (`src`) into lane `i` of record `r`.
 fn put_legacy(format: Format, r: &mut [u8], i: usize, src: &[u8]) {
-    let (scales, quants) = r.split_at_mut(32);
-    let (d, u) = unsigned_quants(format, src);
-    scales[2 * i..2 * i + 2].copy_from_slice(&d);
+    let (head, quants) = r.split_at_mut(quants_at(format));
+    let (d, m, u) = unsigned_quants(format, src);
+    head[2 * i..2 * i + 2].copy_from_slice(&d);
+    if has_min(format) {
+        head[32 + 2 * i..32 + 2 * i + 2].copy_from_slice(&m);
+    }
     if format == Format::Q8_0 {
         for (e, &q) in u.iter().enumerate() {
             quants[64 * (e / 4) + 4 * i + e % 4] = q;
@@ -231,7 +275,7 @@ fn put_legacy(format: Format, r: &mut [u8], i: usize, src: &[u8]) {
         return;
     }
     put_nibbles(quants, i, &u);
-    if format == Format::Q5_0 {
+    if five_bits(format) {
         for (e, &q) in u.iter().enumerate() {
             let byte = 4 * i + e % 4;
             if q & 0x10 != 0 {
@@ -273,6 +317,11 @@ fn put_q6k(r: &mut [u8], i: usize, blk: &BlockQ6K) {
     }
 }
 
+/// Whether a legacy record holds a fifth-bit mask per chunk (Q5_0, Q5_1).
+fn five_bits(format: Format) -> bool {
+    matches!(format, Format::Q5_0 | Format::Q5_1)
+}
+
 /// The unsigned quant of row `i`, element `e` of a record's quant bytes.
 fn record_quant(format: Format, q: &[u8], i: usize, e: usize) -> i32 {
     let (k, t) = (e / 4, e % 4);
@@ -286,7 +335,7 @@ fn record_quant(format: Format, q: &[u8], i: usize, e: usize) -> i32 {
             } else {
                 packed >> 4
             };
-            if format == Format::Q5_0 && q[256 + 8 * k + byte / 8] >> (byte % 8) & 1 == 1 {
+            if five_bits(format) && q[256 + 8 * k + byte / 8] >> (byte % 8) & 1 == 1 {
                 v |= 0x10;
             }
             i32::from(v)
@@ -351,7 +400,8 @@ pub(crate) fn dot_packed_row_q6k(data: &[u8], blocks: usize, r: usize, x: &[Bloc
 }
 
 /// Scalar kernel (and reference) for row `r` of packed weights against one activation row:
-/// `fma(isum_b, d_w * d_x, acc)` over the blocks in order.
+/// `fma(isum_b, d_w * d_x, acc)` over the blocks in order (then, for Q4_1 / Q5_1,
+/// `fma(sum(x), m_w * d_x, acc)`: `quant::legacy_min`'s steps).
 pub(crate) fn dot_packed_row(
     format: Format,
     data: &[u8],
@@ -366,12 +416,17 @@ pub(crate) fn dot_packed_row(
     for (b, xa) in x.iter().enumerate().take(blocks) {
         let record = &data[(g * blocks + b) * rec..(g * blocks + b + 1) * rec];
         let dw = f16_to_f32([record[2 * i], record[2 * i + 1]]);
-        let q = &record[32..];
+        let q = &record[quants_at(format)..];
         let mut isum = -off * xa.sum;
         for (e, &xq) in xa.qs.iter().enumerate() {
             isum += record_quant(format, q, i, e) * i32::from(xq);
         }
-        acc = (isum as f32).mul_add(dw * xa.d, acc);
+        if has_min(format) {
+            let mw = f16_to_f32([record[32 + 2 * i], record[33 + 2 * i]]);
+            acc = fold_block(acc, isum, dw, mw, xa);
+        } else {
+            acc = (isum as f32).mul_add(dw * xa.d, acc);
+        }
     }
     acc
 }

@@ -5,9 +5,10 @@ mod common;
 use common::{abs_dot64, dot64, random_weights, Rng, ALL_TYPES};
 use kernels::quant::kquants::{self, k4_scales_mins};
 use kernels::quant::legacy::{self, quantize_act_q8_0, quantize_row_q8_0};
+use kernels::quant::legacy_min;
 use kernels::quant::{
-    blocks_as_bytes, cast_blocks, f16_to_f32, f32_to_f16, ActQ8_0, BlockQ4K, BlockQ4_0, BlockQ5K,
-    BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
+    blocks_as_bytes, cast_blocks, f16_to_f32, f32_to_f16, ActQ8_0, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
 };
 use kernels::{dequantize_row, Format, GgmlType, KernelError};
 
@@ -16,6 +17,8 @@ fn format_table_agrees_with_block_structs() {
     let sizes = [
         (Format::Q4_0, std::mem::size_of::<BlockQ4_0>()),
         (Format::Q5_0, std::mem::size_of::<BlockQ5_0>()),
+        (Format::Q4_1, std::mem::size_of::<BlockQ4_1>()),
+        (Format::Q5_1, std::mem::size_of::<BlockQ5_1>()),
         (Format::Q8_0, std::mem::size_of::<BlockQ8_0>()),
         (Format::Q4_K, std::mem::size_of::<BlockQ4K>()),
         (Format::Q5_K, std::mem::size_of::<BlockQ5K>()),
@@ -57,6 +60,32 @@ fn q5_0_takes_fifth_bit_of_element_j_from_bit_j_of_qh() {
     for (j, &v) in out.iter().enumerate() {
         let hi = (qh >> j) & 1;
         assert_eq!(v, (hi * 16) as f32 - 16.0, "element {j}");
+    }
+}
+
+#[test]
+fn q4_1_and_q5_1_decode_scale_times_quant_plus_minimum() {
+    let mut qs = [0u8; 16];
+    for (j, q) in qs.iter_mut().enumerate() {
+        *q = j as u8 | ((15 - j as u8) << 4);
+    }
+    let qh: u32 = 0b1000_0000_0000_0001_0000_0000_0000_0101;
+    let (d, m) = (f32_to_f16(0.5), f32_to_f16(-3.0));
+    let mut out4 = [0f32; 32];
+    let mut out5 = [0f32; 32];
+    legacy_min::dequantize(&[BlockQ4_1 { d, m, qs }], &mut out4);
+    let b5 = BlockQ5_1 {
+        d,
+        m,
+        qh: qh.to_le_bytes(),
+        qs,
+    };
+    legacy_min::dequantize(&[b5], &mut out5);
+    for j in 0..32 {
+        let q4 = if j < 16 { j as u32 } else { 31 - j as u32 };
+        let q5 = q4 | (((qh >> j) & 1) << 4);
+        assert_eq!(out4[j], 0.5 * q4 as f32 - 3.0, "q4_1 element {j}");
+        assert_eq!(out5[j], 0.5 * q5 as f32 - 3.0, "q5_1 element {j}");
     }
 }
 
@@ -284,6 +313,14 @@ fn scalar_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> (f32, f64, f64) {
                 Format::Q4_0 => legacy::dot_q4_0(cast_blocks(w), &a),
                 Format::Q5_0 => legacy::dot_q5_0(cast_blocks(w), &a),
                 _ => legacy::dot_q8_0(cast_blocks(w), &a),
+            };
+            (v, xd)
+        }
+        Format::Q4_1 | Format::Q5_1 => {
+            let (a, xd) = q8_0_view(x);
+            let v = match f {
+                Format::Q4_1 => legacy_min::dot_q4_1(cast_blocks(w), &a),
+                _ => legacy_min::dot_q5_1(cast_blocks(w), &a),
             };
             (v, xd)
         }

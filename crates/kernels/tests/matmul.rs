@@ -176,8 +176,8 @@ fn weights_new_validates_type_shape_and_size() {
         Err(KernelError::RaggedRow { .. })
     ));
     assert!(matches!(
-        Weights::new(GgmlType::Q4_1, &data, 2, 64),
-        Err(KernelError::UnsupportedType { ty: GgmlType::Q4_1 })
+        Weights::new(GgmlType::Q2_K, &data, 2, 256),
+        Err(KernelError::UnsupportedType { ty: GgmlType::Q2_K })
     ));
 }
 
@@ -307,7 +307,13 @@ fn legacy_formats_with_an_odd_number_of_blocks_agree_across_isas() {
     let mut rng = Rng::new(16);
     let threads = Threads::new(2);
     let mut scratch = MatmulScratch::new();
-    for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_1,
+    ] {
         for blocks in [1usize, 3, 7] {
             let (rows, cols, m) = (6, blocks * QK8_0, 5);
             let data = random_weights(&mut rng, ty, rows, cols);

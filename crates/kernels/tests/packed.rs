@@ -9,10 +9,12 @@ use kernels::{
     detect_isa, matmul_with_isa, pack, packable, GgmlType, Isa, MatmulScratch, Threads, Weights,
 };
 
-const PACKABLE: [GgmlType; 5] = [
+const PACKABLE: [GgmlType; 7] = [
     GgmlType::Q8_0,
     GgmlType::Q5_0,
     GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_1,
     GgmlType::Q4_K,
     GgmlType::Q6_K,
 ];
@@ -199,6 +201,52 @@ fn shared_input_matmul_gives_each_output_the_bits_of_its_own_call() {
                         "{types:?} packed {packed} matrix {k} m {m} on {} threads",
                         threads.n()
                     );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q4_1_and_q5_1_give_the_same_bits_row_major_and_packed_on_every_isa() {
+    // Their kernels all take the scalar reference's float steps per block (`legacy_min`), so
+    // unlike the other formats even the row-major scalar path agrees bit for bit.
+    let mut rng = Rng::new(33);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    for ty in [GgmlType::Q4_1, GgmlType::Q5_1] {
+        for (rows, cols) in [(16, 32), (32, 96), (48, 640)] {
+            let data = random_weights(&mut rng, ty, rows, cols);
+            let row_major = Weights::new(ty, &data, rows, cols).expect("valid weights");
+            let packed = pack(ty, &data, rows, cols).expect("packable");
+            assert_eq!(packed.as_bytes().len(), data.len(), "{ty:?}: same bytes");
+            let pw = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
+            for m in [1, 3, 4, 9, 16, 19] {
+                let x = rng.activations(m * cols);
+                let mut want = vec![f32::NAN; m * rows];
+                matmul_with_isa(
+                    Isa::Scalar,
+                    &threads,
+                    &row_major,
+                    &x,
+                    m,
+                    &mut want,
+                    &mut scratch,
+                );
+                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+                    if detect_isa() < isa {
+                        continue;
+                    }
+                    for w in [&row_major, &pw] {
+                        let mut out = vec![f32::NAN; m * rows];
+                        matmul_with_isa(isa, &threads, w, &x, m, &mut out, &mut scratch);
+                        assert_eq!(
+                            bits(&out),
+                            bits(&want),
+                            "{ty:?} {rows}x{cols} m {m} {isa:?} {:?}",
+                            w.layout
+                        );
+                    }
                 }
             }
         }

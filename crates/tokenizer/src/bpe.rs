@@ -93,7 +93,7 @@ pub(crate) fn encode(
     for word in pretokenize::split(pre, text) {
         encoded.clear();
         encoded.extend(word.bytes().map(byte_to_char));
-        if pre == PreTokenizer::Llama3 {
+        if pre.ignores_merges() {
             if let Some(&id) = vocab.piece_to_id.get(encoded.as_str()) {
                 out.push(id);
                 continue;

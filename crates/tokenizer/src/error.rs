@@ -26,7 +26,8 @@ pub enum TokenizerError {
     UnsupportedModel { model: String },
     /// `tokenizer.ggml.pre` names a BPE pre-tokenizer we do not implement.
     #[error(
-        "unsupported BPE pre-tokenizer `{pre}` (supported: default, gpt-2, llama-bpe/llama3, qwen2)"
+        "unsupported BPE pre-tokenizer `{pre}` (supported: {})",
+        crate::PreTokenizer::supported_names()
     )]
     UnsupportedPreTokenizer { pre: String },
     /// The vocabulary has no tokens.

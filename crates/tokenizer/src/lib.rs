@@ -6,7 +6,15 @@
 //!    control tokens only with `parse_special`);
 //! 2. segment each remaining text fragment with the vocabulary's algorithm: [`spm`]
 //!    (SentencePiece, score-ordered merges with byte fallback; Gemma, LLaMA 2) or [`bpe`]
-//!    (byte-level BPE after a [`pretokenize`] split; LLaMA 3, Qwen2, GPT-2).
+//!    (byte-level BPE after a [`pretokenize`] split; LLaMA 3, Qwen2, SmolLM, GPT-2).
+//!
+//! BPE pre-tokenizers: [`PreTokenizer::NAMES`] is the table of accepted `tokenizer.ggml.pre`
+//! values, each mapped to one of llama.cpp's split patterns it shares (the default, GPT-2,
+//! single digits then GPT-2 as `smollm`, LLaMA 3 with or without its flags, Qwen2). Every other
+//! name, including ones llama.cpp splits with patterns Tessera does not implement
+//! (`deepseek-llm`, `deepseek-v3`, `falcon`, `tekken`, `gpt-4o`, `llama4`, `seed-coder`,
+//! `qwen35`, ...), is refused with [`TokenizerError::UnsupportedPreTokenizer`], whose message
+//! lists the accepted names.
 //!
 //! Decoding concatenates precomputed per-token bytes ([`decode`]); [`IncrementalDecoder`]
 //! streams them without ever emitting half a UTF-8 character.

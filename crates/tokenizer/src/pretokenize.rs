@@ -16,7 +16,10 @@ use crate::vocab::PreTokenizer;
 pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<&str> {
     match pre {
         PreTokenizer::Gpt2 => words(text, &scan_gpt2(&Chars::new(text))),
-        PreTokenizer::Llama3 => words(text, &scan_llama3(&Chars::new(text), 3)),
+        PreTokenizer::SmolLm => split_smollm(text),
+        PreTokenizer::Llama3 | PreTokenizer::Dbrx => {
+            words(text, &scan_llama3(&Chars::new(text), 3))
+        }
         PreTokenizer::Qwen2 => words(text, &scan_llama3(&Chars::new(text), 1)),
         PreTokenizer::Default => split_default(text),
     }
@@ -188,6 +191,29 @@ fn split_default(text: &str) -> Vec<&str> {
     pieces.into_iter().flat_map(split_digit_triples).collect()
 }
 
+/// llama.cpp's SmolLM pre-tokenizer: `\p{N}` (every digit a piece of its own, the text between
+/// digits kept as pieces), then the GPT-2 pattern over each piece.
+fn split_smollm(text: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (o, c) in text.char_indices() {
+        if is_number(c) {
+            if start < o {
+                pieces.push(&text[start..o]);
+            }
+            pieces.push(&text[o..o + c.len_utf8()]);
+            start = o + c.len_utf8();
+        }
+    }
+    if start < text.len() {
+        pieces.push(&text[start..]);
+    }
+    pieces
+        .into_iter()
+        .flat_map(|p| words(p, &scan_gpt2(&Chars::new(p))))
+        .collect()
+}
+
 /// Splits each piece into maximal runs of chars satisfying `pred` and the gaps between them.
 fn split_runs(pieces: Vec<&str>, pred: impl Fn(char) -> bool) -> Vec<&str> {
     let mut out = Vec::with_capacity(pieces.len());
@@ -299,12 +325,32 @@ mod tests {
     }
 
     #[test]
+    fn smollm_splits_every_digit_and_keeps_spaces_off_numbers() {
+        let smollm = |t| split(PreTokenizer::SmolLm, t);
+        assert_eq!(
+            smollm("Hello world! 123"),
+            ["Hello", " world", "!", " ", "1", "2", "3"]
+        );
+        assert_eq!(smollm("x42y"), ["x", "4", "2", "y"]);
+        assert_eq!(smollm("I'm  ok"), ["I", "'m", " ", " ok"]);
+        assert_eq!(smollm("a٣b"), ["a", "٣", "b"]);
+    }
+
+    #[test]
+    fn dbrx_splits_like_llama3() {
+        let text = "I'M 12345 (x)\n\n  y";
+        assert_eq!(split(PreTokenizer::Dbrx, text), llama3(text));
+    }
+
+    #[test]
     fn splits_always_cover_the_input() {
         let text = "Ünïcödé 中文 😀\t\r\n  x'LL 1,000.5 ...  ";
         for pre in [
             PreTokenizer::Default,
             PreTokenizer::Gpt2,
+            PreTokenizer::SmolLm,
             PreTokenizer::Llama3,
+            PreTokenizer::Dbrx,
             PreTokenizer::Qwen2,
         ] {
             let w = split(pre, text);

@@ -374,3 +374,44 @@ fn tokenizer_is_shareable_across_threads_and_debug_prints_a_summary() {
         "{shown}"
     );
 }
+
+#[test]
+fn pre_tokenizer_names_map_to_llama_cpp_behaviours() {
+    let of = |n: &str| PreTokenizer::from_gguf_name(Some(n)).expect("supported name");
+    assert_eq!(of("smollm"), PreTokenizer::SmolLm);
+    assert_eq!(of("starcoder"), PreTokenizer::SmolLm);
+    assert_eq!(of("llama-bpe"), PreTokenizer::Llama3);
+    assert_eq!(of("smaug-bpe"), PreTokenizer::Dbrx);
+    assert_eq!(of("deepseek-r1-qwen"), PreTokenizer::Qwen2);
+    assert_eq!(of("megrez"), PreTokenizer::Qwen2);
+    assert_eq!(of("olmo"), PreTokenizer::Gpt2);
+    assert_eq!(
+        PreTokenizer::from_gguf_name(None).expect("absent"),
+        PreTokenizer::Default
+    );
+    // Only LLaMA 3's names carry its flags; DBRX shares the split alone.
+    assert!(of("llama3").ignores_merges() && of("llama3").adds_bos());
+    assert!(!of("dbrx").ignores_merges() && !of("dbrx").adds_bos());
+    assert!(!of("smollm").ignores_merges() && !of("smollm").adds_bos());
+}
+
+#[test]
+fn names_needing_another_pattern_are_refused_with_the_supported_list() {
+    for name in [
+        "deepseek-llm",
+        "deepseek-v3",
+        "tekken",
+        "gpt-4o",
+        "llama4",
+        "qwen35",
+        "falcon",
+    ] {
+        let err = PreTokenizer::from_gguf_name(Some(name)).expect_err("refused");
+        let msg = err.to_string();
+        assert!(msg.contains(name), "{msg}");
+        assert!(
+            msg.contains("smollm") && msg.contains("qwen2") && msg.contains("llama-bpe"),
+            "{msg}"
+        );
+    }
+}

@@ -25,31 +25,102 @@ pub enum VocabModel {
 }
 
 /// How byte-level BPE text is split into words before merging (`tokenizer.ggml.pre`).
+///
+/// Each variant is one of llama.cpp's pre-tokenizer behaviours: a split pattern plus the flags
+/// llama.cpp ties to the name (whole-word vocabulary hits skip merging, BOS added by default).
+/// [`PreTokenizer::NAMES`] maps every `tokenizer.ggml.pre` value Tessera accepts to one of them;
+/// any other name is refused at load, since a wrong split silently changes every prompt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PreTokenizer {
     /// llama.cpp's fallback: punctuation runs, the GPT-2 pattern, digit runs, digit triples.
     Default,
     /// The original GPT-2 pattern alone.
     Gpt2,
+    /// Every digit on its own, then the GPT-2 pattern (SmolLM, StarCoder, Command-R, ...).
+    SmolLm,
     /// The LLaMA 3 pattern (digits in groups of up to three); whole words found in the
-    /// vocabulary skip merging.
+    /// vocabulary skip merging, and BOS is added unless the file says otherwise.
     Llama3,
+    /// The LLaMA 3 pattern without LLaMA 3's flags (DBRX, Smaug).
+    Dbrx,
     /// The Qwen2 pattern (LLaMA 3's with single digits).
     Qwen2,
 }
 
 impl PreTokenizer {
+    /// Every accepted `tokenizer.ggml.pre` value and its pre-tokenizer, as llama.cpp maps them
+    /// (`src/llama-vocab.cpp`). Names llama.cpp knows but that need another split pattern or
+    /// flag (e.g. `deepseek-llm`, `deepseek-v3`, `falcon`, `tekken`, `gpt-4o`, `llama4`,
+    /// `seed-coder`, `chameleon`, `bloom`, `qwen35`, `roberta-bpe`) are refused.
+    pub const NAMES: &'static [(&'static str, PreTokenizer)] = &[
+        ("default", Self::Default),
+        ("gpt-2", Self::Gpt2),
+        ("phi-2", Self::Gpt2),
+        ("mpt", Self::Gpt2),
+        ("olmo", Self::Gpt2),
+        ("jais", Self::Gpt2),
+        ("trillion", Self::Gpt2),
+        ("exaone4", Self::Gpt2),
+        ("gigachat", Self::Gpt2),
+        ("a.x-4.0", Self::Gpt2),
+        ("mellum", Self::Gpt2),
+        ("smollm", Self::SmolLm),
+        ("starcoder", Self::SmolLm),
+        ("refact", Self::SmolLm),
+        ("command-r", Self::SmolLm),
+        ("codeshell", Self::SmolLm),
+        ("exaone", Self::SmolLm),
+        ("minerva-7b", Self::SmolLm),
+        ("mellum2", Self::SmolLm),
+        ("llama3", Self::Llama3),
+        ("llama-v3", Self::Llama3),
+        ("llama-bpe", Self::Llama3),
+        ("falcon3", Self::Llama3),
+        ("falcon-h1", Self::Llama3),
+        ("pixtral", Self::Llama3),
+        ("midm-2.0", Self::Llama3),
+        ("lfm2", Self::Llama3),
+        ("dbrx", Self::Dbrx),
+        ("smaug-bpe", Self::Dbrx),
+        ("qwen2", Self::Qwen2),
+        ("deepseek-r1-qwen", Self::Qwen2),
+        ("kormo", Self::Qwen2),
+        ("f2llmv2", Self::Qwen2),
+        ("megrez", Self::Qwen2),
+        ("stablelm2", Self::Qwen2),
+        ("hunyuan", Self::Qwen2),
+        ("solar-open", Self::Qwen2),
+    ];
+
     /// Maps a `tokenizer.ggml.pre` value to a pre-tokenizer; an absent value means `Default`.
     pub fn from_gguf_name(name: Option<&str>) -> Result<Self, TokenizerError> {
-        match name {
-            None | Some("default") => Ok(Self::Default),
-            Some("gpt-2" | "phi-2") => Ok(Self::Gpt2),
-            Some("llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral") => Ok(Self::Llama3),
-            Some("qwen2" | "deepseek-r1-qwen") => Ok(Self::Qwen2),
-            Some(other) => Err(TokenizerError::UnsupportedPreTokenizer {
-                pre: other.to_string(),
-            }),
-        }
+        let Some(name) = name else {
+            return Ok(Self::Default);
+        };
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, pre)| pre)
+            .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer {
+                pre: name.to_string(),
+            })
+    }
+
+    /// The accepted names, comma-separated (for error messages).
+    pub fn supported_names() -> String {
+        let names: Vec<&str> = Self::NAMES.iter().map(|(n, _)| *n).collect();
+        names.join(", ")
+    }
+
+    /// Whether a word found whole in the vocabulary is emitted without merging (llama.cpp's
+    /// `ignore_merges`).
+    pub fn ignores_merges(self) -> bool {
+        self == Self::Llama3
+    }
+
+    /// Whether BOS is added by default (the file's `add_bos_token` overrides it).
+    pub fn adds_bos(self) -> bool {
+        self == Self::Llama3
     }
 }
 
@@ -112,7 +183,7 @@ impl Vocab {
                     eos: Some(11),
                     ..SpecialIds::default()
                 },
-                pre == PreTokenizer::Llama3,
+                pre.adds_bos(),
                 false,
             ),
         };

@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use crate::act::Activation;
 use crate::dtype::Format;
-use crate::quant::{float, kquants, legacy, PodBlock};
+use crate::quant::{float, kquants, legacy, legacy_min, PodBlock};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
@@ -250,6 +250,12 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) {
         }),
         Format::Q5_0 => v.visit(&Scalar {
             f: legacy::dot_q5_0,
+        }),
+        Format::Q4_1 => v.visit(&Scalar {
+            f: legacy_min::dot_q4_1,
+        }),
+        Format::Q5_1 => v.visit(&Scalar {
+            f: legacy_min::dot_q5_1,
         }),
         Format::Q8_0 => v.visit(&Scalar {
             f: legacy::dot_q8_0,

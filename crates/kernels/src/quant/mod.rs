@@ -12,9 +12,11 @@
 pub mod float;
 pub mod kquants;
 pub mod legacy;
+pub mod legacy_min;
 
 pub use kquants::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 pub use legacy::{ActQ8_0, ActQ8_0x2, BlockQ4_0, BlockQ5_0, BlockQ8_0, QK8_0};
+pub use legacy_min::{BlockQ4_1, BlockQ5_1};
 
 /// Converts an IEEE half stored little-endian to f32.
 #[inline]

@@ -43,12 +43,14 @@ impl Rng {
     }
 }
 
-pub const ALL_TYPES: [GgmlType; 9] = [
+pub const ALL_TYPES: [GgmlType; 11] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::Q4_0,
+    GgmlType::Q4_1,
     GgmlType::Q5_0,
+    GgmlType::Q5_1,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
@@ -77,6 +79,15 @@ pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> 
             Format::Q4_0 | Format::Q5_0 | Format::Q8_0 => {
                 let s = scale_bytes(rng, 0.01);
                 block[..2].copy_from_slice(&s);
+            }
+            Format::Q4_1 | Format::Q5_1 => {
+                // The minimum is about -8 (or -16) steps, as a quantizer of centred weights
+                // gives, with a random spread either side.
+                let d = scale_bytes(rng, 0.01);
+                let steps = if format == Format::Q4_1 { 8.0 } else { 16.0 };
+                let m = -kernels::quant::f16_to_f32(d) * steps * (1.0 + 0.5 * rng.unit());
+                block[..2].copy_from_slice(&d);
+                block[2..4].copy_from_slice(&f32_to_f16(m));
             }
             Format::Q4_K | Format::Q5_K => {
                 let d = scale_bytes(rng, 0.002);

@@ -13,7 +13,7 @@ use crate::quant::{ActQ8_0, BlockQ4_0, BlockQ5_0, BlockQ8_0};
 
 /// Expands 16 packed nibbles to 32 bytes: low nibbles (elements 0..16) then high nibbles.
 #[inline(always)]
-unsafe fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
+pub(super) unsafe fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
     // SAFETY: 16-byte array, unaligned load; AVX2 enabled by the entry points.
     unsafe {
         let raw = _mm_loadu_si128(qs.as_ptr().cast());

@@ -25,7 +25,9 @@ use std::ops::Range;
 use super::{rows_loop, DotKernel, Isa, KernelVisitor, RowDot, RowsJob};
 use crate::act::Activation;
 use crate::dtype::Format;
-use crate::quant::{BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ8_0, PodBlock};
+use crate::quant::{
+    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ8_0, PodBlock,
+};
 
 pub(crate) mod attn;
 mod float;
@@ -33,6 +35,7 @@ mod kquants;
 mod kquants512;
 mod legacy;
 mod legacy512;
+mod legacy_min;
 pub(crate) mod ops;
 /// Packed legacy formats, as const parameters of the packed passes (`packed256`, `packed512`).
 const Q8: u8 = 0;
@@ -40,6 +43,20 @@ const Q5: u8 = 1;
 const Q4: u8 = 2;
 // They index `ActQ8_0::neg_offset_sums` and `quant::legacy::PACKED_OFFSETS`.
 const _: () = assert!(Q8 == 0 && Q5 == 1 && Q4 == 2);
+/// Packed Q4_1 and Q5_1: no offset (their quants are unsigned), a minimum per row and block.
+const Q41: u8 = 3;
+const Q51: u8 = 4;
+
+/// The format of a packed legacy pass's const parameter.
+const fn legacy_format(f: u8) -> Format {
+    match f {
+        Q8 => Format::Q8_0,
+        Q5 => Format::Q5_0,
+        Q4 => Format::Q4_0,
+        Q41 => Format::Q4_1,
+        _ => Format::Q5_1,
+    }
+}
 
 /// Asks for the record `ahead` records after `r` (of `rec` bytes) to be brought into L2 while
 /// this one is computed. Every matmul of a step streams its weights from memory (the model is
@@ -189,6 +206,33 @@ impl IDot for Avx2Dot {
     }
 }
 
+/// AVX-512 VNNI on 256-bit vectors: `dpbusd` forms the same i32 lanes as [`Avx2Dot::dot_acc`]
+/// in one instruction (exact, no i16 intermediate); the scaled forms are AVX2's.
+pub(crate) struct VnniDot;
+
+impl IDot for VnniDot {
+    #[inline(always)]
+    unsafe fn scales_32(a: i32) -> __m256i {
+        // SAFETY: forwarded; AVX2 is enabled wherever VNNI is.
+        unsafe { Avx2Dot::scales_32(a) }
+    }
+    #[inline(always)]
+    unsafe fn scales_16_of(s: __m128i, g: usize) -> __m256i {
+        // SAFETY: as above.
+        unsafe { Avx2Dot::scales_16_of(s, g) }
+    }
+    #[inline(always)]
+    unsafe fn scaled_dot_acc(acc: __m256i, q: __m256i, x: __m256i, scales: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe { Avx2Dot::scaled_dot_acc(acc, q, x, scales) }
+    }
+    #[inline(always)]
+    unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
+        // SAFETY: AVX-512 VL + VNNI are enabled in the entry point that inlines this.
+        unsafe { _mm256_dpbusd_epi32(acc, q, x) }
+    }
+}
+
 /// A format's SIMD kernel body, generic over the integer primitive and the row count.
 pub(crate) trait Body {
     type W: PodBlock;
@@ -233,6 +277,13 @@ unsafe fn rows_avx2<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
     unsafe { rows_loop::<WithDot<B, Avx2Dot>>(job, range) }
 }
 
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows_vnni<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
+    // SAFETY: this function's features include those `Body::run` requires for `VnniDot`; the
+    // job contract is forwarded.
+    unsafe { rows_loop::<WithDot<B, VnniDot>>(job, range) }
+}
+
 /// A 512-bit kernel body (AVX-512 F/BW/VL + VNNI), generic over the row count.
 pub(crate) trait Body512 {
     type W: PodBlock;
@@ -272,6 +323,19 @@ impl<B: Body> DotKernel for Simd<B, Avx2Dot> {
     }
 }
 
+impl<B: Body> DotKernel for Simd<B, VnniDot> {
+    type W = B::W;
+    type A = B::A;
+    fn act_len(&self, per_row: usize) -> usize {
+        per_row
+    }
+    unsafe fn rows(&self, job: &RowsJob<B::W, B::A>, range: Range<usize>) {
+        // SAFETY: a `Simd<_, VnniDot>` exists only if AVX-512 F/BW/VL/VNNI (and AVX2) were
+        // detected; the job contract is the caller's.
+        unsafe { rows_vnni::<B>(job, range) }
+    }
+}
+
 impl<B: Body512> DotKernel for Simd512<B> {
     type W = B::W;
     type A = B::A;
@@ -304,6 +368,17 @@ fn visit_body_512<B: Body, B5: Body512, V: KernelVisitor>(isa: Isa, v: V) -> Res
     }
 }
 
+/// Like [`visit_body`], but with the VNNI integer primitive where the CPU has AVX-512 VNNI.
+fn visit_body_vnni<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
+    match isa {
+        Isa::Avx512Vnni => {
+            v.visit(&Simd::<B, VnniDot>(PhantomData));
+            Ok(())
+        }
+        _ => visit_body::<B, V>(isa, v),
+    }
+}
+
 /// Hands `v` the SIMD kernel for `format`, or returns it if `isa` (re-checked against the CPU)
 /// has none.
 pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<(), V> {
@@ -318,6 +393,8 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<
         Format::Q5_0 => {
             visit_body_512::<legacy::Q5_0Body, legacy512::PairBody<BlockQ5_0>, V>(isa, v)
         }
+        Format::Q4_1 => visit_body_vnni::<legacy_min::MinBody<BlockQ4_1>, V>(isa, v),
+        Format::Q5_1 => visit_body_vnni::<legacy_min::MinBody<BlockQ5_1>, V>(isa, v),
         Format::Q8_0 => {
             visit_body_512::<legacy::Q8_0Body, legacy512::PairBody<BlockQ8_0>, V>(isa, v)
         }

@@ -1,4 +1,4 @@
-//! AVX2 kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K weights (layout in
+//! AVX2 kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q6_K weights (layout in
 //! `crate::packed`): the same exact per-block integer sums and the same float operations per
 //! (weight row, activation row) pair as the AVX-512 VNNI kernels and the scalar reference, so
 //! all three give the same bits.
@@ -14,7 +14,8 @@
 //! - Q8_0's stored `q + 128` would saturate `maddubs`, so its quants are made signed again
 //!   (`xor 0x80`) and multiplied as `|q| . sign(x, q)` (at most 2 x 128 x 127 per pair).
 //!
-//! The offset terms (`-offset * sum(x)`, Q4_K's mins, Q6_K's `-32`) are the VNNI kernels'.
+//! The offset terms (`-offset * sum(x)`, Q4_1 / Q5_1's minimums, Q4_K's mins, Q6_K's `-32`) are
+//! the VNNI kernels'; Q4_1 / Q5_1 quants are Q4_0 / Q5_0's in size, so they sum the same way.
 
 // Index loops address parallel register arrays; iterator forms would hide the unrolled shape.
 #![allow(clippy::needless_range_loop)]
@@ -22,11 +23,11 @@
 use std::arch::x86_64::*;
 
 use super::legacy::high_bits_x16;
-use super::{drive_passes, prefetch_record, Pass, Q4, Q5, Q8};
+use super::{drive_passes, legacy_format, prefetch_record, Pass, Q4, Q41, Q5, Q51, Q8};
 use crate::dtype::Format;
 use crate::packed::{
-    record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES, Q6K_PAIRS,
-    Q6K_QUANTS, Q6K_SCALES,
+    quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
+    Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
 
@@ -80,7 +81,7 @@ unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i
             _mm256_and_si256(raw, m4),
             _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
         ];
-        if F == Q5 {
+        if F == Q5 || F == Q51 {
             for (t, wt) in w.iter_mut().enumerate() {
                 let k = 2 * v + t;
                 let mask = std::ptr::read_unaligned(q.add(256 + 8 * k).cast::<u64>());
@@ -94,11 +95,8 @@ unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i
 /// Legacy formats: rows `16g + 8h..+8` for activation rows `i..i + N`, both halves.
 #[inline(always)]
 unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
-    let format = match F {
-        Q8 => Format::Q8_0,
-        Q5 => Format::Q5_0,
-        _ => Format::Q4_0,
-    };
+    let format = legacy_format(F);
+    let with_min = F == Q41 || F == Q51;
     let rec = record_bytes(format);
     let blocks = job.blocks;
     let PackedActs::Q8_0(all) = job.acts else {
@@ -120,13 +118,13 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
                 let xs: [&ActQ8_0; N] = std::array::from_fn(|j| &*acts[j].add(b));
                 // Q8_0 multiplies signed quants; the 4/5-bit formats take the offset off here.
                 let mut isum: [__m256i; N] = std::array::from_fn(|j| {
-                    _mm256_set1_epi32(if F == Q8 {
+                    _mm256_set1_epi32(if F == Q8 || with_min {
                         0
                     } else {
                         xs[j].neg_offset_sums[usize::from(F)]
                     })
                 });
-                let q = r.add(32);
+                let q = r.add(quants_at(format));
                 if F == Q8 {
                     let flip = _mm256_set1_epi8(-128);
                     for k in 0..8 {
@@ -143,7 +141,7 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
                     }
                 } else {
                     // Chunks per i16 sum: all eight for 4-bit quants, four for 5-bit.
-                    let per = if F == Q4 { 4 } else { 2 };
+                    let per = if F == Q4 || F == Q41 { 4 } else { 2 };
                     for v0 in (0..4).step_by(per) {
                         let mut p = [_mm256_setzero_si256(); N];
                         for v in v0..v0 + per {
@@ -161,9 +159,19 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
                     }
                 }
                 let dw = half_scales(r, h);
+                let mw = if with_min {
+                    Some(half_scales(r.add(32), h))
+                } else {
+                    None
+                };
                 for j in 0..N {
-                    let scale = _mm256_mul_ps(dw, _mm256_set1_ps(xs[j].d));
+                    let dx = _mm256_set1_ps(xs[j].d);
+                    let scale = _mm256_mul_ps(dw, dx);
                     acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
+                    if let Some(mw) = mw {
+                        let xsum = _mm256_set1_ps(xs[j].sum as f32);
+                        acc[j] = _mm256_fmadd_ps(xsum, _mm256_mul_ps(mw, dx), acc[j]);
+                    }
                 }
             }
             for j in 0..N {
@@ -368,6 +376,8 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             Format::Q8_0 => groups_of::<LegacyPass<Q8>>(job, groups),
             Format::Q5_0 => groups_of::<LegacyPass<Q5>>(job, groups),
             Format::Q4_0 => groups_of::<LegacyPass<Q4>>(job, groups),
+            Format::Q4_1 => groups_of::<LegacyPass<Q41>>(job, groups),
+            Format::Q5_1 => groups_of::<LegacyPass<Q51>>(job, groups),
             Format::Q4_K => groups_of::<Q4KPass>(job, groups),
             Format::Q6_K => groups_of::<Q6KPass>(job, groups),
             _ => unreachable!("packed kernel for an unpackable format"),

@@ -1,4 +1,4 @@
-//! AVX-512 VNNI kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_K / Q6_K weights (layout in
+//! AVX-512 VNNI kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q6_K weights (layout in
 //! `crate::packed`), one pass function per format behind one driver (`Pass`, `groups_of`).
 //!
 //! Legacy formats: per record (sixteen rows by one block) the eight chunks of unsigned quants are
@@ -7,18 +7,19 @@
 //! Per activation row: the integer sum starts at `-offset * sum(x)` in every lane, eight `dpbusd`
 //! add the chunks times the row's quants broadcast four bytes at a time (two chains of four), and
 //! one conversion, one multiply and one multiply-add fold the block into sixteen row accumulators
-//! — the same `fma(isum, d_w * d_x, acc)` per pair as the scalar `dot_packed_row`.
+//! — the same `fma(isum, d_w * d_x, acc)` per pair as the scalar `dot_packed_row`. Q4_1 / Q5_1
+//! start the sum at zero and add their minimum's `fma(sum(x), m_w * d_x, acc)` after it.
 
 // Index loops address parallel register arrays; iterator forms would hide the unrolled shape.
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
-use super::{drive_passes, prefetch_record, Pass, Q4, Q5, Q8};
+use super::{drive_passes, legacy_format, prefetch_record, Pass, Q4, Q41, Q5, Q51, Q8};
 use crate::dtype::Format;
 use crate::packed::{
-    offset, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
-    Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
+    offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS,
+    Q4K_SCALES, Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
 
@@ -41,7 +42,7 @@ unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
                 w[2 * v] = _mm512_and_si512(raw, m4);
                 w[2 * v + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
             }
-            if F == Q5 {
+            if F == Q5 || F == Q51 {
                 let five = _mm512_set1_epi8(0x10);
                 for k in 0..8 {
                     let mask =
@@ -97,17 +98,10 @@ const PREFETCH_MIN_ROWS: usize = 4;
 /// Rows `16g..16g + 16` for activation rows `i..i + N`.
 #[inline(always)]
 unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
-    let rec = match F {
-        Q8 => record_bytes(Format::Q8_0),
-        Q5 => record_bytes(Format::Q5_0),
-        _ => record_bytes(Format::Q4_0),
-    };
-    let off = match F {
-        Q8 => offset(Format::Q8_0),
-        Q5 => offset(Format::Q5_0),
-        _ => offset(Format::Q4_0),
-    }
-    .unwrap_or(0);
+    let format = legacy_format(F);
+    let rec = record_bytes(format);
+    let off = offset(format).unwrap_or(0);
+    let with_min = F == Q41 || F == Q51;
     let blocks = job.blocks;
     // SAFETY: records of group g lie in `data` (checked by the caller); activation rows i..i+N
     // hold `blocks` blocks each; AVX-512 F/BW/VNNI enabled by the entry point.
@@ -124,15 +118,30 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
                 prefetch_record(r, rec, prefetch_records(N));
             }
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
-            let w = unpack::<F>(r.add(32));
+            let mw = if with_min {
+                _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()))
+            } else {
+                _mm512_setzero_ps()
+            };
+            let w = unpack::<F>(r.add(quants_at(format)));
             for j in 0..N {
                 let x = &*acts[j].add(b);
-                // `-off * x.sum`, stored with the block (`Q8`, `Q5`, `Q4` are its indices).
-                debug_assert_eq!(x.neg_offset_sums[usize::from(F)], -off * x.sum);
-                let corr = _mm512_set1_epi32(x.neg_offset_sums[usize::from(F)]);
+                let corr = if with_min {
+                    _mm512_setzero_si512()
+                } else {
+                    // `-off * x.sum`, stored with the block (`Q8`, `Q5`, `Q4` are its indices).
+                    let k = usize::from(F);
+                    debug_assert_eq!(x.neg_offset_sums[k], -off * x.sum);
+                    _mm512_set1_epi32(x.neg_offset_sums[k])
+                };
                 let isum = dot_chunks(corr, &w, x.qs.as_ptr().cast::<i32>());
-                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(x.d));
+                let dx = _mm512_set1_ps(x.d);
+                let scale = _mm512_mul_ps(dw, dx);
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+                if with_min {
+                    let xsum = _mm512_set1_ps(x.sum as f32);
+                    acc[j] = _mm512_fmadd_ps(xsum, _mm512_mul_ps(mw, dx), acc[j]);
+                }
             }
         }
         for j in 0..N {
@@ -254,7 +263,7 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     }
 }
 
-/// Q8_0 / Q5_0 / Q4_0 (`F`): 16 accumulators + 8 weight chunks fit in 32 zmm.
+/// Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 (`F`): 16 accumulators + 8 weight chunks fit in 32 zmm.
 struct LegacyPass<const F: u8>;
 struct Q4KPass;
 struct Q6KPass;
@@ -306,6 +315,8 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             Format::Q8_0 => groups_of::<LegacyPass<Q8>>(job, groups),
             Format::Q5_0 => groups_of::<LegacyPass<Q5>>(job, groups),
             Format::Q4_0 => groups_of::<LegacyPass<Q4>>(job, groups),
+            Format::Q4_1 => groups_of::<LegacyPass<Q41>>(job, groups),
+            Format::Q5_1 => groups_of::<LegacyPass<Q51>>(job, groups),
             Format::Q4_K => groups_of::<Q4KPass>(job, groups),
             Format::Q6_K => groups_of::<Q6KPass>(job, groups),
             _ => unreachable!("packed kernel for an unpackable format"),
