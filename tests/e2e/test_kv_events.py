@@ -231,3 +231,49 @@ def test_subscribers_applying_the_events_end_with_the_servers_prefix_index(event
     metrics = server.metrics()
     assert "tessera_kv_events_dropped_batches_total 0.0" in metrics
     assert f"tessera_kv_events_replays_total {float(live.requests + lossy.requests)}" in metrics
+
+
+def test_a_subscriber_that_binds_after_the_server_started_gets_every_batch(tmp_path):
+    """The server keeps trying to connect (as libzmq does); what it published before the
+    subscriber was up comes back from the replay socket."""
+    from conftest import Server
+
+    pub_port = free_port()
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    server = Server(
+        tmp_path,
+        "--kv-events-endpoint", f"tcp://127.0.0.1:{pub_port}",
+        "--kv-events-replay-endpoint", replay,
+        "--debug-kv-index",
+    )
+    ctx = zmq.Context()
+    try:
+        complete(server.url, list(range(1000, 1100)), 2)  # published before anyone listens
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.bind(f"tcp://127.0.0.1:{pub_port}")
+        index = Index(replay, ctx)
+        deadline = time.monotonic() + 60
+        first, i = None, 0
+        while first is None and time.monotonic() < deadline:
+            i += 1  # new tokens each time, so each request stores tiles and sends a batch
+            complete(server.url, list(range(2000 + 50 * i, 2040 + 50 * i)), 2)
+            if sub.poll(2000):
+                _, seq, payload = sub.recv_multipart()
+                first = int.from_bytes(seq, "big")
+        assert first is not None, "the server never connected to the subscriber"
+        assert first > 0
+        index.receive(first, payload)
+        want = get_json(f"{server.url}/debug/kv_index")
+        while index.next_seq <= want["last_seq"] and sub.poll(5000):
+            _, seq, payload = sub.recv_multipart()
+            index.receive(int.from_bytes(seq, "big"), payload)
+        assert index.replayed == first
+        assert index.blocks == {
+            (b["group_idx"], b["block_hash"]): (b["parent_block_hash"], b["token_ids"]) for b in want["blocks"]
+        }
+        # The tiles of the request made before the subscriber was up came by replay.
+        assert any(set(tokens) <= set(range(1000, 1100)) for _, tokens in index.blocks.values())
+    finally:
+        server.stop()
+        ctx.destroy(linger=0)

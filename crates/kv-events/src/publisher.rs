@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use engine::kv_events::{KvEventBatch, KvEventReceiver, KvEventStats};
-use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
+use zeromq::{PubSocket, RouterSocket, Socket, SocketOptions, SocketRecv, SocketSend, ZmqMessage};
 
 use crate::wire::encode_batch;
 use crate::{PublisherConfig, StartError};
@@ -60,7 +60,11 @@ impl Publisher {
         cfg: &PublisherConfig,
         stats: Arc<KvEventStats>,
     ) -> Result<Publisher, StartError> {
-        let mut publish = PubSocket::new();
+        // A subscriber that is not up yet is retried for as long as it takes, with backoff,
+        // as libzmq does; a peer that goes away is reconnected to.
+        let mut options = SocketOptions::default();
+        options.no_connect_timeout();
+        let mut publish = PubSocket::with_options(options);
         if binds(&cfg.endpoint) {
             publish
                 .bind(&bind_address(&cfg.endpoint))
