@@ -50,7 +50,7 @@ impl PublisherConfig {
 /// Why publishing could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("KV events endpoint {0:?} is not tcp://, ipc:// or inproc://")]
+    #[error("KV events endpoint {0:?} is not tcp:// or ipc://")]
     Endpoint(String),
     #[error("cannot bind the KV events endpoint {0}: {1}")]
     Bind(String, String),
@@ -62,10 +62,7 @@ pub enum StartError {
 /// every clone of it is dropped.
 pub fn start(cfg: PublisherConfig) -> Result<KvEventSink, StartError> {
     for ep in std::iter::once(&cfg.endpoint).chain(&cfg.replay_endpoint) {
-        if !["tcp://", "ipc://", "inproc://"]
-            .iter()
-            .any(|p| ep.starts_with(p))
-        {
+        if !["tcp://", "ipc://"].iter().any(|p| ep.starts_with(p)) {
             return Err(StartError::Endpoint(ep.clone()));
         }
     }

@@ -9,9 +9,10 @@
 //!   `[identity, "", start]` (`start`: 8 bytes, big-endian; a REQ or DEALER client's empty
 //!   delimiter then the number); each kept batch numbered `start` or more is answered
 //!   `[identity, "", seq, payload]`, then `[identity, "", -1 (8 bytes), ""]` ends the reply.
-//! - Endpoints follow vLLM's rule: one with `*`, `::`, `ipc://` or `inproc://` is bound, any
-//!   other (`tcp://host:port`) is connected to — a subscriber that binds and gathers many
+//! - Endpoints follow vLLM's rule: one with `*`, `::` or `ipc://` is bound, any other
+//!   (`tcp://host:port`) is connected to — a subscriber that binds and gathers many
 //!   replicas' events. `*` binds every interface. The replay endpoint is always bound.
+//!   (vLLM also takes `inproc://`, which only reaches sockets of the same process.)
 //!
 //! The thread runs a single-threaded async runtime of its own; the engine only ever does a
 //! non-blocking send into the bounded queue before it (`engine::kv_events::KvEventSink`).
@@ -19,6 +20,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use engine::kv_events::{KvEventBatch, KvEventReceiver, KvEventStats};
@@ -32,10 +34,7 @@ const END_SEQ: [u8; 8] = (-1i64).to_be_bytes();
 
 /// Whether vLLM would bind `endpoint` (else it connects to it).
 pub(crate) fn binds(endpoint: &str) -> bool {
-    endpoint.contains('*')
-        || endpoint.contains("::")
-        || endpoint.starts_with("ipc://")
-        || endpoint.starts_with("inproc://")
+    endpoint.contains('*') || endpoint.contains("::") || endpoint.starts_with("ipc://")
 }
 
 /// `tcp://*:port` as the socket library takes it: `*` is every IPv4 interface.
@@ -206,16 +205,28 @@ async fn serve_replay(
     for (seq, payload) in buffer.iter().filter(|(s, _)| *s >= start) {
         let seq = Bytes::copy_from_slice(&seq.to_be_bytes());
         if let Ok(m) = reply(seq, payload.clone()) {
-            if let Err(e) = socket.send(m).await {
-                tracing::warn!("KV events: replay to a client that left: {e}");
+            if let Err(e) = send_within(socket, m).await {
+                tracing::warn!("KV events: replay abandoned: {e}");
                 return;
             }
         }
     }
     if let Ok(m) = reply(Bytes::from_static(&END_SEQ), Bytes::new()) {
-        let _ = socket.send(m).await;
+        let _ = send_within(socket, m).await;
     }
     stats.replays.fetch_add(1, Relaxed);
+}
+
+/// How long one replay message may wait for a client that does not read: the thread also
+/// publishes, and a stuck client must not hold it (the engine's queue would fill and drop).
+const REPLAY_SEND_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn send_within(socket: &mut RouterSocket, m: ZmqMessage) -> Result<(), String> {
+    match tokio::time::timeout(REPLAY_SEND_TIMEOUT, socket.send(m)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the client does not read".into()),
+    }
 }
 
 #[cfg(test)]
