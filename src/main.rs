@@ -28,7 +28,7 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Serve the OpenAI-compatible HTTP API (completions, chat, responses, models, tokenize,
     /// metrics).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Load generator for any OpenAI-compatible server: throughput and TTFT / ITL / E2E percentiles.
     Bench(bench::BenchArgs),
     /// Perplexity of a model on a text file, computed as llama-perplexity does.
@@ -70,7 +70,7 @@ fn run(command: Command) -> Result<()> {
     match command {
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Bench(args) => bench::run(args),
         Command::FetchModel { name, list, dir } => fetch_model(&name, list, dir),
     }

@@ -163,6 +163,28 @@ pub struct ServeArgs {
     /// Require the API key on /health too (with --api-key; probes must then send it).
     #[arg(long)]
     protect_health: bool,
+    /// Publish KV cache events (tiles stored in and evicted from the prefix cache) on a ZeroMQ
+    /// PUB socket in vLLM's format, for prefix-aware routers (llm-d, Dynamo). As with vLLM,
+    /// `tcp://*:5557` binds and `tcp://HOST:PORT` connects to a subscriber that binds. Off by
+    /// default.
+    #[arg(long, value_name = "ENDPOINT")]
+    kv_events_endpoint: Option<String>,
+    /// A ROUTER socket (bound) that replays missed event batches, from the last
+    /// --kv-events-buffer-steps, to a subscriber that sends the first sequence number it
+    /// missed (8 bytes, big-endian).
+    #[arg(long, value_name = "ENDPOINT", requires = "kv_events_endpoint")]
+    kv_events_replay_endpoint: Option<String>,
+    /// The topic frame of every event message (llm-d's per-pod subscriber expects
+    /// `kv@POD@MODEL`).
+    #[arg(long, default_value = "", requires = "kv_events_endpoint")]
+    kv_events_topic: String,
+    /// Event batches kept for replay.
+    #[arg(long, default_value_t = 10_000, requires = "kv_events_endpoint")]
+    kv_events_buffer_steps: usize,
+    /// Serve GET /debug/kv_index: the prefix index (token ids of every cached prefix) as a KV
+    /// event subscriber should hold it, behind the API key. For checking subscribers.
+    #[arg(long)]
+    debug_kv_index: bool,
 }
 
 /// Parses sizes like `512MiB`, `2GiB`, `300MB`, `64k` or a plain byte count.
@@ -223,6 +245,7 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
         },
         protect_metrics: args.protect_metrics,
         protect_health: args.protect_health,
+        debug_kv_index: args.debug_kv_index,
         ..ServerConfig::default()
     })
 }
@@ -302,6 +325,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_waiting: args.max_waiting,
         itl_slowdown: args.max_itl_slowdown,
         kv_tiers: kv_tiers(&args, &path)?,
+        kv_events: kv_events(&args)?,
         speculative: args
             .speculative
             .as_ref()
@@ -451,6 +475,32 @@ fn kv_tiers(args: &ServeArgs, model: &std::path::Path) -> Result<Option<engine::
         }),
         write_through: args.kv_tier_write_through,
     }))
+}
+
+/// Starts the KV event publisher when --kv-events-endpoint asks for one.
+fn kv_events(args: &ServeArgs) -> Result<Option<engine::kv_events::KvEventSink>> {
+    let Some(endpoint) = &args.kv_events_endpoint else {
+        return Ok(None);
+    };
+    if args.no_prefix_cache {
+        bail!(
+            "--kv-events-endpoint describes the prefix cache: it cannot go with --no-prefix-cache"
+        );
+    }
+    let cfg = kv_events::PublisherConfig {
+        replay_endpoint: args.kv_events_replay_endpoint.clone(),
+        topic: args.kv_events_topic.clone(),
+        buffer_steps: args.kv_events_buffer_steps.max(1),
+        ..kv_events::PublisherConfig::new(endpoint.clone(), args.tile_size)
+    };
+    let sink = kv_events::start(cfg)?;
+    tracing::info!(
+        "KV events on {endpoint}{}",
+        args.kv_events_replay_endpoint
+            .as_ref()
+            .map_or(String::new(), |r| format!(", replay on {r}"))
+    );
+    Ok(Some(sink))
 }
 
 /// SIGINT (Ctrl-C) or SIGTERM.

@@ -114,7 +114,7 @@ class Server:
     """Another `tessera serve` on a free port (for tests that need other flags than the shared
     server's), its stderr in a file; stopped with SIGTERM by `stop`."""
 
-    def __init__(self, tmp_path, *flags, env=None):
+    def __init__(self, tmp_path, *flags, env=None, kv_memory="64MiB"):
         import time
         import urllib.request
 
@@ -127,7 +127,7 @@ class Server:
         model = ["--model", os.environ["TESSERA_MODEL"]] if os.environ.get("TESSERA_MODEL") else []
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [binary, "serve", *model, "--host", "127.0.0.1", "--port", str(self.port), "--kv-memory", "64MiB",
+            [binary, "serve", *model, "--host", "127.0.0.1", "--port", str(self.port), "--kv-memory", kv_memory,
              "--max-seqs", "8", "--shutdown-timeout", "5", *flags],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests: real clients (the official `openai` package, curl, prometheus_client's
-# parser, an OTLP receiver on opentelemetry-proto, headless Chromium driven by Playwright)
-# against `tessera serve` on the default model.
+# parser, an OTLP receiver on opentelemetry-proto, headless Chromium driven by Playwright, a
+# ZeroMQ subscriber on pyzmq decoding KV events with msgspec) against `tessera serve` on the
+# default model.
 #
 # Builds the release binary, installs what the tests need when it is missing (Debian's chromium
 # as root; the Python packages into .venv/, git-ignored), starts the server on a free port with
@@ -37,9 +38,9 @@ VENV="$ROOT/.venv"
 if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client, playwright, opentelemetry.proto" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client, playwright, opentelemetry.proto, zmq, msgspec" 2>/dev/null; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        openai pytest prometheus_client playwright opentelemetry-proto
+        openai pytest prometheus_client playwright opentelemetry-proto pyzmq msgspec
 fi
 
 PORT="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

@@ -35,6 +35,9 @@ pub struct EngineConfig {
     pub speculative: Option<SpeculativeConfig>,
     /// KV tiers beside the pool (disk, Redis), off by default.
     pub kv_tiers: Option<crate::tiering::TierConfig>,
+    /// Where each step's prefix index changes go (`kv_events`), when something publishes
+    /// them; needs the prefix cache. Off by default.
+    pub kv_events: Option<crate::kv_events::KvEventSink>,
 }
 
 /// Prompt-lookup (n-gram) drafts for decoding sequences.
@@ -75,6 +78,7 @@ impl Default for EngineConfig {
             warm_kv: true,
             speculative: None,
             kv_tiers: None,
+            kv_events: None,
         }
     }
 }
@@ -96,6 +100,9 @@ impl EngineConfig {
                 max_batch_tokens: self.max_batch_tokens,
                 max_seqs: self.max_seqs,
             });
+        }
+        if self.kv_events.is_some() && !self.prefix_caching {
+            return Err(ConfigError::KvEventsWithoutPrefixCache);
         }
         if let Some(sp) = &self.speculative {
             if !(1..=64).contains(&sp.tokens) {

@@ -23,6 +23,7 @@ use crate::config::EngineConfig;
 use crate::emit::RequestState;
 use crate::error::StartError;
 use crate::forks::Forks;
+use crate::kv_events::{KvEvent, KvEventSink, KvIndexSnapshot};
 use crate::ngram::NgramDrafter;
 use crate::request::{EngineError, Event, FinishReason, GenerateRequest, Timings, Usage};
 use crate::runner::Runner;
@@ -113,6 +114,8 @@ pub struct Engine<R: Runner> {
     pub(crate) tiers: Option<Tiering>,
     /// Whether idle turns still have work for the runner (`Runner::idle`).
     warming: bool,
+    /// Where each step's prefix index changes go, when they are published.
+    kv_events: Option<KvEventSink>,
 }
 
 impl<R: Runner> Engine<R> {
@@ -147,6 +150,12 @@ impl<R: Runner> Engine<R> {
             _ => None,
         };
         stats.tiles_total.store(facts.n_tiles as u64, Relaxed);
+        if let Some(sink) = &cfg.kv_events {
+            sched.kv_mut().set_events(true);
+            let _ = stats.kv_events.set(sink.stats().clone());
+            // Subscribers that knew an earlier pool at this endpoint start over.
+            sink.send(vec![KvEvent::AllCleared]);
+        }
         let scratch = (0..runner.workers().max(1))
             .map(|_| Mutex::new(SampleScratch::default()))
             .collect();
@@ -173,6 +182,7 @@ impl<R: Runner> Engine<R> {
             }),
             tiers,
             warming: true,
+            kv_events: cfg.kv_events.clone(),
         })
     }
 
@@ -429,6 +439,7 @@ impl<R: Runner> Engine<R> {
             .fetch_add(plan.preempted.len() as u64, Relaxed);
         if plan.chunks.is_empty() {
             self.publish_counts();
+            self.flush_kv_events();
             return Ok(0);
         }
         self.note_scheduled(&plan);
@@ -453,7 +464,30 @@ impl<R: Runner> Engine<R> {
         self.stats.steps.fetch_add(1, Relaxed);
         self.stats.tokens_per_step.observe(plan.n_tokens() as f64);
         self.publish_counts();
+        self.flush_kv_events();
         Ok(plan.n_tokens())
+    }
+
+    /// Hands the prefix index changes noted since the last call to the publisher, as one batch
+    /// (none when nothing changed).
+    fn flush_kv_events(&mut self) {
+        if let Some(sink) = &self.kv_events {
+            let events = self.sched.kv_mut().take_events();
+            if !events.is_empty() {
+                sink.send(events);
+            }
+        }
+    }
+
+    /// The prefix index now, after every change was handed to the publisher: a subscriber
+    /// that applied the batches up to `last_seq` holds exactly these tiles.
+    pub fn kv_index(&mut self) -> KvIndexSnapshot {
+        self.flush_kv_events();
+        KvIndexSnapshot {
+            last_seq: self.kv_events.as_ref().and_then(KvEventSink::last_seq),
+            tile_size: self.sched.tile_size(),
+            tiles: self.sched.kv_mut().registered(),
+        }
     }
 
     /// Asks the drafter, if any, for the next tokens of every decoding sequence, as many as

@@ -21,6 +21,8 @@ pub enum ConfigError {
     SpeculativeTokens(usize),
     #[error("n-gram lengths must satisfy 1 <= min <= max <= 64, not {0}..={1}")]
     NgramRange(usize, usize),
+    #[error("KV events describe the prefix cache: they need it on")]
+    KvEventsWithoutPrefixCache,
 }
 
 /// Everything that stops `EngineHandle::spawn` or `Engine::new`.

@@ -17,6 +17,7 @@ use crate::admission::{Admission, WaitSlot};
 use crate::config::EngineConfig;
 use crate::engine::{Engine, Member};
 use crate::error::StartError;
+use crate::kv_events::KvIndexSnapshot;
 use crate::request::{EngineError, Event, GenerateRequest};
 use crate::runner::{IntoRunner, Runner};
 use crate::sequence::SeqId;
@@ -30,6 +31,8 @@ enum Command {
     /// with their places in the admission count.
     SubmitGroup(Vec<Member>, Vec<WaitSlot>),
     Abort(SeqId),
+    /// Read the prefix index (`Engine::kv_index`) between two steps.
+    KvIndex(tokio::sync::oneshot::Sender<KvIndexSnapshot>),
     /// Stop accepting; finish in-flight work until the deadline, then abort the rest and exit.
     Shutdown(Instant),
 }
@@ -205,6 +208,17 @@ impl EngineHandle {
         let _ = self.tx.send(Command::Abort(id));
     }
 
+    /// Asks for the prefix index as the engine has it between two steps, with the sequence
+    /// number of the last KV event batch sent before (see `Engine::kv_index`); the answer
+    /// comes on the returned channel (closed if the engine stops first).
+    pub fn kv_index(&self) -> Result<tokio::sync::oneshot::Receiver<KvIndexSnapshot>, EngineError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(Command::KvIndex(tx))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(rx)
+    }
+
     pub fn stats(&self) -> &EngineStats {
         &self.stats
     }
@@ -331,6 +345,9 @@ fn apply<R: Runner>(engine: &mut Engine<R>, cmd: Command, deadline: &mut Option<
             }
         }
         Command::Abort(id) => engine.abort(id),
+        Command::KvIndex(reply) => {
+            let _ = reply.send(engine.kv_index());
+        }
         Command::Shutdown(d) => *deadline = Some(d),
     }
 }

@@ -15,6 +15,7 @@
 
 use model::KvLayout;
 
+use crate::kv_events::{KvEvent, StoredTile};
 use crate::tiles::{chain_key, group_key, KeyFn, PrefixKey, TileAllocator, TileCounts, TileId};
 
 /// `grow` found fewer free or evictable tiles than it needs.
@@ -63,6 +64,8 @@ pub struct KvManager {
     tier_writes: TierWrites,
     pending: Vec<TierWrite>,
     key_fn: KeyFn,
+    /// Changes of the prefix index since `take_events`, when events are on (`set_events`).
+    events: Option<Vec<KvEvent>>,
 }
 
 /// When full tiles are handed to the KV tiers.
@@ -139,6 +142,7 @@ impl KvManager {
             tier_writes: TierWrites::Off,
             pending: Vec::new(),
             key_fn: chain_key,
+            events: None,
         }
     }
 
@@ -509,6 +513,47 @@ impl KvManager {
         self.tile_link[i] = link;
         self.tile_chain[i] = (facts.chain, facts.parent, facts.group as u8);
         self.written[i] = written;
+        if let Some(events) = self.events.as_mut() {
+            events.push(KvEvent::Stored(StoredTile {
+                group: facts.group,
+                window: self.windows[facts.group],
+                key: group_key(facts.chain, facts.group),
+                parent: facts.parent.map(|p| group_key(p, facts.group)),
+                tokens: facts.block.to_vec(),
+            }));
+        }
+    }
+
+    /// Notes prefix index changes from now on (`take_events`), or stops. Events need the
+    /// prefix cache: without it nothing is ever registered, and this does nothing.
+    pub fn set_events(&mut self, on: bool) {
+        self.events = (on && self.caching()).then(Vec::new);
+    }
+
+    /// The prefix index changes since the last call (empty when events are off).
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Every tile that holds a key, as a `Stored` event described it, in tile order.
+    pub fn registered(&self) -> Vec<StoredTile> {
+        let ts = self.tile_size;
+        (0..self.alloc.n_tiles() as u32)
+            .map(TileId)
+            .filter(|&t| self.alloc.is_registered(t))
+            .map(|t| {
+                let i = t.0 as usize;
+                let (chain, parent, g) = self.tile_chain[i];
+                let g = g as usize;
+                StoredTile {
+                    group: g,
+                    window: self.windows[g],
+                    key: group_key(chain, g),
+                    parent: parent.map(|p| group_key(p, g)),
+                    tokens: self.tile_tokens[i * ts..(i + 1) * ts].to_vec(),
+                }
+            })
+            .collect()
     }
 
     /// Hands full tiles to the KV tiers from now on (`TierWrites`).
@@ -554,11 +599,13 @@ impl KvManager {
     /// Takes a tile (`TileAllocator::allocate`), first noting a cached tile it evicts for the
     /// KV tiers when they do not have it yet.
     fn take_tile(&mut self) -> Option<TileId> {
-        if self.tier_writes != TierWrites::Off {
-            if let Some((t, true)) = self.alloc.peek() {
-                if !self.written[t.0 as usize] {
-                    self.pending.push(self.tier_write(t));
-                }
+        if let Some((t, true)) = self.alloc.peek() {
+            if self.tier_writes != TierWrites::Off && !self.written[t.0 as usize] {
+                self.pending.push(self.tier_write(t));
+            }
+            if let (Some(events), Some(key)) = (self.events.as_mut(), self.alloc.key(t)) {
+                let group = self.tile_chain[t.0 as usize].2 as usize;
+                events.push(KvEvent::Removed { group, key });
             }
         }
         self.alloc.allocate()

@@ -23,6 +23,7 @@ pub mod engine;
 pub mod error;
 mod forks;
 pub mod handle;
+pub mod kv_events;
 pub mod kv_manager;
 pub mod ngram;
 pub mod request;

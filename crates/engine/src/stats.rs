@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 
+use crate::kv_events::KvEventStats;
 use crate::tier::TierStats;
 
 /// A fixed-bucket histogram (cumulative buckets are computed when rendering).
@@ -88,6 +89,8 @@ pub struct EngineStats {
     pub tokens_per_step: Histogram,
     /// The KV tiers' counters, once the engine has started them.
     pub tiers: OnceLock<Arc<TierStats>>,
+    /// The KV event stream's counters, when events are published.
+    pub kv_events: OnceLock<Arc<KvEventStats>>,
 }
 
 impl Default for EngineStats {
@@ -118,6 +121,7 @@ impl Default for EngineStats {
             queue_time: Histogram::new(LATENCY_BOUNDS),
             tokens_per_step: Histogram::new(TOKENS_BOUNDS),
             tiers: OnceLock::new(),
+            kv_events: OnceLock::new(),
         }
     }
 }

@@ -143,6 +143,11 @@ impl TileAllocator {
         self.key[t.0 as usize].is_some()
     }
 
+    /// The key `t` holds, if any.
+    pub fn key(&self, t: TileId) -> Option<PrefixKey> {
+        self.key[t.0 as usize]
+    }
+
     /// The cached or in-use tile holding `key`, if any.
     pub fn lookup(&self, key: PrefixKey) -> Option<TileId> {
         self.index.get(&key).copied()

@@ -5,7 +5,8 @@
 //! finds in its tile the contents it expects — the exact prefix of tokens for a full tile, or
 //! contents private to it for a tile still being filled. Two holders that did not share a tile
 //! expect different contents, so a tile handed to two owners fails the check. At the end
-//! everything is freed and nothing may stay in use.
+//! everything is freed and nothing may stay in use. With prefix caching, the KV events are
+//! applied to a subscriber's map as they come, and that map equals the tiles that hold a key.
 
 mod common;
 
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 
 use common::Rng;
 
+use engine::kv_events::{KvEvent, StoredTile};
 use engine::kv_manager::{KvManager, SeqTiles};
 use engine::tiles::{TileAllocator, TileId};
 use model::kv::{KvDtype, KvGroup};
@@ -151,6 +153,10 @@ struct World {
     grow_failures: usize,
     forks: usize,
     speculations: usize,
+    /// What a subscriber to the KV events holds: (group, key) → the stored tile.
+    subscriber: HashMap<(usize, u128), StoredTile>,
+    stored_events: usize,
+    removed_events: usize,
 }
 
 impl World {
@@ -174,6 +180,39 @@ impl World {
                     self.content.insert(t, want);
                 }
             }
+        }
+    }
+
+    /// Applies the KV events since the last call to the subscriber's map, as a router would;
+    /// every `compare_every` ops (and at `usize::MAX`) the map must equal the prefix index.
+    fn apply_events(&mut self, op: usize) {
+        for e in self.kv.take_events() {
+            match e {
+                KvEvent::Stored(t) => {
+                    self.stored_events += 1;
+                    let old = self.subscriber.insert((t.group, t.key), t);
+                    assert!(
+                        old.is_none(),
+                        "op {op}: a key stored twice without a removal"
+                    );
+                }
+                KvEvent::Removed { group, key } => {
+                    self.removed_events += 1;
+                    let old = self.subscriber.remove(&(group, key));
+                    assert!(old.is_some(), "op {op}: removal of a key never stored");
+                }
+                KvEvent::AllCleared => self.subscriber.clear(),
+            }
+        }
+        if op.is_multiple_of(7) || op == usize::MAX {
+            let mut index = self.kv.registered();
+            let mut mirror: Vec<StoredTile> = self.subscriber.values().cloned().collect();
+            index.sort_by_key(|t| (t.group, t.key));
+            mirror.sort_by_key(|t| (t.group, t.key));
+            assert_eq!(
+                mirror, index,
+                "op {op}: the events' index differs from the pool's"
+            );
         }
     }
 
@@ -372,7 +411,8 @@ fn random_kv_manager_run_with(
         .collect();
     let mut w = World {
         kv: {
-            let kv = KvManager::new(&layout(), N_TILES, caching).with_window_release(release);
+            let mut kv = KvManager::new(&layout(), N_TILES, caching).with_window_release(release);
+            kv.set_events(true);
             match key_fn {
                 Some(f) => kv.with_key_fn(f),
                 None => kv,
@@ -387,6 +427,9 @@ fn random_kv_manager_run_with(
         grow_failures: 0,
         forks: 0,
         speculations: 0,
+        subscriber: HashMap::new(),
+        stored_events: 0,
+        removed_events: 0,
     };
     for op in 0..100_000 {
         let r = rng.below(20);
@@ -414,11 +457,13 @@ fn random_kv_manager_run_with(
             assert!(seq.tiles.is_empty());
         }
         w.check(op);
+        w.apply_events(op);
     }
     for mut seq in w.seqs.drain(..) {
         w.kv.free(&mut seq.tiles);
     }
     w.check(usize::MAX);
+    w.apply_events(usize::MAX);
     assert_eq!(w.kv.counts().in_use, 0);
     let (hits, evictions, failures) = (w.prefix_hits, w.evictions, w.grow_failures);
     eprintln!(
@@ -426,9 +471,16 @@ fn random_kv_manager_run_with(
         w.forks
     );
     assert!(failures > 100 && w.forks > 1000 && w.speculations > 1000);
+    eprintln!(
+        "events: {} stored, {} removed",
+        w.stored_events, w.removed_events
+    );
     if caching {
         let least = if key_fn.is_some() { 100 } else { 1000 };
         assert!(hits > least && evictions > 1000);
+        assert!(w.stored_events > 1000 && w.removed_events > 1000);
+    } else {
+        assert_eq!(w.stored_events + w.removed_events, 0);
     }
 }
 

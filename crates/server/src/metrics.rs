@@ -78,10 +78,47 @@ fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result 
     engine_gauges(enc, st)?;
     engine_counters(enc, st)?;
     engine_histograms(enc, st)?;
+    if let Some(k) = st.kv_events.get() {
+        kv_event_metrics(enc, k)?;
+    }
     match st.tiers.get() {
         Some(t) => tier_metrics(enc, t),
         None => Ok(()),
     }
+}
+
+/// The KV event stream's counters, when events are published.
+fn kv_event_metrics(
+    enc: &mut DescriptorEncoder,
+    k: &engine::kv_events::KvEventStats,
+) -> fmt::Result {
+    let counters = [
+        (
+            "tessera_kv_events_published_batches",
+            "KV event batches sent on the publisher's socket.",
+            &k.published_batches,
+        ),
+        (
+            "tessera_kv_events_dropped_batches",
+            "KV event batches dropped because the publisher's queue was full.",
+            &k.dropped_batches,
+        ),
+        (
+            "tessera_kv_events_dropped_events",
+            "KV events in the dropped batches.",
+            &k.dropped_events,
+        ),
+        (
+            "tessera_kv_events_replays",
+            "Replay requests answered.",
+            &k.replays,
+        ),
+    ];
+    for (name, help, v) in counters {
+        let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(load(v)).encode(m)?;
+    }
+    Ok(())
 }
 
 /// The KV tiers' counters, labelled by tier (`disk`, `redis`), when tiers are on.

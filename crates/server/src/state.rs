@@ -54,6 +54,8 @@ pub struct ServerConfig {
     /// Most `/v1/responses` results kept for `previous_response_id` and retrieval (the least
     /// recently used go first).
     pub max_stored_responses: usize,
+    /// Serve `GET /debug/kv_index` (the prefix index with its token ids; behind the API key).
+    pub debug_kv_index: bool,
 }
 
 impl Default for ServerConfig {
@@ -74,6 +76,7 @@ impl Default for ServerConfig {
             served_model_names: Vec::new(),
             allowed_origins: Vec::new(),
             max_stored_responses: 1024,
+            debug_kv_index: false,
         }
     }
 }

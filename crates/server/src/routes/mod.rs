@@ -13,6 +13,7 @@
 
 pub mod chat;
 pub mod completions;
+pub mod debug;
 pub mod misc;
 pub mod playground;
 pub mod responses;
@@ -38,6 +39,9 @@ pub fn router(state: AppState) -> Router {
     let mut api = openai_routes()
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize));
+    if cfg.debug_kv_index {
+        api = api.route("/debug/kv_index", get(debug::kv_index));
+    }
     let mut open = Router::new().route("/", get(playground::page));
     let probes = [
         ("/health", get(misc::health), cfg.protect_health),

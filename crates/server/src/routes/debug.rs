@@ -1,0 +1,44 @@
+//! `GET /debug/kv_index` (only with `ServerConfig::debug_kv_index`, behind the API key): the
+//! engine's prefix index as a KV event subscriber should hold it, to check a subscriber
+//! against. It lists the token ids of every cached prefix — other users' prompts — so it is
+//! off unless asked for.
+//!
+//! `last_seq` is the sequence number of the last KV event batch sent before the index was
+//! read: a subscriber that applied every batch up to it holds exactly `blocks`, each keyed by
+//! `(group_idx, block_hash)` with the hashes as they go on the wire.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use engine::kv_events::external_hash;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub async fn kv_index(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let m = state.model()?;
+    let snapshot = m
+        .engine
+        .kv_index()?
+        .await
+        .map_err(|_| ApiError::ShuttingDown)?;
+    let blocks: Vec<_> = snapshot
+        .tiles
+        .iter()
+        .map(|t| {
+            json!({
+                "group_idx": t.group,
+                "block_hash": external_hash(t.key),
+                "parent_block_hash": t.parent.map(external_hash),
+                "token_ids": t.tokens,
+                "kv_cache_spec_sliding_window": t.window,
+            })
+        })
+        .collect();
+    let body = json!({
+        "last_seq": snapshot.last_seq,
+        "block_size": snapshot.tile_size,
+        "blocks": blocks,
+    });
+    Ok(axum::Json(body).into_response())
+}
