@@ -7,6 +7,8 @@
 - `kill -9` of one replica while 16 clients stream: only streams already under way on it break,
   every other request completes on the others; the gateway ejects it, and it rejoins when
   restarted;
+- SIGSTOP of one replica (it hangs): the gateway ejects it at its next health check, the
+  requests it holds wait and finish when it resumes, the others go elsewhere;
 - SIGTERM of one replica under load: /health turns 503 at once, it finishes what it runs and
   exits 0, and no client request fails.
 
@@ -16,6 +18,7 @@ Every figure the tests measure is printed (run with -s to see them) and written 
 
 import json
 import random
+import signal
 import threading
 import time
 
@@ -205,6 +208,35 @@ def test_a_killed_replica_costs_only_its_running_streams_and_rejoins(smg, log_di
     for r in failed:
         assert r["head"] is not None and r["head"] < killed_at, r
     assert all(r["ok"] for r in records if r["start"] > killed_at)
+
+
+def test_a_hung_replica_is_routed_around_and_its_requests_finish_when_it_resumes(smg, log_dir, replicas, model):
+    gw = Gateway(smg, log_dir, replicas, "round_robin", "--health-check-timeout-secs", "1")
+    victim = replicas[0]
+    try:
+        load = Load(gw.url, model, clients=8)
+        wait_until(lambda: load.done_count() >= 8, 300, "8 streams to complete before the hang")
+        victim.proc.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        wait_until(lambda: victim.url not in gw.healthy_workers(), 30, "smg to eject the hung replica")
+        ejected_after = time.monotonic() - stopped_at
+        after = load.done_count()
+        wait_until(lambda: load.done_count() >= after + 16, 300, "16 more streams on the others")
+        victim.proc.send_signal(signal.SIGCONT)
+        wait_until(lambda: victim.url in gw.healthy_workers(), 60, "smg to take the resumed replica back")
+        records = load.stop()
+    finally:
+        victim.proc.send_signal(signal.SIGCONT)
+        gw.stop()
+    failed = [r for r in records if not r["ok"]]
+    waited = [r for r in records if r["start"] < stopped_at + ejected_after and r["end"] > stopped_at + ejected_after]
+    record("SIGSTOP hang of 1 of 3 under 8 streaming clients", {
+        "requests": len(records), "failed": len(failed), "ejected_after_s": round(ejected_after, 2),
+        "requests_that_waited_for_the_resume": len(waited),
+        "what_failed_clients_saw": sorted({r["error"] for r in failed}),
+    })
+    # The requests it held wait, and finish once it runs again; the rest go elsewhere.
+    assert failed == []
 
 
 def test_a_draining_replica_fails_no_request(smg, log_dir, replicas, model):
