@@ -2,7 +2,9 @@
 # Runs Tessera's whole test suite: fetches the default model on first use (the golden and
 # end-to-end tests need it), runs the Rust tests of every crate in release mode, then the
 # end-to-end tests (the official `openai` client, curl, a Prometheus parser, an OTLP receiver
-# and headless Chromium against `tessera serve`; tests/e2e/run.sh installs what they need).
+# and headless Chromium against `tessera serve`; tests/e2e/run.sh installs what they need), the
+# scale-out tests (three replicas behind the Shepherd Model Gateway, tests/scale/run.sh) and the
+# validation of the deployment files (scripts/validate_deploy.sh).
 # Needs `redis-server` (installed here when missing, as root with apt): the Redis tier's tests
 # start their own.
 set -euo pipefail
@@ -28,3 +30,7 @@ cargo test --workspace --release
 # The golden outputs again on the AVX2 kernels (the CPU's best ISA ran above).
 TESSERA_ISA=avx2 cargo test --release -p tessera-model --test golden_gemma3
 TESSERA_BIN="$BIN" tests/e2e/run.sh
+# Three replicas behind the real gateway (smg from PyPI): routing, a killed and a drained replica.
+TESSERA_BIN="$BIN" tests/scale/run.sh
+# The Dockerfiles and the Kubernetes manifests, against their schemas.
+scripts/validate_deploy.sh

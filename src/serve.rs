@@ -2,8 +2,10 @@
 //!
 //! The socket is bound first and the model loads in the background, so `/health` answers 503
 //! while loading and 200 after (a load failure stops the server with an error). SIGINT or
-//! SIGTERM stops accepting connections; in-flight requests get up to `--shutdown-timeout`
-//! seconds to finish, then the engine aborts what is left and the process exits 0.
+//! SIGTERM starts draining: `/health` answers 503 at once and new API requests get 503
+//! `shutting_down` (with `Connection: close`) while the listener stays open; in-flight requests
+//! get up to `--shutdown-timeout` seconds to finish, then the engine aborts what is left, the
+//! listener closes and the process exits 0.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -415,20 +417,28 @@ async fn serve(
             }
         }
     });
+    let signal_state = state.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutting down: no new connections, in-flight requests get {grace:?}");
+        signal_state.drain();
+        tracing::info!(
+            "draining: /health answers 503, new requests are refused, in-flight requests get \
+             {grace:?}"
+        );
         let _ = stop_tx.send(Some(Ok(())));
     });
 
     let engine_state = state.clone();
     let mut graceful_rx = stop_rx.clone();
+    // The listener stays open while the engine drains, so probes see the 503 and a gateway's
+    // new requests get a clean 503 to retry elsewhere instead of a refused connection; once
+    // the engine has stopped, the listener closes and the finished connections with it.
     let on_stop = async move {
         let _ = graceful_rx.wait_for(Option::is_some).await;
-        // Stopping the engine ends in-flight streams by the deadline, so connections close.
         if let Some(m) = engine_state.loaded() {
             let engine = m.engine.clone();
-            tokio::task::spawn_blocking(move || engine.shutdown(grace));
+            // Stopping the engine ends in-flight streams by the deadline.
+            let _ = tokio::task::spawn_blocking(move || engine.shutdown(grace)).await;
         }
     };
     let mut deadline_rx = stop_rx.clone();

@@ -99,6 +99,10 @@ pub struct BenchArgs {
     /// Leading tokens of the prompt that are the same in every request (for prefix caching).
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub shared_prefix_tokens: usize,
+    /// Distinct shared prefixes (many users, each with a long system prompt): each request
+    /// starts with one of them, picked pseudo-randomly from the seed and the request index.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub prefixes: usize,
     /// Endpoint to drive.
     #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
     pub endpoint: Endpoint,
@@ -163,6 +167,8 @@ pub struct BenchConfig {
     pub prompt_tokens: usize,
     pub output_tokens: u32,
     pub shared_prefix_tokens: usize,
+    /// Distinct shared prefixes (at least 1).
+    pub prefixes: usize,
     pub endpoint: Endpoint,
     pub seed: u64,
     pub duration: Option<Duration>,
@@ -231,6 +237,9 @@ impl BenchArgs {
                 self.shared_prefix_tokens,
             ));
         }
+        if !(1..=4096).contains(&self.prefixes) {
+            return Err(out_of_range("prefixes", "in 1..=4096", self.prefixes));
+        }
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return Err(out_of_range(
                 "temperature",
@@ -274,6 +283,7 @@ impl BenchArgs {
             prompt_tokens: self.prompt_tokens,
             output_tokens: self.output_tokens,
             shared_prefix_tokens: self.shared_prefix_tokens,
+            prefixes: self.prefixes,
             endpoint: self.endpoint,
             seed: self.seed,
             duration,

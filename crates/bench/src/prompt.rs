@@ -81,36 +81,66 @@ impl SplitMix64 {
 const SALT_PREFIX: u64 = 0x5052_4546_4958_0000;
 const SALT_REQUEST: u64 = 0x5245_5155_4553_5400;
 const SALT_LONG: u64 = 0x4c4f_4e47_0000_0000;
+const SALT_PICK: u64 = 0x5049_434b_0000_0000;
 
 /// Builds the prompts of one benchmark run.
 #[derive(Debug, Clone)]
 pub struct PromptBuilder {
     seed: u64,
     total_tokens: usize,
-    prefix: String,
+    /// The shared prefixes (one, empty, without a shared prefix).
+    prefixes: Vec<String>,
 }
 
 impl PromptBuilder {
     /// Prompts of about `total_tokens` tokens whose first `shared_prefix_tokens` are common to all
     /// (`shared_prefix_tokens` is clamped to `total_tokens`).
     pub fn new(seed: u64, total_tokens: usize, shared_prefix_tokens: usize) -> Self {
+        Self::with_prefixes(seed, total_tokens, shared_prefix_tokens, 1)
+    }
+
+    /// Like `new`, with `count` distinct shared prefixes (at least one): each request starts
+    /// with one of them, picked from the seed and the request's index.
+    pub fn with_prefixes(
+        seed: u64,
+        total_tokens: usize,
+        shared_prefix_tokens: usize,
+        count: usize,
+    ) -> Self {
         let shared = shared_prefix_tokens.min(total_tokens);
-        let prefix = words(seed ^ SALT_PREFIX, shared);
+        let prefixes = (0..count.max(1) as u64)
+            .map(|k| match k {
+                // The first prefix is the one a single-prefix run has always used.
+                0 => words(seed ^ SALT_PREFIX, shared),
+                k => words(stream_seed(seed ^ SALT_PREFIX, k), shared),
+            })
+            .collect();
         Self {
             seed,
             total_tokens,
-            prefix,
+            prefixes,
         }
     }
 
-    /// The prompt of request `index`: the shared prefix, then words unique to this index.
+    /// The prompt of request `index`: its shared prefix, then words unique to this index.
     pub fn prompt(&self, index: u64) -> String {
-        let shared = word_count(&self.prefix);
+        let prefix = self.prefix_of(index);
+        let shared = word_count(prefix);
         let own = words(
             stream_seed(self.seed ^ SALT_REQUEST, index),
             self.total_tokens - shared,
         );
-        join_parts(&self.prefix, &own)
+        join_parts(prefix, &own)
+    }
+
+    /// The shared prefix request `index` starts with.
+    fn prefix_of(&self, index: u64) -> &str {
+        let n = self.prefixes.len() as u64;
+        let k = match n {
+            1 => 0,
+            n => stream_seed(self.seed ^ SALT_PICK, index) % n,
+        };
+        &self.prefixes[k as usize]
     }
 
     /// The `index`-th long prompt of the mixed-load mode: `tokens` words sharing nothing with the
@@ -119,9 +149,9 @@ impl PromptBuilder {
         words(stream_seed(self.seed ^ SALT_LONG, index), tokens)
     }
 
-    /// The shared prefix (empty without one).
+    /// The (first) shared prefix (empty without one).
     pub fn prefix(&self) -> &str {
-        &self.prefix
+        &self.prefixes[0]
     }
 }
 
@@ -189,6 +219,20 @@ mod tests {
             word_count(&PromptBuilder::new(1, 4, 0).long_prompt(0, 2000)),
             2000
         );
+    }
+
+    #[test]
+    fn every_request_starts_with_one_of_the_prefixes_and_all_are_used() {
+        let b = PromptBuilder::with_prefixes(5, 60, 40, 4);
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..64 {
+            let p = b.prompt(i);
+            let k = b.prefixes.iter().position(|x| p.starts_with(x.as_str()));
+            seen.insert(k.expect("starts with a prefix"));
+            assert_eq!(word_count(&p), 60);
+        }
+        assert_eq!(seen.len(), 4);
+        assert_eq!(b.prefixes[0], PromptBuilder::new(5, 60, 40).prefix());
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub struct ConfigEcho {
     pub prompt_tokens: usize,
     pub output_tokens: u32,
     pub shared_prefix_tokens: usize,
+    /// Distinct shared prefixes the requests start with.
+    pub prefixes: usize,
     pub seed: u64,
     pub arrival: String,
     pub duration_s: Option<f64>,
@@ -164,8 +166,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  prompt ~{} tok (shared prefix {}), output {} tok, seed {}",
-            c.prompt_tokens, c.shared_prefix_tokens, c.output_tokens, c.seed
+            "  prompt ~{} tok (shared prefix {} x {}), output {} tok, seed {}",
+            c.prompt_tokens, c.shared_prefix_tokens, c.prefixes, c.output_tokens, c.seed
         );
         let _ = writeln!(
             s,
@@ -237,6 +239,7 @@ fn echo(cfg: &BenchConfig, model: &str) -> ConfigEcho {
         prompt_tokens: cfg.prompt_tokens,
         output_tokens: cfg.output_tokens,
         shared_prefix_tokens: cfg.shared_prefix_tokens,
+        prefixes: cfg.prefixes,
         seed: cfg.seed,
         arrival: cfg.arrival.to_string(),
         duration_s: cfg.duration.map(|d| d.as_secs_f64()),

@@ -117,10 +117,11 @@ pub async fn execute(
         })?,
     };
     let client = Client::new(cfg, model.clone())?;
-    let prompts = Arc::new(PromptBuilder::new(
+    let prompts = Arc::new(PromptBuilder::with_prefixes(
         cfg.seed,
         cfg.prompt_tokens,
         cfg.shared_prefix_tokens,
+        cfg.prefixes,
     ));
     warm_up(&client, &prompts, cfg).await;
     let started_unix_s = std::time::SystemTime::now()

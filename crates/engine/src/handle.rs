@@ -48,6 +48,8 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     pub kv_tiles: usize,
     pub tile_size: usize,
+    /// Most sequences in one step (`EngineConfig::max_seqs`): the running batch's width.
+    pub max_seqs: usize,
 }
 
 /// The events of one request. Dropping it aborts the request.
@@ -112,6 +114,7 @@ impl EngineHandle {
                     vocab_size: engine.vocab_size(),
                     kv_tiles: engine.scheduler().tile_counts().total,
                     tile_size: thread_cfg.tile_size,
+                    max_seqs: thread_cfg.max_seqs,
                 };
                 if ready_tx.send(Ok((tokenizer, info))).is_err() {
                     return;

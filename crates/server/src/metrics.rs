@@ -67,11 +67,24 @@ impl Collector for Scrape {
         let errors = self.0.counters().errors();
         counter_family(&mut enc, "tessera_request_errors", help, "type", &errors)?;
         if let Some(m) = loaded {
+            cache_config_info(&mut enc, m.engine.info())?;
             engine_metrics(&mut enc, m.engine.stats())?;
             trace_export_counters(&mut enc)?;
         }
         Ok(())
     }
+}
+
+/// `tessera_cache_config_info{tile_size, num_tiles} 1`: the KV pool's geometry as an info
+/// gauge, the shape of vLLM's `cache_config_info`, so an endpoint picker's prefix scorer can
+/// read the block size and block count (llm-d's `cacheInfoSpec`, see deploy/llm-d/).
+fn cache_config_info(enc: &mut DescriptorEncoder, info: &engine::ModelInfo) -> fmt::Result {
+    let help = "KV cache geometry: tokens per tile and tiles in the pool (value always 1).";
+    let mut m =
+        enc.encode_descriptor("tessera_cache_config_info", help, None, MetricType::Gauge)?;
+    let (size, count) = (info.tile_size.to_string(), info.kv_tiles.to_string());
+    let labels = [("tile_size", size.as_str()), ("num_tiles", count.as_str())];
+    ConstGauge::new(1.0).encode(m.encode_family(&labels)?)
 }
 
 fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -102,6 +102,8 @@ pub struct Loaded {
     pub aliases: Vec<String>,
     /// The file name without `.gguf` (`root` in `/v1/models`, as vLLM's model path).
     pub root: String,
+    /// The GGUF `general.architecture` (`gemma3`, `llama`, ...), reported to gateways.
+    pub architecture: String,
     pub chat_template: ChatTemplate,
     /// Unix seconds when loading finished (`created` in `/v1/models`).
     pub created: u64,
@@ -146,6 +148,7 @@ pub fn load_model(
         model_id: model_id_for(path),
         aliases: Vec::new(),
         root: model_id_for(path),
+        architecture: arch,
         chat_template,
         created: unix_now(),
     })
@@ -224,6 +227,8 @@ struct Inner {
     loaded: OnceLock<Loaded>,
     counters: ServerCounters,
     responses: ResponseStore,
+    /// Set once at SIGTERM: probes answer 503 and new API requests are refused.
+    draining: AtomicBool,
 }
 
 impl AppState {
@@ -235,6 +240,7 @@ impl AppState {
                 config,
                 loaded: OnceLock::new(),
                 counters: ServerCounters::default(),
+                draining: AtomicBool::new(false),
             }),
         }
     }
@@ -275,6 +281,18 @@ impl AppState {
     /// Stored `/v1/responses` results.
     pub fn responses(&self) -> &ResponseStore {
         &self.inner.responses
+    }
+
+    /// Starts draining: from now on `/health` answers 503 (so gateways and Kubernetes stop
+    /// routing here) and new API requests get 503 `shutting_down`; requests already running
+    /// are not touched. There is no way back: draining ends with the process.
+    pub fn drain(&self) {
+        self.inner.draining.store(true, Relaxed);
+    }
+
+    /// Whether `drain` was called.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Relaxed)
     }
 
     /// The model, if loaded.

@@ -17,10 +17,11 @@ use crate::validate::{check_model, max_model_len, parse_body, render_chat};
 
 use super::{body_bytes, empty_ok};
 
-/// 200 once the model is loaded and while its engine runs; 503 before, and after the engine
-/// has stopped (shutdown, or a fault it could not contain).
+/// 200 once the model is loaded and while its engine runs; 503 before, from the moment the
+/// server starts draining (SIGTERM), and after the engine has stopped (shutdown, or a fault it
+/// could not contain).
 pub async fn health(State(state): State<AppState>) -> Result<Response, ApiError> {
-    if !state.model()?.engine.is_alive() {
+    if state.is_draining() || !state.model()?.engine.is_alive() {
         return Err(ApiError::ShuttingDown);
     }
     Ok(empty_ok())

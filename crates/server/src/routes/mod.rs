@@ -7,7 +7,8 @@
 //! `guard::layer` (request id, body limit, deadline), which wraps every route; the key check
 //! guards the API routes but not `/health` or `/metrics` (probes and scrapers carry no key, as
 //! with vLLM) unless `protect_health` / `protect_metrics` are set, nor the playground page at
-//! `/`; every API request, a 401 included, gets a span and a log line (`observe`). The OpenAI
+//! `/`; every API request, a 401 included, gets a span and a log line (`observe`), except the
+//! gateway's polls of the worker routes (`worker`), which are keyed but not logged. The OpenAI
 //! routes are served under `/v1` and at the root alike (as llama-server does), so clients
 //! configured with a bare base URL work.
 
@@ -16,7 +17,9 @@ pub mod completions;
 pub mod debug;
 pub mod misc;
 pub mod playground;
+pub mod render;
 pub mod responses;
+pub mod worker;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
@@ -42,6 +45,10 @@ pub fn router(state: AppState) -> Router {
     if cfg.debug_kv_index {
         api = api.route("/debug/kv_index", get(debug::kv_index));
     }
+    let mut api = api.route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        refuse_while_draining,
+    ));
     let mut open = Router::new().route("/", get(playground::page));
     let probes = [
         ("/health", get(misc::health), cfg.protect_health),
@@ -62,6 +69,7 @@ pub fn router(state: AppState) -> Router {
         ));
     let app = open
         .merge(api)
+        .merge(worker_routes(&state))
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(cfg.body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), guard::layer))
@@ -75,9 +83,11 @@ pub fn router(state: AppState) -> Router {
 
 /// The OpenAI routes, each under `/v1` and at the root.
 fn openai_routes() -> Router<AppState> {
-    let routes: [(&str, MethodRouter<AppState>); 6] = [
+    let routes: [(&str, MethodRouter<AppState>); 8] = [
         ("/completions", post(completions::handle)),
         ("/chat/completions", post(chat::handle)),
+        ("/completions/render", post(render::completion)),
+        ("/chat/completions/render", post(render::chat)),
         ("/models", get(misc::models)),
         ("/models/{id}", get(misc::model)),
         ("/responses", post(responses::create)),
@@ -97,6 +107,38 @@ fn openai_routes() -> Router<AppState> {
 
 async fn not_found(uri: Uri) -> ApiError {
     ApiError::NotFound(uri.path().to_string())
+}
+
+/// The routes a gateway polls to register and weigh this worker (`worker`): behind the API
+/// key like the API, but without a span or log line per poll.
+fn worker_routes(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route("/version", get(worker::version))
+        .route("/v1/loads", get(worker::loads))
+        .route("/server_info", get(worker::server_info))
+        .route("/get_server_info", get(worker::server_info))
+        .route("/model_info", get(worker::model_info))
+        .route("/get_model_info", get(worker::model_info))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_key))
+}
+
+/// 503 `shutting_down` with `Connection: close` once the server drains (`AppState::drain`):
+/// a gateway retries the request on another replica and drops its pooled connection here,
+/// while the requests already running finish.
+async fn refuse_while_draining(
+    State(state): State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    if state.is_draining() {
+        let mut resp = axum::response::IntoResponse::into_response(ApiError::ShuttingDown);
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+        return resp;
+    }
+    next.run(req).await
 }
 
 /// 401 unless the request carries `Authorization: Bearer <key>` (when a key is set).
