@@ -31,7 +31,7 @@ def _sdist(dest):
     return next(Path(dest).glob("jsonschema-*.tar.gz"))
 
 
-def load(limit_per_file=2):
+def load(limit_per_file=3):
     with tempfile.TemporaryDirectory() as tmp:
         out = []
         with tarfile.open(_sdist(tmp)) as tar:
