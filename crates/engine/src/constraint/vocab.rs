@@ -11,6 +11,9 @@ use tokenizer::Tokenizer;
 struct VocabEnv {
     tokenizer: Tokenizer,
     trie: TokTrie,
+    /// Whether the tokenizer's tokens spell exactly the text given (false for SentencePiece
+    /// vocabularies that prefix a space): only then are its tokenizations used for forced text.
+    canonical: bool,
 }
 
 impl TokenizerEnv for VocabEnv {
@@ -23,10 +26,26 @@ impl TokenizerEnv for VocabEnv {
     /// trie's greedy tokenization.
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
         match std::str::from_utf8(s) {
-            Ok(text) => self.tokenizer.encode(text, false, false),
-            Err(_) => self.trie.greedy_tokenize(s),
+            Ok(text) if self.canonical => self.tokenizer.encode(text, false, false),
+            _ => self.trie.greedy_tokenize(s),
         }
     }
+
+    fn tokenize_is_canonical(&self) -> bool {
+        self.canonical
+    }
+}
+
+/// Whether encoding text gives tokens whose bytes are that text (a sample with a leading word
+/// and an inner space: a SentencePiece space prefix shows up as an extra leading space).
+fn spells_exactly(tokenizer: &Tokenizer) -> bool {
+    let text = "ab c{\"x\": 1}";
+    let ids = tokenizer.encode(text, false, false);
+    let bytes: Vec<u8> = ids
+        .iter()
+        .flat_map(|&id| tokenizer.token_bytes(id).iter().copied())
+        .collect();
+    bytes == text.as_bytes()
 }
 
 /// Each token's bytes, the special ones marked (an unused id with no bytes stays empty, which
@@ -63,5 +82,6 @@ pub(super) fn tok_env(tokenizer: &Tokenizer) -> TokEnv {
     Arc::new(VocabEnv {
         tokenizer: tokenizer.clone(),
         trie,
+        canonical: spells_exactly(tokenizer),
     })
 }
