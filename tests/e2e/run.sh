@@ -38,9 +38,9 @@ VENV="$ROOT/.venv"
 if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client, playwright, opentelemetry.proto, zmq, msgspec" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client, playwright, opentelemetry.proto, zmq, msgspec, jsonschema, pydantic" 2>/dev/null; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        openai pytest prometheus_client playwright opentelemetry-proto pyzmq msgspec
+        openai pytest prometheus_client playwright opentelemetry-proto pyzmq msgspec jsonschema pydantic
 fi
 
 PORT="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"

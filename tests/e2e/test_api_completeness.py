@@ -121,12 +121,14 @@ def test_unsupported_fields_are_refused_by_name(client, model):
     assert e.value.body["param"] == "text"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "x"}], response_format={"type": "json_object"}
+            model=model,
+            messages=[{"role": "user", "content": "x"}],
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strnig"}}},
         )
     assert e.value.body["param"] == "response_format"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "x"}], extra_body={"guided_regex": "a+"}
+            model=model, messages=[{"role": "user", "content": "x"}], extra_body={"guided_regex": "a("}
         )
     assert e.value.body["param"] == "guided_regex"
     r = client.chat.completions.create(

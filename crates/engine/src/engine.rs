@@ -340,7 +340,10 @@ impl<R: Runner> Engine<R> {
         arrival: u64,
         slot: Option<WaitSlot>,
     ) {
-        let sampler = model::Sampler::new(req.sampling.clone(), id.0);
+        let mut sampler = model::Sampler::new(req.sampling.clone(), id.0);
+        if let Some(c) = &req.constraint {
+            sampler.push_processor(Box::new(c.processor()));
+        }
         let decoder = self.tokenizer.incremental_decoder(true);
         let mut state = RequestState::new(req, sampler, decoder, events, arrival);
         state.admission = slot;
@@ -395,6 +398,10 @@ impl<R: Runner> Engine<R> {
         // An empty stop string would match before the first token and end every request.
         if req.stop_strings.iter().any(String::is_empty) {
             return bad("stop strings must not be empty".into());
+        }
+        // A complete grammar allows only end-of-generation tokens: there is nothing to go on with.
+        if req.ignore_eos && req.constraint.is_some() {
+            return bad("ignore_eos cannot be combined with a constrained output".into());
         }
         req.sampling
             .validate()

@@ -15,6 +15,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use crate::admission::{Admission, WaitSlot};
 use crate::config::EngineConfig;
+use crate::constraint::{CompiledConstraint, Constraint, GrammarStats, Grammars};
 use crate::engine::{Engine, Member};
 use crate::error::StartError;
 use crate::kv_events::KvIndexSnapshot;
@@ -66,6 +67,8 @@ pub struct EngineHandle {
     stats: Arc<EngineStats>,
     tokenizer: Tokenizer,
     info: ModelInfo,
+    /// Compiled constraints, cached (built on the first constrained request).
+    grammars: Arc<Grammars>,
     admission: Admission,
     /// Cleared when the engine thread ends, however it ends (see `is_alive`).
     alive: Arc<AtomicBool>,
@@ -140,6 +143,7 @@ impl EngineHandle {
             tx,
             next_id: Arc::new(AtomicU64::new(1)),
             stats,
+            grammars: Arc::new(Grammars::new(tokenizer.clone())),
             tokenizer,
             info,
             admission: Admission::new(cfg.max_waiting),
@@ -224,6 +228,21 @@ impl EngineHandle {
 
     pub fn stats(&self) -> &EngineStats {
         &self.stats
+    }
+
+    /// Compiles a constraint for this model's vocabulary (cached by constraint), to attach to a
+    /// request as `GenerateRequest::constraint`. The error names what the grammar library could
+    /// not handle. A first compilation can take milliseconds or more: call it where blocking is
+    /// fine (not on an async executor's thread).
+    pub fn compile(&self, c: &Constraint) -> Result<CompiledConstraint, EngineError> {
+        self.grammars
+            .compile(c)
+            .map_err(EngineError::InvalidRequest)
+    }
+
+    /// Counters of grammar compilation and token masks.
+    pub fn grammar_stats(&self) -> &GrammarStats {
+        self.grammars.stats()
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {

@@ -16,6 +16,7 @@
 
 pub mod admission;
 pub mod config;
+pub mod constraint;
 pub mod cpu_runner;
 mod draw;
 mod emit;

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use model::SamplingParams;
 
+use crate::constraint::CompiledConstraint;
+
 /// A generation request in token space (the server tokenizes).
 #[derive(Clone, Debug, Default)]
 pub struct GenerateRequest {
@@ -25,6 +27,9 @@ pub struct GenerateRequest {
     pub priority: i32,
     /// Never feed drafts for this request, even when the server speculates.
     pub no_speculation: bool,
+    /// The grammar the output must match (`EngineHandle::compile` makes one from a
+    /// `constraint::Constraint`); its token mask runs last in the sampler's processor chain.
+    pub constraint: Option<CompiledConstraint>,
 }
 
 /// A token's log-probability and the top alternatives at its position.

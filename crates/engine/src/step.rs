@@ -1,5 +1,6 @@
-//! A step's compute and what follows it: the plan becomes one ragged batch for the runner, and
-//! the logit rows that come back become draws, prompt log-probabilities, forks and events.
+//! A step's compute and what follows it: the plan becomes one ragged batch for the runner (while
+//! it computes, another thread computes the grammar masks of constrained sequences), and the
+//! logit rows that come back become draws, prompt log-probabilities, forks and events.
 //!
 //! For each chunk of the plan, in order:
 //! - prompt log-probabilities, when its request asked for them and the chunk covers prompt;
@@ -47,7 +48,28 @@ impl<R: Runner> Engine<R> {
             tokens: &tokens,
             seqs: &chunks,
         };
-        self.runner.execute(&batch, &mut self.logits)
+        // The grammar masks of constrained sequences depend only on the tokens they accepted,
+        // so they are computed on a thread of their own while the forward pass runs; the draws
+        // then find them ready (`LogitsProcessor::prepare`). A panic there is left for the
+        // draw, which computes the mask again and fails that request alone.
+        let masked: Vec<&mut model::Sampler> = self
+            .reqs
+            .values_mut()
+            .filter(|r| r.req.constraint.is_some())
+            .map(|r| &mut r.sampler)
+            .collect();
+        if masked.is_empty() {
+            return self.runner.execute(&batch, &mut self.logits);
+        }
+        let (runner, logits) = (&mut self.runner, &mut self.logits);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                for sampler in masked {
+                    let _ = contain(|| sampler.prepare());
+                }
+            });
+            runner.execute(&batch, logits)
+        })
     }
 
     /// Draws, commits, and emits events for every chunk of the step.

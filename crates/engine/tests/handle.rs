@@ -352,3 +352,45 @@ fn max_seq_len_is_the_longest_sequence_the_pool_accepts() {
         .expect("starts");
     assert_eq!(h.info().max_seq_len, 256);
 }
+
+#[test]
+fn a_constrained_request_gives_one_of_its_choices_and_leaves_its_neighbour_unchanged() {
+    let h = spawn(512);
+    let tok = h.tokenizer().clone();
+    // Two texts the tiny vocabulary spells with single tokens.
+    let words: Vec<String> = (3..tok.vocab_size() as u32)
+        .map(|id| tok.decode(&[id], true))
+        .filter(|w| w.len() >= 2 && w.chars().all(|c| c.is_ascii_alphabetic()))
+        .take(2)
+        .collect();
+    assert_eq!(words.len(), 2, "the tiny vocabulary has words");
+    let choice = engine::constraint::Constraint::Choice(words.clone());
+    let compiled = h.compile(&choice).expect("a choice compiles");
+    let plain = GenerateRequest {
+        ignore_eos: false,
+        ..greedy(prompt(3, 12), 24)
+    };
+    let mut alone = h.submit(plain.clone()).expect("submitted");
+    let alone = collect(&mut alone);
+    let constrained = GenerateRequest {
+        constraint: Some(compiled),
+        ignore_eos: false,
+        ..greedy(prompt(4, 9), 24)
+    };
+    let mut c = h.submit(constrained).expect("submitted");
+    let mut p = h.submit(plain).expect("submitted");
+    let (c_tokens, c_reason) = collect(&mut c);
+    assert_eq!(
+        collect(&mut p),
+        alone,
+        "the neighbour's output is unchanged"
+    );
+    assert_eq!(c_reason, Some(FinishReason::Stop));
+    let text = tok.decode(&c_tokens, true);
+    assert!(words.contains(&text), "{text:?} is not one of {words:?}");
+    let bad = engine::constraint::Constraint::Regex("(".into());
+    assert!(matches!(
+        h.compile(&bad),
+        Err(engine::EngineError::InvalidRequest(_))
+    ));
+}

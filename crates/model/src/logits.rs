@@ -9,7 +9,10 @@
 //! add more (e.g. a grammar's mask, or a ban on some tokens) with `Sampler::push_processor`.
 //!
 //! A processor that would change nothing (no bias, no penalty yet) says so with `active`, so
-//! the common request skips copying a vocabulary-wide row per token.
+//! the common request skips copying a vocabulary-wide row per token. A processor whose `apply`
+//! needs work that depends only on the tokens accepted so far (a grammar's token mask) does it
+//! in `prepare`, which the sampler calls before `apply` and which the engine may call earlier,
+//! on another thread, while the forward pass computes the row.
 
 use std::collections::HashMap;
 
@@ -18,7 +21,12 @@ pub trait LogitsProcessor: Send + std::fmt::Debug {
     /// Whether `apply` would change a row now.
     fn active(&self) -> bool;
 
-    /// Changes the logits of the sequence's next token (`row[id]` for every token id).
+    /// Does the work `apply` needs that does not depend on the row (e.g. a grammar's token
+    /// mask for the next position); idempotent until the next `accept`.
+    fn prepare(&mut self) {}
+
+    /// Changes the logits of the sequence's next token (`row[id]` for every token id). Called
+    /// after `prepare`.
     fn apply(&self, row: &mut [f32]);
 
     /// The sequence produced `token` (drawn from the row this chain processed).
@@ -149,7 +157,12 @@ impl ProcessorChain {
         self.0.iter().any(|p| p.active())
     }
 
-    /// Applies the active processors to `row`, in order.
+    /// Lets every processor do its row-independent work for the next position.
+    pub fn prepare(&mut self) {
+        self.0.iter_mut().for_each(|p| p.prepare());
+    }
+
+    /// Applies the active processors to `row`, in order (after `prepare`).
     pub fn apply(&self, row: &mut [f32]) {
         for p in self.0.iter().filter(|p| p.active()) {
             p.apply(row);

@@ -159,6 +159,12 @@ impl Sampler {
         &self.params
     }
 
+    /// Lets the processors do their row-independent work for the next token now (see
+    /// `LogitsProcessor::prepare`); `sample` does it anyway when it was not done.
+    pub fn prepare(&mut self) {
+        self.chain.prepare();
+    }
+
     /// Records a token the sequence produced (for the penalties, or a grammar's state).
     pub fn accept(&mut self, token: u32) {
         self.chain.accept(token);
@@ -168,6 +174,7 @@ impl Sampler {
     /// change them, they are copied into the scratch and changed there (most requests have no
     /// bias or penalty, and skip copying a vocabulary-wide row per token).
     pub fn sample(&mut self, logits: &[f32], scratch: &mut SampleScratch) -> u32 {
+        self.chain.prepare();
         if self.chain.active() {
             let mut row = std::mem::take(&mut scratch.row);
             row.clear();

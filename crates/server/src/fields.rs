@@ -1,14 +1,14 @@
 //! Which top-level request fields a route accepts.
 //!
 //! A field Tessera does not honour must not be dropped silently when it changes what the output
-//! means (`response_format`, `tools`, vLLM's `guided_json`, a misspelled `max_token`…): the
+//! means (`tools`, vLLM's `guided_whitespace_pattern`, a misspelled `max_token`…): the
 //! client would get an answer that looks right and is not what it asked for. So every top-level
 //! field of a request body is one of:
 //! - honoured: a field of the route's request types in `openai.rs` (read from the types
 //!   themselves, so this list cannot drift from what is parsed);
 //! - accepted and ignored, because it does not change the output: `IGNORED`;
-//! - accepted only at the value that means "nothing" (`response_format: {"type": "text"}`,
-//!   `tools: []`, …): `NO_OP`, refused with a message saying what is unsupported otherwise;
+//! - accepted only at the value that means "nothing" (`tools: []`, …): `NO_OP`, refused with
+//!   a message saying what is unsupported otherwise;
 //! - anything else: a 400 naming it (`param`).
 //!
 //! A `null` value counts as absent (several SDKs send unset fields as `null`).
@@ -45,8 +45,8 @@ struct NoOp {
 const TOOLS: &str = "tool calling is not supported yet (only an empty list, or no tools)";
 const TOOL_CHOICE: &str =
     "tool calling is not supported yet (only \"none\" or \"auto\" without tools)";
-const FORMAT: &str = "structured output (JSON schema / JSON mode) is not supported yet \
-    (only the plain text format)";
+const FORMAT: &str = "structured output (JSON schema / JSON mode) is not supported on this \
+    route (only the plain text format); use /v1/chat/completions or /v1/completions";
 
 fn is_text_format(v: &Value) -> bool {
     v.as_object().is_some_and(|o| {
@@ -68,11 +68,6 @@ fn any(_: &Value) -> bool {
 
 /// Chat completions.
 const CHAT_NO_OP: &[NoOp] = &[
-    NoOp {
-        key: "response_format",
-        accepts: is_text_format,
-        why: FORMAT,
-    },
     NoOp {
         key: "tools",
         accepts: empty_list,
@@ -297,18 +292,19 @@ mod tests {
     fn honoured_ignored_and_no_op_fields_pass_and_the_rest_is_named() {
         chat(r#"{"messages": [], "max_tokens": 3, "user": "u", "metadata": {"a": "b"}}"#)
             .expect("honoured and ignored fields pass");
-        chat(r#"{"response_format": {"type": "text"}, "tools": [], "tool_choice": "none"}"#)
-            .expect("no-op values pass");
-        chat(r#"{"tools": null, "response_format": null, "guided_json": null}"#)
-            .expect("null is absent");
-        let e = chat(r#"{"response_format": {"type": "json_object"}}"#).expect_err("refused");
-        assert!(e.to_string().contains("structured output"), "{e}");
-        assert_eq!(param(e), Some("response_format".into()));
+        chat(r#"{"tools": [], "tool_choice": "none"}"#).expect("no-op values pass");
+        chat(r#"{"tools": null, "guided_whitespace_pattern": null}"#).expect("null is absent");
+        // Structured output is honoured (its values are checked by `structured.rs`); vLLM's
+        // other guided-decoding settings are not.
+        chat(r#"{"response_format": {"type": "json_object"}, "guided_json": {}}"#)
+            .expect("structured output fields are honoured");
+        let e = chat(r#"{"guided_whitespace_pattern": " "}"#).expect_err("refused");
+        assert_eq!(param(e), Some("guided_whitespace_pattern".into()));
         let e = chat(r#"{"tools": [{"type": "function"}]}"#).expect_err("refused");
         assert!(e.to_string().contains("tool calling"), "{e}");
         let e = chat(r#"{"max_token": 5}"#).expect_err("a misspelling is refused");
         assert_eq!(param(e), Some("max_token".into()));
-        let e = chat(r#"{"guided_json": {}}"#).expect_err("refused");
-        assert_eq!(param(e), Some("guided_json".into()));
+        let e = chat(r#"{"guided_decoding_backend": "xgrammar"}"#).expect_err("refused");
+        assert_eq!(param(e), Some("guided_decoding_backend".into()));
     }
 }

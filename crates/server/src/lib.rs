@@ -29,6 +29,7 @@ pub mod routes;
 pub mod run;
 pub mod sse;
 pub mod state;
+pub mod structured;
 pub mod telemetry;
 pub mod validate;
 

@@ -18,6 +18,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use engine::constraint::GrammarStats;
 use engine::stats::Histogram;
 use engine::EngineStats;
 use prometheus_client::collector::Collector;
@@ -69,6 +70,7 @@ impl Collector for Scrape {
         if let Some(m) = loaded {
             cache_config_info(&mut enc, m.engine.info())?;
             engine_metrics(&mut enc, m.engine.stats())?;
+            grammar_counters(&mut enc, m.engine.grammar_stats())?;
             trace_export_counters(&mut enc)?;
         }
         Ok(())
@@ -85,6 +87,44 @@ fn cache_config_info(enc: &mut DescriptorEncoder, info: &engine::ModelInfo) -> f
     let (size, count) = (info.tile_size.to_string(), info.kv_tiles.to_string());
     let labels = [("tile_size", size.as_str()), ("num_tiles", count.as_str())];
     ConstGauge::new(1.0).encode(m.encode_family(&labels)?)
+}
+
+/// Constrained decoding: compilations (cache misses), cache hits, token masks, and the time
+/// spent on compilations and masks (the mask cost per token is the ratio of the last two).
+fn grammar_counters(enc: &mut DescriptorEncoder, g: &GrammarStats) -> fmt::Result {
+    let secs = |v: &AtomicU64| v.load(Relaxed) as f64 / 1e9;
+    let counters = [
+        (
+            "tessera_structured_compiles",
+            "Output constraints compiled (grammar cache misses).",
+            load(&g.compiled),
+        ),
+        (
+            "tessera_structured_compile_seconds",
+            "Time spent compiling output constraints.",
+            secs(&g.compile_nanos),
+        ),
+        (
+            "tessera_structured_cache_hits",
+            "Output constraints found compiled in the cache.",
+            load(&g.cache_hits),
+        ),
+        (
+            "tessera_structured_masks",
+            "Token masks computed for constrained sequences.",
+            load(&g.masks),
+        ),
+        (
+            "tessera_structured_mask_seconds",
+            "Time spent computing token masks.",
+            secs(&g.mask_nanos),
+        ),
+    ];
+    for (name, help, v) in counters {
+        let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+        ConstCounter::new(v).encode(m)?;
+    }
+    Ok(())
 }
 
 fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {

@@ -45,6 +45,16 @@ pub struct CommonParams {
     pub user: Option<String>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`: read by `structured.rs`.
+    pub response_format: Option<serde_json::Value>,
+    /// vLLM extension: a JSON schema (object, or JSON text) the output must follow.
+    pub guided_json: Option<serde_json::Value>,
+    /// vLLM extension: a regular expression the whole output must match.
+    pub guided_regex: Option<String>,
+    /// vLLM extension: the output is exactly one of these strings.
+    pub guided_choice: Option<Vec<String>>,
+    /// vLLM extension: a Lark grammar (llguidance's dialect) the output must follow.
+    pub guided_grammar: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

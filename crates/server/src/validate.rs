@@ -420,6 +420,8 @@ pub(crate) fn common_request(c: &CommonParams, m: &Loaded) -> Result<GenerateReq
         prompt_logprobs: None,
         priority,
         no_speculation: c.speculative == Some(false),
+        // Compiled and attached by `structured::attach`.
+        constraint: None,
     })
 }
 

@@ -119,7 +119,7 @@ async fn fields_that_would_change_the_output_are_refused_by_name() {
     let refused = [
         (
             "/v1/chat/completions",
-            chat(json!({"response_format": {"type": "json_object"}})),
+            chat(json!({"response_format": {"type": "xml"}})),
             "response_format",
         ),
         (
@@ -134,8 +134,14 @@ async fn fields_that_would_change_the_output_are_refused_by_name() {
         ),
         (
             "/v1/chat/completions",
-            chat(json!({"guided_json": {"type": "object"}})),
+            // A schema the grammar library cannot compile.
+            chat(json!({"guided_json": {"type": "strnig"}})),
             "guided_json",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"guided_whitespace_pattern": " "})),
+            "guided_whitespace_pattern",
         ),
         (
             "/v1/completions",

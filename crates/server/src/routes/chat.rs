@@ -20,6 +20,7 @@ use crate::response::{
 use crate::run::{self, Outcome};
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
+use crate::structured;
 use crate::validate::{chat_job, parse_body};
 
 use super::body_bytes;
@@ -41,7 +42,9 @@ pub async fn handle(
         struct_fields::<ChatRequest>(),
     ];
     fields::check(&bytes, Route::Chat, &honoured)?;
-    let job = chat_job(req, common, m, state.config())?;
+    let asked = structured::constraint(&common)?;
+    let mut job = chat_job(req, common, m, state.config())?;
+    structured::attach(&mut job, asked, m).await?;
     let tok = m.engine.tokenizer().clone();
     let head = Head::new("chatcmpl", &m.model_id);
     let logprobs = job.request.logprobs.is_some();

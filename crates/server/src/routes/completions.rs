@@ -19,6 +19,7 @@ use crate::response::{Body, CompletionChoice, Head, UsageTotals};
 use crate::run::{self, Outcome};
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
+use crate::structured;
 use crate::validate::{completion_job, parse_body, Job};
 
 use super::body_bytes;
@@ -39,7 +40,9 @@ pub async fn handle(
         struct_fields::<CompletionRequest>(),
     ];
     fields::check(&bytes, Route::Completions, &honoured)?;
-    let job = completion_job(req, common, m, state.config())?;
+    let asked = structured::constraint(&common)?;
+    let mut job = completion_job(req, common, m, state.config())?;
+    structured::attach(&mut job, asked, m).await?;
     let tok = m.engine.tokenizer().clone();
     let head = Head::new("cmpl", &m.model_id);
     let choices = run::start(&job, &m.engine).await?;
