@@ -3,9 +3,9 @@
 //! Three sources, in order of precedence: a `--chat-template FILE`, the GGUF's
 //! `tokenizer.chat_template`, and, for gemma3 models without one, Gemma's turn format built in
 //! (`<start_of_turn>user\n…<end_of_turn>\n<start_of_turn>model\n`, the system message folded into
-//! the first user turn, as Gemma's own template does). Jinja templates run in minijinja with
-//! Python string methods (`.strip()`, `.startswith()`, …) enabled, because Hugging Face
-//! templates are written against Python's Jinja.
+//! the first user turn, as Gemma's own template does). Jinja templates run in minijinja as
+//! Hugging Face runs them in Python's Jinja: `trim_blocks` and `lstrip_blocks` on, Python
+//! string methods (`.strip()`, `.startswith()`, …) enabled.
 //!
 //! The rendered text contains the BOS token when the template writes it, so callers tokenize it
 //! without adding special tokens and with special-token parsing on.
@@ -74,6 +74,9 @@ impl ChatTemplate {
     /// Compiles a Jinja template (a broken template is an error at startup, not per request).
     pub fn jinja(source: String) -> Result<ChatTemplate, String> {
         let mut env = Environment::new();
+        // As Hugging Face (and llama.cpp) render chat templates.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
@@ -373,7 +376,8 @@ mod tests {
             .expect("renders");
         assert_eq!(
             out,
-            "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\"}}</tools>[user]Weather?\
+            // `trim_blocks` drops the newline after `{%- for … %}`, as Python's Jinja does.
+            "<tools>{\"type\": \"function\", \"function\": {\"name\": \"f\"}}</tools>[user]Weather?\
              [a]<tool_call>{\"name\": \"f\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>[tool]sunny"
         );
         let plain = t

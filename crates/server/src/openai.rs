@@ -181,6 +181,8 @@ pub struct TokenizeRequest {
     pub messages: Option<Vec<ChatMessage>>,
     pub add_special_tokens: Option<bool>,
     pub add_generation_prompt: Option<bool>,
+    /// With `messages`: the tools the chat template shows (as a chat request with them would).
+    pub tools: Option<Vec<ToolDef>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -191,6 +191,13 @@ pub fn render_chat(
     }
     let plain = plain_messages(messages)?;
     if m.chat_template.tool_family().is_none() {
+        if tools.is_some() {
+            return Err(ApiError::invalid(
+                "tools",
+                "this model's chat template has no known tool-call format, so it cannot be \
+                 given tools",
+            ));
+        }
         if let Some(i) = plain.iter().position(Message::is_tool_related) {
             return Err(ApiError::invalid(
                 &format!("messages[{i}]"),

@@ -3,7 +3,9 @@
 //!
 //! The rule, first match wins:
 //! 1. the template contains `<tool_call>` → [`Family::Hermes`] (Qwen 2.5, Qwen 3, Hermes 2/3):
-//!    `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`, one block per call;
+//!    `<tool_call>\n{"name": …, "arguments": {…}}\n</tool_call>`, one block per call (the
+//!    object is taken bare or in a ```` ```json ```` fence too where the reply starts or a call
+//!    ended, as small Qwen models write it);
 //! 2. it contains `[TOOL_CALLS]` → [`Family::Mistral`]: `[TOOL_CALLS][{"name": …,
 //!    "arguments": {…}}, …]`, or the newer `[TOOL_CALLS]name[ARGS]{…}` per call;
 //! 3. it contains `<|start_header_id|>` and either `<|python_tag|>` or `"parameters"` →
@@ -64,6 +66,45 @@ impl Family {
         }
     }
 
+    /// How a call region opens where a call may stand without a marker: at the start of the
+    /// reply and right after a call (`rest` is the text there, leading whitespace skipped).
+    /// Llama 3 writes its calls bare (`;` between them); small Qwen models often leave out
+    /// `<tool_call>`, writing the object bare or in a Markdown fence.
+    pub fn bare_opening(self, rest: &str, after_call: bool) -> Bare {
+        if rest.is_empty() {
+            return Bare::Maybe;
+        }
+        match self {
+            Family::Mistral => Bare::No,
+            _ if rest.starts_with('{') => Bare::Yes {
+                len: 0,
+                close: None,
+            },
+            Family::Llama3Json if after_call && rest.starts_with(';') => Bare::Yes {
+                len: 0,
+                close: None,
+            },
+            Family::Llama3Json => Bare::No,
+            Family::Hermes => {
+                if let Some(f) = FENCES.iter().find(|f| rest.starts_with(*f)) {
+                    Bare::Yes {
+                        len: f.len(),
+                        close: Some(FENCE_CLOSE),
+                    }
+                } else if FENCES.iter().any(|f| f.starts_with(rest)) {
+                    Bare::Maybe
+                } else {
+                    Bare::No
+                }
+            }
+        }
+    }
+
+    /// What closes a region opened by `marker` (the readers of the other families need none).
+    pub fn closing(self, marker: &str) -> Option<&'static str> {
+        (marker == HERMES_OPEN).then_some(HERMES_CLOSE)
+    }
+
     /// The key the family writes a call's arguments under.
     pub fn arguments_key(self) -> &'static str {
         match self {
@@ -81,6 +122,23 @@ impl Family {
         }
     }
 }
+
+/// Whether a call region opens where a call may stand bare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bare {
+    /// It does: the opening is `len` bytes, and `close` ends the region.
+    Yes {
+        len: usize,
+        close: Option<&'static str>,
+    },
+    /// More text will tell.
+    Maybe,
+    No,
+}
+
+/// Markdown fences around a bare call (Hermes).
+const FENCES: &[&str] = &["```json\n", "```\n"];
+const FENCE_CLOSE: &str = "```";
 
 pub const HERMES_OPEN: &str = "<tool_call>";
 pub const HERMES_CLOSE: &str = "</tool_call>";

@@ -15,11 +15,12 @@
 //! - With a limit on calls (`parallel_tool_calls: false`), everything after the last allowed
 //!   call is dropped.
 //!
-//! Llama 3's calls have no opening marker when they open the reply: a `{` before any other
-//! text opens a call region, and after a call, `;` or `{` opens the next one.
+//! Where a call may stand without a marker (before any other text, and right after a call),
+//! the family says what opens a region there (`Family::bare_opening`): a `{` for Llama 3 and
+//! Hermes, a `;` after a Llama call, a Markdown ```` ```json ```` fence for Hermes.
 
 use super::call::{ParsedCall, Read};
-use super::family::Family;
+use super::family::{Bare, Family};
 use super::{hermes, llama3, mistral};
 
 /// What the parser gives back, in output order.
@@ -47,6 +48,8 @@ pub struct CallParser {
     buf: String,
     mode: Mode,
     opening_len: usize,
+    /// What ends the current region, for the readers that need it.
+    close: Option<&'static str>,
     /// Whitespace dropped before the current call region, given back if it is malformed.
     held_ws: String,
     /// Whether content other than whitespace has been given out or is known to come.
@@ -65,6 +68,7 @@ impl CallParser {
             buf: String::new(),
             mode: Mode::Text,
             opening_len: 0,
+            close: None,
             held_ws: String::new(),
             seen_text: false,
             after_call: false,
@@ -116,18 +120,26 @@ impl CallParser {
             if self.buf.is_empty() {
                 return false;
             }
-            self.after_call = false;
-            if self.family == Family::Llama3Json && self.buf.starts_with([';', '{']) {
-                self.open_call(0, 0);
-                return true;
+        }
+        if self.after_call || !self.seen_text {
+            let lead = self.buf.len() - self.buf.trim_start().len();
+            match self.family.bare_opening(&self.buf[lead..], self.after_call) {
+                Bare::Yes { len, close } => {
+                    self.held_ws = self.buf[..lead].to_string();
+                    self.open_call(lead, len, close);
+                    return true;
+                }
+                Bare::Maybe if !finished => return false,
+                Bare::Maybe | Bare::No => {}
             }
         }
-        if let Some((at, len)) = self.find_opening() {
+        self.after_call = false;
+        if let Some((at, marker)) = self.find_opening() {
             let text_end = self.buf[..at].trim_end().len();
             let text = self.buf[..text_end].to_string();
             self.held_ws = self.buf[text_end..at].to_string();
             self.emit(out, text);
-            self.open_call(at, len);
+            self.open_call(at, marker.len(), self.family.closing(marker));
             return true;
         }
         let keep_from = if finished {
@@ -151,7 +163,7 @@ impl CallParser {
     fn call_step(&mut self, finished: bool, out: &mut Vec<Out>) -> bool {
         let region = &self.buf[self.opening_len..];
         let read = match self.family {
-            Family::Hermes => hermes::read(region, finished),
+            Family::Hermes => hermes::read(region, finished, self.close),
             Family::Llama3Json => llama3::read(region, finished),
             Family::Mistral => mistral::read(region, finished),
         };
@@ -160,8 +172,9 @@ impl CallParser {
             Read::Malformed => {
                 let opening: String = self.buf.drain(..self.opening_len).collect();
                 let text = std::mem::take(&mut self.held_ws) + &opening;
-                // Llama's bare `{` has an empty opening: it must not open a region again.
+                // A bare `{` has an empty opening: it must not open a region again.
                 self.seen_text = true;
+                self.after_call = false;
                 self.emit(out, text);
                 self.mode = Mode::Text;
                 true
@@ -186,31 +199,20 @@ impl CallParser {
         }
     }
 
-    fn open_call(&mut self, at: usize, opening_len: usize) {
+    fn open_call(&mut self, at: usize, opening_len: usize, close: Option<&'static str>) {
         self.buf.drain(..at);
         self.opening_len = opening_len;
+        self.close = close;
         self.mode = Mode::Call;
     }
 
-    /// The earliest opening in `buf`: its position and length (0 for Llama's bare `{`).
-    fn find_opening(&self) -> Option<(usize, usize)> {
-        let marked = self
-            .family
+    /// The earliest opening marker in `buf`, and where it is.
+    fn find_opening(&self) -> Option<(usize, &'static str)> {
+        self.family
             .openings()
             .iter()
-            .filter_map(|o| self.buf.find(o).map(|at| (at, o.len())))
-            .min();
-        let bare = (self.family == Family::Llama3Json && !self.seen_text)
-            .then(|| {
-                let rest = self.buf.trim_start();
-                rest.starts_with('{')
-                    .then_some((self.buf.len() - rest.len(), 0))
-            })
-            .flatten();
-        match (marked, bare) {
-            (Some(m), Some(b)) => Some(m.min(b)),
-            (m, b) => m.or(b),
-        }
+            .filter_map(|&o| self.buf.find(o).map(|at| (at, o)))
+            .min()
     }
 
     /// Where the text that must still be held starts: a possible partial opening at the end,

@@ -49,7 +49,7 @@ fn output_without_calls_is_content_byte_for_byte() {
             "<tool_c",
             "",
         ] {
-            // A leading `{` is a Llama call region: covered by its own test.
+            // A leading `{` is a bare call region: covered by its own tests.
             assert_eq!(
                 whole(family, text),
                 (text.to_string(), vec![]),
@@ -98,6 +98,28 @@ fn hermes_accepts_an_object_left_unclosed_at_the_end() {
         whole(Family::Hermes, text),
         (String::new(), vec![call("f", r#"{"q":"x"}"#)])
     );
+}
+
+#[test]
+fn hermes_takes_bare_call_objects_where_the_reply_starts() {
+    let text = "\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n{\"name\": \"b\", \"arguments\": {}}\n";
+    let expect = vec![call("a", r#"{"x":1}"#), call("b", "{}")];
+    assert_eq!(whole(Family::Hermes, text), (String::new(), expect.clone()));
+    assert_eq!(by_chars(Family::Hermes, usize::MAX, text), (String::new(), expect));
+    let fenced = "```json\n{\n  \"name\": \"a\",\n  \"arguments\": {\"x\": 1}\n}\n```\n```json\n{\"name\": \"b\"}\n```";
+    let expect = vec![call("a", r#"{"x":1}"#), call("b", "{}")];
+    assert_eq!(whole(Family::Hermes, fenced), (String::new(), expect.clone()));
+    assert_eq!(by_chars(Family::Hermes, usize::MAX, fenced), (String::new(), expect));
+    // Not a call object, not at the start, or a fence of something else: content.
+    for text in [
+        "{\"answer\": 1}",
+        "Try {\"name\": \"a\", \"arguments\": {}}",
+        "```json\n[1, 2]\n```",
+        "```python\nprint(1)\n```",
+        "```\n{\"name\": \"a\"} trailing\n```",
+    ] {
+        assert_eq!(whole(Family::Hermes, text), (text.to_string(), vec![]), "{text}");
+    }
 }
 
 #[test]
@@ -199,6 +221,8 @@ const SAMPLES: &[(Family, &str)] = &[
     (Family::Hermes, "Hi <tool_call> {\"name\": \"f\", \"arguments\": {\"s\": \"}</tool_call>\"}} </tool_call> bye"),
     (Family::Hermes, "<tool_call>not json</tool_call>\n<tool_call>{\"name\": \"g\"}"),
     (Family::Llama3Json, "{\"name\": \"f\", \"parameters\": {\"a\": \"{\"}};{\"name\": \"g\"} tail"),
+    (Family::Hermes, " ```json\n{\"name\": \"f\"}\n```\n{\"name\": \"g\", \"arguments\": {}} <tool_call>{\"name\": \"h\"}</tool_call>"),
+    (Family::Hermes, "```json\n{\"name\": \"f\", \"arguments\": {\"a\": 1}} oops```"),
     (Family::Mistral, "ok [TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}] [TOOL_CALLS]b[ARGS]{\"y\": [1]}"),
 ];
 

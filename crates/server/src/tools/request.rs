@@ -76,22 +76,7 @@ pub fn setup(
     family: Option<Family>,
     tok: &tokenizer::Tokenizer,
 ) -> Result<ToolSetup, ApiError> {
-    let tools = match &req.tools {
-        None => Vec::new(),
-        Some(defs) => defs
-            .iter()
-            .enumerate()
-            .map(|(i, d)| tool(i, d))
-            .collect::<Result<Vec<_>, _>>()?,
-    };
-    for (i, t) in tools.iter().enumerate() {
-        if tools[..i].iter().any(|u| u.name == t.name) {
-            return Err(ApiError::invalid(
-                &format!("tools[{i}].function.name"),
-                format!("two tools are named `{}`", t.name),
-            ));
-        }
-    }
+    let tools = tools(req.tools.as_deref())?;
     let choice = choice(req.tool_choice.as_ref(), &tools)?;
     if choice == Choice::None || tools.is_empty() {
         return Ok(ToolSetup::default());
@@ -115,6 +100,25 @@ pub fn setup(
             markers,
         }),
     })
+}
+
+/// The `tools` of a request, checked: function tools with distinct names.
+pub fn tools(defs: Option<&[ToolDef]>) -> Result<Vec<Tool>, ApiError> {
+    let tools = defs
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, d)| tool(i, d))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, t) in tools.iter().enumerate() {
+        if tools[..i].iter().any(|u| u.name == t.name) {
+            return Err(ApiError::invalid(
+                &format!("tools[{i}].function.name"),
+                format!("two tools are named `{}`", t.name),
+            ));
+        }
+    }
+    Ok(tools)
 }
 
 /// One `tools` entry: a function with a valid name and, if given, an object schema.
