@@ -101,9 +101,18 @@ mod tests {
     #[test]
     fn malformed_blocks_are_told_as_soon_as_they_cannot_be_calls() {
         assert_eq!(read("\nsure, here", false, TAG), Read::Malformed);
-        assert_eq!(read("{\"name\": \"f\"} and more", false, TAG), Read::Malformed);
-        assert_eq!(read("{\"nam\": \"f\"}</tool_call>", false, TAG), Read::Malformed);
+        assert_eq!(
+            read("{\"name\": \"f\"} and more", false, TAG),
+            Read::Malformed
+        );
+        assert_eq!(
+            read("{\"nam\": \"f\"}</tool_call>", false, TAG),
+            Read::Malformed
+        );
         assert_eq!(read("{\"name\": \"f\", ]", false, TAG), Read::Malformed);
-        assert_eq!(read("{'name': 'f'}</tool_call>", false, TAG), Read::Malformed);
+        assert_eq!(
+            read("{'name': 'f'}</tool_call>", false, TAG),
+            Read::Malformed
+        );
     }
 }

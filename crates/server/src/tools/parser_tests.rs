@@ -102,14 +102,24 @@ fn hermes_accepts_an_object_left_unclosed_at_the_end() {
 
 #[test]
 fn hermes_takes_bare_call_objects_where_the_reply_starts() {
-    let text = "\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n{\"name\": \"b\", \"arguments\": {}}\n";
+    let text =
+        "\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n{\"name\": \"b\", \"arguments\": {}}\n";
     let expect = vec![call("a", r#"{"x":1}"#), call("b", "{}")];
     assert_eq!(whole(Family::Hermes, text), (String::new(), expect.clone()));
-    assert_eq!(by_chars(Family::Hermes, usize::MAX, text), (String::new(), expect));
+    assert_eq!(
+        by_chars(Family::Hermes, usize::MAX, text),
+        (String::new(), expect)
+    );
     let fenced = "```json\n{\n  \"name\": \"a\",\n  \"arguments\": {\"x\": 1}\n}\n```\n```json\n{\"name\": \"b\"}\n```";
     let expect = vec![call("a", r#"{"x":1}"#), call("b", "{}")];
-    assert_eq!(whole(Family::Hermes, fenced), (String::new(), expect.clone()));
-    assert_eq!(by_chars(Family::Hermes, usize::MAX, fenced), (String::new(), expect));
+    assert_eq!(
+        whole(Family::Hermes, fenced),
+        (String::new(), expect.clone())
+    );
+    assert_eq!(
+        by_chars(Family::Hermes, usize::MAX, fenced),
+        (String::new(), expect)
+    );
     // Not a call object, not at the start, or a fence of something else: content.
     for text in [
         "{\"answer\": 1}",
@@ -118,7 +128,11 @@ fn hermes_takes_bare_call_objects_where_the_reply_starts() {
         "```python\nprint(1)\n```",
         "```\n{\"name\": \"a\"} trailing\n```",
     ] {
-        assert_eq!(whole(Family::Hermes, text), (text.to_string(), vec![]), "{text}");
+        assert_eq!(
+            whole(Family::Hermes, text),
+            (text.to_string(), vec![]),
+            "{text}"
+        );
     }
 }
 
