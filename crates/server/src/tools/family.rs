@@ -167,6 +167,14 @@ impl Markers {
         Markers { by_id }
     }
 
+    /// Markers given directly, for tests without a vocabulary.
+    #[cfg(test)]
+    pub fn from_pairs(pairs: &[(u32, &'static str)]) -> Markers {
+        Markers {
+            by_id: pairs.iter().copied().collect(),
+        }
+    }
+
     /// The text the parser should see for token `id` whose decoded text is `text`: the marker
     /// when `id` is a hidden marker token, else `text` itself.
     pub fn piece<'a>(&self, id: u32, text: &'a str) -> &'a str {
