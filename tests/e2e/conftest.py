@@ -111,10 +111,11 @@ def free_port():
 
 
 class Server:
-    """Another `tessera serve` on a free port (for tests that need other flags than the shared
-    server's), its stderr in a file; stopped with SIGTERM by `stop`."""
+    """Another `tessera serve` on a free port (for tests that need other flags or another model
+    (`model_path`) than the shared server's), its stderr in a file; stopped with SIGTERM by
+    `stop`."""
 
-    def __init__(self, tmp_path, *flags, env=None, kv_memory="64MiB"):
+    def __init__(self, tmp_path, *flags, env=None, kv_memory="64MiB", model_path=None):
         import time
         import urllib.request
 
@@ -124,7 +125,8 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"tessera-{self.port}.log"
-        model = ["--model", os.environ["TESSERA_MODEL"]] if os.environ.get("TESSERA_MODEL") else []
+        model_path = model_path or os.environ.get("TESSERA_MODEL")
+        model = ["--model", model_path] if model_path else []
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [binary, "serve", *model, "--host", "127.0.0.1", "--port", str(self.port), "--kv-memory", kv_memory,

@@ -12,7 +12,9 @@
 # shutdown).
 #
 # Environment: TESSERA_BIN (skip the build and use this binary), TESSERA_MODEL (a GGUF file;
-# default: the default model, fetched on first use), CARGO_TARGET_DIR (honoured).
+# default: the default model, fetched on first use), CARGO_TARGET_DIR (honoured). The tool-calling
+# tests (test_tools.py) start servers of their own on qwen2.5-coder-0.5b-instruct-q4_k_m.gguf and
+# qwen2.5-coder-1.5b-instruct-q4_k_m.gguf from TESSERA_MODELS_DIR, and fail when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"

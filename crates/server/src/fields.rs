@@ -7,8 +7,8 @@
 //! - honoured: a field of the route's request types in `openai.rs` (read from the types
 //!   themselves, so this list cannot drift from what is parsed);
 //! - accepted and ignored, because it does not change the output: `IGNORED`;
-//! - accepted only at the value that means "nothing" (`tools: []`, …): `NO_OP`, refused with
-//!   a message saying what is unsupported otherwise;
+//! - accepted only at the value that means "nothing" (the deprecated `functions: []`, …):
+//!   `NO_OP`, refused with a message saying what is unsupported otherwise;
 //! - anything else: a 400 naming it (`param`).
 //!
 //! A `null` value counts as absent (several SDKs send unset fields as `null`).
@@ -42,9 +42,13 @@ struct NoOp {
     why: &'static str,
 }
 
-const TOOLS: &str = "tool calling is not supported yet (only an empty list, or no tools)";
-const TOOL_CHOICE: &str =
-    "tool calling is not supported yet (only \"none\" or \"auto\" without tools)";
+/// Chat's deprecated function-calling fields (`tools` / `tool_choice` replace them).
+const FUNCTIONS: &str = "the deprecated `functions` / `function_call` are not supported; use \
+    `tools` / `tool_choice` for tool calling";
+const TOOLS: &str = "tool calling is not supported on /v1/responses yet (it is on \
+    /v1/chat/completions); only an empty list, or no tools";
+const TOOL_CHOICE: &str = "tool calling is not supported on /v1/responses yet (only \"none\" \
+    or \"auto\" without tools)";
 const FORMAT: &str = "structured output (JSON schema / JSON mode) is not supported on this \
     route (only the plain text format); use /v1/chat/completions or /v1/completions";
 
@@ -69,30 +73,14 @@ fn any(_: &Value) -> bool {
 /// Chat completions.
 const CHAT_NO_OP: &[NoOp] = &[
     NoOp {
-        key: "tools",
-        accepts: empty_list,
-        why: TOOLS,
-    },
-    NoOp {
         key: "functions",
         accepts: empty_list,
-        why: TOOLS,
-    },
-    NoOp {
-        key: "tool_choice",
-        accepts: none_or_auto,
-        why: TOOL_CHOICE,
+        why: FUNCTIONS,
     },
     NoOp {
         key: "function_call",
         accepts: none_or_auto,
-        why: TOOL_CHOICE,
-    },
-    // Only matters when there are tools, and there are none.
-    NoOp {
-        key: "parallel_tool_calls",
-        accepts: any,
-        why: "",
+        why: FUNCTIONS,
     },
     NoOp {
         key: "modalities",
@@ -300,7 +288,9 @@ mod tests {
             .expect("structured output fields are honoured");
         let e = chat(r#"{"guided_whitespace_pattern": " "}"#).expect_err("refused");
         assert_eq!(param(e), Some("guided_whitespace_pattern".into()));
-        let e = chat(r#"{"tools": [{"type": "function"}]}"#).expect_err("refused");
+        chat(r#"{"tools": [{"type": "function"}], "tool_choice": "required"}"#)
+            .expect("tools are honoured (and checked by the chat route)");
+        let e = chat(r#"{"functions": [{"name": "f"}]}"#).expect_err("refused");
         assert!(e.to_string().contains("tool calling"), "{e}");
         let e = chat(r#"{"max_token": 5}"#).expect_err("a misspelling is refused");
         assert_eq!(param(e), Some("max_token".into()));

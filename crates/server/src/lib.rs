@@ -7,7 +7,8 @@
 //! (submitting to the engine, collecting or merging events), `sse` (streamed responses),
 //! `logprobs`, `metrics` (Prometheus text), `observe` (a span and a log line per request),
 //! `telemetry` (the log and trace pipeline), `error` (the one `ApiError`), `auth`, `cors`,
-//! `state`, `guard` (per-request id, body limit, deadline and panic containment), `http` (the
+//! `state`, `tools/` (tool calling: the request's tools, each template family's call syntax,
+//! the parser of replies), `guard` (per-request id, body limit, deadline and panic containment), `http` (the
 //! accept loop with the connection limits), and `routes/` (one file per route group). The HTTP
 //! layer only ever sees a stream of events per request; the engine
 //! thread does the work.
@@ -31,6 +32,7 @@ pub mod sse;
 pub mod state;
 pub mod structured;
 pub mod telemetry;
+pub mod tools;
 pub mod validate;
 
 pub use error::ApiError;

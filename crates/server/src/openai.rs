@@ -94,6 +94,64 @@ pub struct ChatMessage {
     pub role: String,
     pub content: Option<MessageContent>,
     pub name: Option<String>,
+    /// An assistant message's calls, sent back in a conversation.
+    pub tool_calls: Option<Vec<ToolCallIn>>,
+    /// A `tool` message: the call this is the result of.
+    pub tool_call_id: Option<String>,
+}
+
+/// A call of an earlier assistant message.
+#[derive(Debug, Deserialize)]
+pub struct ToolCallIn {
+    pub id: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub function: FunctionCallIn,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FunctionCallIn {
+    pub name: String,
+    /// JSON text of an object, as OpenAI sends it (an object itself is taken too).
+    pub arguments: serde_json::Value,
+}
+
+/// One entry of `tools`.
+#[derive(Debug, Deserialize)]
+pub struct ToolDef {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: Option<FunctionDef>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FunctionDef {
+    pub name: String,
+    pub description: Option<String>,
+    /// A JSON schema of the arguments object.
+    pub parameters: Option<serde_json::Value>,
+    pub strict: Option<bool>,
+}
+
+/// `tool_choice`: `"none"`, `"auto"`, `"required"`, or one function by name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum ToolChoiceIn {
+    Mode(String),
+    Named(NamedToolChoice),
+}
+
+/// `{"type": "function", "function": {"name": …}}`.
+#[derive(Debug, Deserialize)]
+pub struct NamedToolChoice {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: Option<NamedFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NamedFunction {
+    pub name: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +177,10 @@ pub struct ChatRequest {
     pub top_logprobs: Option<i64>,
     /// vLLM extension (default true).
     pub add_generation_prompt: Option<bool>,
+    pub tools: Option<Vec<ToolDef>>,
+    pub tool_choice: Option<ToolChoiceIn>,
+    /// Default true; false allows at most one call per reply.
+    pub parallel_tool_calls: Option<bool>,
 }
 
 /// vLLM's `/tokenize` body: either a prompt or chat messages.
@@ -129,6 +191,8 @@ pub struct TokenizeRequest {
     pub messages: Option<Vec<ChatMessage>>,
     pub add_special_tokens: Option<bool>,
     pub add_generation_prompt: Option<bool>,
+    /// With `messages`: the tools the chat template shows (as a chat request with them would).
+    pub tools: Option<Vec<ToolDef>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -149,21 +149,67 @@ pub struct CompletionChoice {
     pub finish_reason: Option<FinishReason>,
 }
 
+/// A chat choice's `finish_reason`: the engine's, or `tool_calls` when the reply is calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChatFinish {
+    Engine(FinishReason),
+    ToolCalls,
+}
+
+impl ChatFinish {
+    /// `tool_calls` when a reply that stopped by itself made calls, else the engine's reason
+    /// (a reply cut at the length limit says so even when it made calls before).
+    pub fn of(reason: FinishReason, calls: usize) -> ChatFinish {
+        if calls > 0 && reason == FinishReason::Stop {
+            ChatFinish::ToolCalls
+        } else {
+            ChatFinish::Engine(reason)
+        }
+    }
+}
+
+impl Serialize for ChatFinish {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ChatFinish::Engine(r) => s.serialize_str(r.as_str()),
+            ChatFinish::ToolCalls => s.serialize_str("tool_calls"),
+        }
+    }
+}
+
 /// A whole chat choice (`object: "chat.completion"`).
 #[derive(Debug, Serialize)]
 pub struct ChatChoice {
     pub index: usize,
     pub message: AssistantMessage,
     pub logprobs: Option<ChatLogprobs>,
-    #[serde(serialize_with = "finish_reason")]
-    pub finish_reason: Option<FinishReason>,
+    pub finish_reason: Option<ChatFinish>,
 }
 
-/// The generated chat message.
+/// The generated chat message: `content` is `null` only for a reply of calls and no text.
 #[derive(Debug, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// A call in a whole reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ToolCall {
+    /// `call_…`, unique per process.
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The JSON text of the arguments object.
+    pub arguments: String,
 }
 
 /// A streamed chat choice (`object: "chat.completion.chunk"`).
@@ -172,18 +218,39 @@ pub struct ChatChunkChoice {
     pub index: usize,
     pub delta: Delta,
     pub logprobs: Option<ChatLogprobs>,
-    #[serde(serialize_with = "finish_reason")]
-    pub finish_reason: Option<FinishReason>,
+    pub finish_reason: Option<ChatFinish>,
 }
 
-/// What a chat chunk adds to the message: the role once, first; then content; the last
-/// chunk of a choice has an empty delta and the finish reason.
+/// What a chat chunk adds to the message: the role once, first; then content or calls; the
+/// last chunk of a choice has an empty delta and the finish reason.
 #[derive(Debug, Default, Serialize)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+/// A piece of a streamed call: the first of a call has its `id`, `type` and name (and empty
+/// arguments), the next ones argument text; the pieces with one `index` concatenate to a call.
+#[derive(Debug, Serialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
 }
 
 /// `GET /v1/models`.
@@ -267,6 +334,7 @@ mod tests {
         let first = Delta {
             role: Some("assistant"),
             content: Some(String::new()),
+            tool_calls: None,
         };
         let first = serde_json::to_string(&first).expect("serializes");
         assert_eq!(first, r#"{"role":"assistant","content":""}"#);

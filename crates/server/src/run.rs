@@ -49,6 +49,9 @@ fn note(trace: Option<&RequestTrace>, prompt_index: usize, ev: &Event) {
 pub struct TokenOut {
     pub id: u32,
     pub logprob: Option<TokenLogprob>,
+    /// The length of `Outcome::text` once this token's text was added (the text of token `i`
+    /// is what lies between the previous token's `text_end` and its own).
+    pub text_end: usize,
 }
 
 /// A finished choice.
@@ -121,7 +124,11 @@ pub async fn collect(mut c: Choice) -> Result<Outcome, ApiError> {
             Event::PromptLogprobs(lp) => out.prompt_logprobs = Some(lp),
             Event::Token { id, text, logprob } => {
                 out.text.push_str(&text);
-                out.tokens.push(TokenOut { id, logprob });
+                out.tokens.push(TokenOut {
+                    id,
+                    logprob,
+                    text_end: out.text.len(),
+                });
             }
             Event::Finished {
                 reason,

@@ -16,6 +16,7 @@ use crate::openai::{
     ChatMessage, ChatRequest, CommonParams, CompletionRequest, MessageContent, PromptInput, Stop,
 };
 use crate::state::{Loaded, ServerConfig};
+use crate::tools::{self, ToolParse};
 
 /// Default `max_tokens` of `/v1/completions` (OpenAI's).
 pub const DEFAULT_COMPLETION_TOKENS: usize = 16;
@@ -35,6 +36,8 @@ pub struct Job {
     pub include_usage: bool,
     /// Completions: prepend the prompt to the text (and its log-probs when asked).
     pub echo: bool,
+    /// Chat with tools: how to read each choice's reply for calls.
+    pub tools: Option<ToolParse>,
 }
 
 impl Job {
@@ -135,8 +138,18 @@ pub fn chat_job(
     cfg: &ServerConfig,
 ) -> Result<Job, ApiError> {
     check_model(common.model.as_deref(), m)?;
+    let setup = tools::setup(&req, m.chat_template.tool_family(), m.engine.tokenizer())?;
+    if let Some(c) = &setup.constraint {
+        // Where the grammar backend takes the constraint over, once there is one.
+        return Err(tools::constraint::unenforceable(c));
+    }
     let messages = req.messages.unwrap_or_default();
-    let text = render_chat(&messages, req.add_generation_prompt.unwrap_or(true), m)?;
+    let text = render_chat(
+        &messages,
+        setup.rendered.as_deref(),
+        req.add_generation_prompt.unwrap_or(true),
+        m,
+    )?;
     let prompt = m.engine.tokenizer().encode(&text, false, true);
     let prompts = vec![prompt];
     check_prompt_lengths(&prompts, m, "messages")?;
@@ -160,27 +173,44 @@ pub fn chat_job(
     let mut request = common_request(&common, m)?;
     request.max_tokens = max_tokens;
     request.logprobs = wants_logprobs.then(|| top.unwrap_or(0));
-    job(prompts, request, &common, cfg, false)
+    let mut job = job(prompts, request, &common, cfg, false)?;
+    job.tools = setup.parse;
+    Ok(job)
 }
 
-/// Turns chat messages into the prompt text through the model's chat template.
+/// Turns chat messages into the prompt text through the model's chat template, with `tools`
+/// (OpenAI's tool objects) shown to the model if given.
 pub fn render_chat(
     messages: &[ChatMessage],
+    tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
     m: &Loaded,
 ) -> Result<String, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid("messages", "messages must not be empty"));
     }
-    render_messages(
-        &plain_messages(messages)?,
-        add_generation_prompt,
-        m,
-        "messages",
-    )
+    let plain = plain_messages(messages)?;
+    if m.chat_template.tool_family().is_none() {
+        if tools.is_some() {
+            return Err(ApiError::invalid(
+                "tools",
+                "this model's chat template has no known tool-call format, so it cannot be \
+                 given tools",
+            ));
+        }
+        if let Some(i) = plain.iter().position(Message::is_tool_related) {
+            return Err(ApiError::invalid(
+                &format!("messages[{i}]"),
+                "this model's chat template has no known tool-call format, so tool calls \
+                 and tool results cannot be sent to it",
+            ));
+        }
+    }
+    render_messages(&plain, tools, add_generation_prompt, m, "messages")
 }
 
-/// Chat messages as role and text (only text content parts are accepted).
+/// Chat messages as role and text (only text content parts are accepted), with an assistant
+/// message's tool calls and a tool message's call id.
 fn plain_messages(messages: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
     let mut plain = Vec::with_capacity(messages.len());
     for (i, msg) in messages.iter().enumerate() {
@@ -203,9 +233,17 @@ fn plain_messages(messages: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
                 text
             }
         };
+        let tool_calls = match &msg.tool_calls {
+            Some(calls) if !calls.is_empty() => Some(tools::history::calls(i, calls)?),
+            _ => None,
+        };
+        let is_tool = msg.role == "tool";
         plain.push(Message {
             role: msg.role.clone(),
             content,
+            tool_calls,
+            tool_call_id: msg.tool_call_id.clone(),
+            name: msg.name.clone().filter(|_| is_tool),
         });
     }
     Ok(plain)
@@ -214,6 +252,7 @@ fn plain_messages(messages: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
 /// Renders plain messages through the model's chat template (a template error blames `param`).
 pub(crate) fn render_messages(
     plain: &[Message],
+    tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
     m: &Loaded,
     param: &str,
@@ -227,6 +266,7 @@ pub(crate) fn render_messages(
     m.chat_template
         .render(
             plain,
+            tools,
             add_generation_prompt,
             &piece(tok.bos_id()),
             &piece(tok.eos_id()),
@@ -261,6 +301,7 @@ pub(crate) fn job(
         stream,
         include_usage,
         echo,
+        tools: None,
     })
 }
 

@@ -65,7 +65,7 @@ pub fn prepare(
     if let Some(instr) = &req.instructions {
         put_instructions(&mut messages, instr);
     }
-    let text = render_messages(&messages, true, m, "input")?;
+    let text = render_messages(&messages, None, true, m, "input")?;
     let prompt = m.engine.tokenizer().encode(&text, false, true);
     let prompts = vec![prompt];
     check_prompt_lengths(&prompts, m, "input")?;
@@ -171,10 +171,7 @@ impl Prepared {
             return;
         }
         let mut messages = self.input.clone();
-        messages.push(Message {
-            role: "assistant".into(),
-            content: obj.output_text(),
-        });
+        messages.push(Message::text("assistant", obj.output_text()));
         store.insert(Stored {
             object: obj.clone(),
             turn: Arc::new(Turn {
@@ -191,13 +188,7 @@ fn put_instructions(messages: &mut Vec<Message>, instructions: &str) {
         Some(first) if first.role == "system" => {
             first.content = format!("{instructions}\n\n{}", first.content);
         }
-        _ => messages.insert(
-            0,
-            Message {
-                role: "system".into(),
-                content: instructions.to_string(),
-            },
-        ),
+        _ => messages.insert(0, Message::text("system", instructions)),
     }
 }
 
@@ -216,12 +207,7 @@ fn previous_not_found(id: &str) -> ApiError {
 fn input_messages(input: Option<ResponsesInput>) -> Result<Vec<Message>, ApiError> {
     let items = match input {
         None => return Err(ApiError::invalid("input", "input is required")),
-        Some(ResponsesInput::Text(t)) => {
-            return Ok(vec![Message {
-                role: "user".into(),
-                content: t,
-            }])
-        }
+        Some(ResponsesInput::Text(t)) => return Ok(vec![Message::text("user", t)]),
         Some(ResponsesInput::Items(items)) => items,
     };
     if items.is_empty() {
@@ -256,10 +242,7 @@ fn item_message(i: usize, item: InputItem) -> Result<Message, ApiError> {
         Some(ItemContent::Text(t)) => t,
         Some(ItemContent::Parts(parts)) => parts_text(i, &parts)?,
     };
-    Ok(Message {
-        role: role.into(),
-        content,
-    })
+    Ok(Message::text(role, content))
 }
 
 fn parts_text(i: usize, parts: &[ContentPart]) -> Result<String, ApiError> {

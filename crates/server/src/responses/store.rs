@@ -161,10 +161,7 @@ mod tests {
     use crate::responses::wire::{ResponseObject, Status};
 
     fn msg(role: &str, content: &str) -> Message {
-        Message {
-            role: role.into(),
-            content: content.into(),
-        }
+        Message::text(role, content)
     }
 
     fn stored(id: &str, prev: Option<Arc<Turn>>, text: &str) -> Stored {

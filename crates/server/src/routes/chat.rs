@@ -2,12 +2,17 @@
 //!
 //! Streaming follows OpenAI's chunk sequence: a `{"role": "assistant"}` delta per choice first,
 //! content deltas, then a delta-less chunk carrying `finish_reason`.
+//!
+//! With tools, each choice's reply goes through a `tools::ChoiceReader`: content comes out as
+//! the reader releases it (text that may open a call is held back), and each call as two
+//! `tool_calls` deltas, its id, type and name first, then its arguments. A reply that made
+//! calls ends with `finish_reason: "tool_calls"`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use engine::{Event, FinishReason};
+use engine::Event;
 use tokenizer::Tokenizer;
 
 use crate::error::ApiError;
@@ -15,12 +20,14 @@ use crate::fields::{self, struct_fields, Route};
 use crate::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::openai::{ChatRequest, CommonParams};
 use crate::response::{
-    AssistantMessage, Body, ChatChoice, ChatChunkChoice, Delta, Head, UsageTotals,
+    new_id, AssistantMessage, Body, ChatChoice, ChatChunkChoice, ChatFinish, Delta, FunctionCall,
+    FunctionDelta, Head, ToolCall, ToolCallDelta, UsageTotals,
 };
 use crate::run::{self, Outcome};
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
 use crate::structured;
+use crate::tools::{self, ChoiceReader, Out, ParsedCall, ToolParse};
 use crate::validate::{chat_job, parse_body};
 
 use super::body_bytes;
@@ -52,12 +59,16 @@ pub async fn handle(
     let usage = UsageTotals::new(&job.prompts);
     if job.stream {
         let n = choices.len();
+        let readers = (0..n)
+            .map(|_| job.tools.as_ref().map(ChoiceReader::new))
+            .collect();
         let writer = Chunks {
             head,
             tok,
             logprobs,
             n_per_prompt: job.n,
             usage,
+            readers,
         };
         let initial = (0..n).map(|i| writer.role_chunk(i)).collect();
         return Ok(sse::respond(
@@ -69,7 +80,36 @@ pub async fn handle(
         ));
     }
     let outs = run::collect_all(choices).await?;
-    Ok(axum::Json(whole(&head, logprobs, &tok, usage, outs)).into_response())
+    let tools = job.tools.as_ref();
+    Ok(axum::Json(whole(&head, logprobs, &tok, tools, usage, outs)).into_response())
+}
+
+/// A call as the response carries it, with a fresh id.
+fn tool_call(c: ParsedCall) -> ToolCall {
+    ToolCall {
+        id: new_id("call_"),
+        kind: "function",
+        function: FunctionCall {
+            name: c.name,
+            arguments: c.arguments,
+        },
+    }
+}
+
+/// The message of a whole reply: its text, or with tools its content and calls.
+fn message(o: &Outcome, tools: Option<&ToolParse>) -> (AssistantMessage, ChatFinish) {
+    let (content, calls) = match tools {
+        Some(parse) => tools::read_outcome(parse, o),
+        None => (o.text.clone(), Vec::new()),
+    };
+    let finish = ChatFinish::of(o.reason, calls.len());
+    let content = (calls.is_empty() || !content.is_empty()).then_some(content);
+    let message = AssistantMessage {
+        role: ROLE,
+        content,
+        tool_calls: calls.into_iter().map(tool_call).collect(),
+    };
+    (message, finish)
 }
 
 /// The non-streamed response.
@@ -77,6 +117,7 @@ fn whole(
     head: &Head,
     logprobs: bool,
     tok: &Tokenizer,
+    tools: Option<&ToolParse>,
     mut usage: UsageTotals,
     outs: Vec<Outcome>,
 ) -> Body<ChatChoice> {
@@ -90,14 +131,12 @@ fn whole(
                 .filter_map(|t| t.logprob.as_ref().map(|lp| ChatTokenLogprob::new(tok, lp)))
                 .collect(),
         });
+        let (message, finish) = message(&o, tools);
         choices.push(ChatChoice {
             index: o.index,
-            message: AssistantMessage {
-                role: ROLE,
-                content: o.text,
-            },
+            message,
             logprobs,
-            finish_reason: Some(o.reason),
+            finish_reason: Some(finish),
         });
     }
     head.body(OBJECT, choices, Some(usage.usage()))
@@ -111,6 +150,8 @@ struct Chunks {
     logprobs: bool,
     n_per_prompt: usize,
     usage: UsageTotals,
+    /// Per choice, with tools: the reader of its reply.
+    readers: Vec<Option<ChoiceReader>>,
 }
 
 impl Chunks {
@@ -119,7 +160,7 @@ impl Chunks {
         index: usize,
         delta: Delta,
         logprobs: Option<ChatLogprobs>,
-        finish_reason: Option<FinishReason>,
+        finish_reason: Option<ChatFinish>,
     ) -> Body<ChatChunkChoice> {
         let choice = ChatChunkChoice {
             index,
@@ -135,15 +176,79 @@ impl Chunks {
         let delta = Delta {
             role: Some(ROLE),
             content: Some(String::new()),
+            tool_calls: None,
         };
         self.chunk(index, delta, None, None)
     }
 
     fn content(text: String) -> Delta {
         Delta {
-            role: None,
             content: Some(text),
+            ..Delta::default()
         }
+    }
+
+    fn call_delta(call: ToolCallDelta) -> Delta {
+        Delta {
+            tool_calls: Some(vec![call]),
+            ..Delta::default()
+        }
+    }
+
+    /// Chunks for what choice `index`'s reader released (the token's log-probs on the first),
+    /// its calls numbered from `first_call`.
+    fn push_outs(
+        &self,
+        index: usize,
+        outs: Vec<Out>,
+        first_call: usize,
+        mut lp: Option<ChatLogprobs>,
+        out: &mut Vec<Body<ChatChunkChoice>>,
+    ) {
+        let mut k = first_call;
+        for o in outs {
+            match o {
+                Out::Content(t) => out.push(self.chunk(index, Chunks::content(t), lp.take(), None)),
+                Out::Call(c) => {
+                    let head = ToolCallDelta {
+                        index: k,
+                        id: Some(new_id("call_")),
+                        kind: Some("function"),
+                        function: FunctionDelta {
+                            name: Some(c.name),
+                            arguments: Some(String::new()),
+                        },
+                    };
+                    let args = ToolCallDelta {
+                        index: k,
+                        id: None,
+                        kind: None,
+                        function: FunctionDelta {
+                            name: None,
+                            arguments: Some(c.arguments),
+                        },
+                    };
+                    out.push(self.chunk(index, Chunks::call_delta(head), lp.take(), None));
+                    out.push(self.chunk(index, Chunks::call_delta(args), None, None));
+                    k += 1;
+                }
+            }
+        }
+        if lp.is_some() {
+            out.push(self.chunk(index, Chunks::content(String::new()), lp, None));
+        }
+    }
+
+    /// Feeds a token (`Some(id)`) or the end of the reply to choice `index`'s reader: what it
+    /// released, and the calls it had read before.
+    fn read(&mut self, index: usize, id: Option<u32>, text: &str) -> Option<(Vec<Out>, usize)> {
+        let reader = self.readers.get_mut(index)?.as_mut()?;
+        let before = reader.calls();
+        let outs = match id {
+            Some(id) => reader.token(id, text),
+            None => reader.end(text),
+        };
+        Some((outs, before))
     }
 }
 
@@ -153,14 +258,16 @@ impl ChunkWriter for Chunks {
     fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Self::Chunk>) -> bool {
         match ev {
             Event::Accepted | Event::PromptLogprobs(_) => false,
-            Event::Token { text, logprob, .. } => {
+            Event::Token { id, text, logprob } => {
                 let lp = match (&logprob, self.logprobs) {
                     (Some(lp), true) => Some(ChatLogprobs {
                         content: vec![ChatTokenLogprob::new(&self.tok, lp)],
                     }),
                     _ => None,
                 };
-                if !text.is_empty() || lp.is_some() {
+                if let Some((outs, first_call)) = self.read(index, Some(id), &text) {
+                    self.push_outs(index, outs, first_call, lp, out);
+                } else if !text.is_empty() || lp.is_some() {
                     out.push(self.chunk(index, Chunks::content(text), lp, None));
                 }
                 false
@@ -171,10 +278,15 @@ impl ChunkWriter for Chunks {
                 usage,
             } => {
                 self.usage.add(index / self.n_per_prompt, &usage);
-                if !text.is_empty() {
+                let mut calls = 0;
+                if let Some((outs, first_call)) = self.read(index, None, &text) {
+                    calls = first_call + outs.iter().filter(|o| matches!(o, Out::Call(_))).count();
+                    self.push_outs(index, outs, first_call, None, out);
+                } else if !text.is_empty() {
                     out.push(self.chunk(index, Chunks::content(text), None, None));
                 }
-                out.push(self.chunk(index, Delta::default(), None, Some(reason)));
+                let finish = ChatFinish::of(reason, calls);
+                out.push(self.chunk(index, Delta::default(), None, Some(finish)));
                 true
             }
             Event::Error(_) => true,

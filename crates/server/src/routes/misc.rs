@@ -82,7 +82,15 @@ pub async fn tokenize(
     let tokens = match (req.prompt, req.messages) {
         (Some(p), None) => tok.encode(&p, req.add_special_tokens.unwrap_or(true), true),
         (None, Some(msgs)) => {
-            let text = render_chat(&msgs, req.add_generation_prompt.unwrap_or(true), m)?;
+            let tools = crate::tools::request::tools(req.tools.as_deref())?;
+            let rendered: Vec<_> = tools.iter().map(|t| t.rendered()).collect();
+            let rendered = (!rendered.is_empty()).then_some(rendered.as_slice());
+            let text = render_chat(
+                &msgs,
+                rendered,
+                req.add_generation_prompt.unwrap_or(true),
+                m,
+            )?;
             tok.encode(&text, req.add_special_tokens.unwrap_or(false), true)
         }
         _ => return Err(ApiError::bad("give exactly one of `prompt` and `messages`")),

@@ -1,0 +1,203 @@
+//! The constraint a `required` or named `tool_choice` puts on the output, so that the reply
+//! always parses as calls: the JSON the calls form (a schema) and the exact text around it for
+//! the template's family (a grammar in llguidance's Lark syntax, the JSON inlined with
+//! `%json {…}`).
+//!
+//! One call is an object `{"name": <const>, <arguments key>: <the tool's parameters schema>}`
+//! with no other keys; `required` allows any tool (`anyOf`), a named choice only that one.
+//! With parallel calls the Hermes and Llama grammars repeat the call (`"\n"` / `"; "` between),
+//! and Mistral's array takes one or more items; without, exactly one.
+//!
+//! Enforcing it is the engine's grammar backend's job; until a request can carry a grammar,
+//! [`unenforceable`] turns such a request into a 400 rather than an answer that may not be a
+//! call.
+
+use serde_json::{json, Value};
+
+use super::family::{Family, Markers, HERMES_CLOSE, HERMES_OPEN, MISTRAL_OPEN};
+use super::request::{Choice, Tool};
+use crate::error::ApiError;
+
+/// What the output of a constrained tool choice must be.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolConstraint {
+    pub family: Family,
+    /// The JSON schema of the calls: one call object, or (Mistral's array shape) an array.
+    pub schema: Value,
+    /// The whole output as a Lark grammar for llguidance (`start` is the rule).
+    pub lark: String,
+}
+
+/// The constraint for `choice`, or `None` when the output is free (`none`, `auto`).
+pub fn tool_call_constraint(
+    tools: &[Tool],
+    choice: &Choice,
+    parallel: bool,
+    family: Family,
+    markers: &Markers,
+) -> Option<ToolConstraint> {
+    let allowed: Vec<&Tool> = match choice {
+        Choice::None | Choice::Auto => return None,
+        Choice::Required => tools.iter().collect(),
+        Choice::Named(name) => tools.iter().filter(|t| &t.name == name).collect(),
+    };
+    let key = family.arguments_key();
+    let mut one: Vec<Value> = allowed.iter().map(|t| call_schema(t, key)).collect();
+    let call = match one.len() {
+        1 => one.remove(0),
+        _ => json!({ "anyOf": one }),
+    };
+    let (schema, lark) = match family {
+        Family::Hermes => {
+            let open = lark_string(&format!("{HERMES_OPEN}\n"));
+            let close = lark_string(&format!("\n{HERMES_CLOSE}"));
+            (
+                call.clone(),
+                repeated(parallel, &format!("{open} %json {call} {close}"), "\"\\n\""),
+            )
+        }
+        Family::Llama3Json => (
+            call.clone(),
+            repeated(parallel, &format!("%json {call}"), "\"; \""),
+        ),
+        Family::Mistral => {
+            let mut array = json!({ "type": "array", "items": call, "minItems": 1 });
+            if !parallel {
+                array["maxItems"] = json!(1);
+            }
+            // The marker is a control token in Mistral's vocabularies: named by id then.
+            let open = match markers.id_of(MISTRAL_OPEN) {
+                Some(id) => format!("<[{id}]>"),
+                None => lark_string(MISTRAL_OPEN),
+            };
+            let lark = format!("start: {open} %json {array}\n");
+            (array, lark)
+        }
+    };
+    Some(ToolConstraint {
+        family,
+        schema,
+        lark,
+    })
+}
+
+/// The 400 for a request whose output needs `c` enforced: without a grammar, a `required` or
+/// named choice could get a reply that is not a call.
+pub fn unenforceable(c: &ToolConstraint) -> ApiError {
+    ApiError::invalid(
+        "tool_choice",
+        format!(
+            "tool_choice \"required\" or a named function needs grammar-constrained decoding \
+             (to hold the output to the {} call format), which this server does not have yet; \
+             use \"auto\"",
+            c.family.name()
+        ),
+    )
+}
+
+/// The schema of one call of `t`.
+fn call_schema(t: &Tool, key: &str) -> Value {
+    let params = t
+        .parameters
+        .clone()
+        .unwrap_or_else(|| json!({ "type": "object" }));
+    json!({
+        "type": "object",
+        "properties": { "name": { "const": t.name }, key: params },
+        "required": ["name", key],
+        "additionalProperties": false,
+    })
+}
+
+/// `start: call` or `start: call (SEP call)*`, with `call` the given body.
+fn repeated(parallel: bool, call: &str, sep: &str) -> String {
+    if parallel {
+        format!("start: call ({sep} call)*\ncall: {call}\n")
+    } else {
+        format!("start: call\ncall: {call}\n")
+    }
+}
+
+/// A Lark string literal (JSON's escaping is a valid Lark string).
+fn lark_string(s: &str) -> String {
+    Value::String(s.to_string()).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools() -> Vec<Tool> {
+        vec![
+            Tool {
+                name: "get_weather".into(),
+                description: None,
+                parameters: Some(
+                    json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+                ),
+            },
+            Tool {
+                name: "get_time".into(),
+                description: Some("Now".into()),
+                parameters: None,
+            },
+        ]
+    }
+
+    fn constraint(choice: Choice, parallel: bool, family: Family) -> Option<ToolConstraint> {
+        tool_call_constraint(&tools(), &choice, parallel, family, &Markers::default())
+    }
+
+    #[test]
+    fn free_choices_have_no_constraint() {
+        assert_eq!(constraint(Choice::Auto, true, Family::Hermes), None);
+        assert_eq!(constraint(Choice::None, true, Family::Hermes), None);
+    }
+
+    #[test]
+    fn a_named_choice_fixes_the_name_and_the_arguments_schema() {
+        let c =
+            constraint(Choice::Named("get_weather".into()), false, Family::Hermes).expect("some");
+        assert_eq!(
+            c.schema,
+            json!({"type": "object",
+                "properties": {"name": {"const": "get_weather"},
+                    "arguments": {"type": "object", "properties": {"city": {"type": "string"}}}},
+                "required": ["name", "arguments"], "additionalProperties": false})
+        );
+        assert!(
+            c.lark
+                .starts_with("start: call\ncall: \"<tool_call>\\n\" %json {"),
+            "{}",
+            c.lark
+        );
+        assert!(c.lark.ends_with("} \"\\n</tool_call>\"\n"), "{}", c.lark);
+    }
+
+    #[test]
+    fn required_allows_any_tool_and_parallel_calls_repeat() {
+        let c = constraint(Choice::Required, true, Family::Llama3Json).expect("some");
+        let any = c.schema["anyOf"].as_array().expect("anyOf");
+        assert_eq!(any.len(), 2);
+        assert_eq!(any[1]["properties"]["name"]["const"], "get_time");
+        assert_eq!(any[1]["required"], json!(["name", "parameters"]));
+        assert!(
+            c.lark
+                .starts_with("start: call (\"; \" call)*\ncall: %json {"),
+            "{}",
+            c.lark
+        );
+    }
+
+    #[test]
+    fn mistral_calls_are_an_array_after_the_marker() {
+        let c = constraint(Choice::Required, false, Family::Mistral).expect("some");
+        assert_eq!(c.schema["type"], "array");
+        assert_eq!(c.schema["maxItems"], 1);
+        assert!(
+            c.lark.starts_with("start: \"[TOOL_CALLS]\" %json {"),
+            "{}",
+            c.lark
+        );
+    }
+}
