@@ -153,12 +153,44 @@ def test_none_gives_no_calls(qwen):
     assert choice.message.content
 
 
-def test_required_and_named_choices_are_refused_without_a_grammar(qwen):
-    for choice in ["required", {"type": "function", "function": {"name": "get_weather"}}]:
-        with pytest.raises(openai.BadRequestError) as e:
-            ask(qwen, ASK_PARIS, tool_choice=choice)
-        assert e.value.body["param"] == "tool_choice"
-        assert "grammar" in e.value.body["message"]
+def test_required_and_named_choices_always_give_a_call(qwen):
+    # A question no tool answers: left free (`auto`) the model may answer in text; `required`
+    # and a named function hold the reply to the call syntax, so it is a call that parses (one:
+    # with parallel calls allowed, the small model may go on calling until max_tokens).
+    joke = [{"role": "user", "content": "Tell me a short joke about programmers."}]
+    for choice, want in [
+        ("required", {"get_weather", "get_time"}),
+        ({"type": "function", "function": {"name": "get_time"}}, {"get_time"}),
+    ]:
+        for stream in [False, True]:
+            if stream:
+                chunks = list(
+                    qwen.chat.completions.create(
+                        model=qwen.models.list().data[0].id, messages=joke, tools=[WEATHER, TIME], tool_choice=choice,
+                        max_tokens=96, temperature=0, stream=True, parallel_tool_calls=False,
+                    )
+                )
+                finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+                names = [
+                    tc.function.name
+                    for c in chunks
+                    if c.choices
+                    for tc in (c.choices[0].delta.tool_calls or [])
+                    if tc.function and tc.function.name
+                ]
+                assert finish == ["tool_calls"], (choice, finish)
+                assert names and set(names) <= want, (choice, names)
+                continue
+            r = qwen.chat.completions.create(
+                model=qwen.models.list().data[0].id, messages=joke, tools=[WEATHER, TIME], tool_choice=choice, max_tokens=96,
+                temperature=0, parallel_tool_calls=False,
+            ).choices[0]
+            assert r.finish_reason == "tool_calls", (choice, r)
+            assert len(r.message.tool_calls) == 1, (choice, r)
+            for call in r.message.tool_calls:
+                assert call.function.name in want, (choice, call)
+                args = json.loads(call.function.arguments)
+                assert isinstance(args.get("city"), str), (choice, args)
 
 
 def test_a_model_without_a_tool_format_refuses_tools(client, model):

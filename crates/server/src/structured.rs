@@ -151,6 +151,30 @@ fn only_keys(obj: &Map<String, Value>, allowed: &[&str], param: &str) -> Result<
     }
 }
 
+/// The constraint of a chat request whose `tool_choice` (`required` or a named function) asks
+/// for `tool_grammar`: that grammar, compiled and enforced like any other. A request that also
+/// asks for a response format is a 400: the reply cannot be both calls and that format.
+pub fn with_tool_grammar(
+    asked: Option<Asked>,
+    tool_grammar: Option<String>,
+) -> Result<Option<Asked>, ApiError> {
+    match (asked, tool_grammar) {
+        (Some(a), Some(_)) => Err(ApiError::invalid(
+            a.param,
+            format!(
+                "`{}` cannot be combined with tool_choice \"required\" or a named function: \
+                 the reply is then tool calls",
+                a.param
+            ),
+        )),
+        (None, Some(lark)) => Ok(Some(Asked {
+            constraint: Constraint::Lark(lark),
+            param: "tool_choice",
+        })),
+        (asked, None) => Ok(asked),
+    }
+}
+
 /// Compiles `asked` for the model (on a blocking thread) and attaches it to the job's
 /// requests; a grammar the library cannot handle is a 400 naming the field.
 pub async fn attach(job: &mut Job, asked: Option<Asked>, m: &Loaded) -> Result<(), ApiError> {

@@ -38,6 +38,9 @@ pub struct Job {
     pub echo: bool,
     /// Chat with tools: how to read each choice's reply for calls.
     pub tools: Option<ToolParse>,
+    /// Chat with `tool_choice` `required` or a named function: the grammar (llguidance's Lark)
+    /// that holds the reply to the family's call syntax, so that it always parses as calls.
+    pub tool_grammar: Option<String>,
 }
 
 impl Job {
@@ -139,10 +142,6 @@ pub fn chat_job(
 ) -> Result<Job, ApiError> {
     check_model(common.model.as_deref(), m)?;
     let setup = tools::setup(&req, m.chat_template.tool_family(), m.engine.tokenizer())?;
-    if let Some(c) = &setup.constraint {
-        // Where the grammar backend takes the constraint over, once there is one.
-        return Err(tools::constraint::unenforceable(c));
-    }
     let messages = req.messages.unwrap_or_default();
     let text = render_chat(
         &messages,
@@ -175,6 +174,7 @@ pub fn chat_job(
     request.logprobs = wants_logprobs.then(|| top.unwrap_or(0));
     let mut job = job(prompts, request, &common, cfg, false)?;
     job.tools = setup.parse;
+    job.tool_grammar = setup.constraint.map(|c| c.lark);
     Ok(job)
 }
 
@@ -302,6 +302,7 @@ pub(crate) fn job(
         include_usage,
         echo,
         tools: None,
+        tool_grammar: None,
     })
 }
 

@@ -51,6 +51,7 @@ pub async fn handle(
     fields::check(&bytes, Route::Chat, &honoured)?;
     let asked = structured::constraint(&common)?;
     let mut job = chat_job(req, common, m, state.config())?;
+    let asked = structured::with_tool_grammar(asked, job.tool_grammar.take())?;
     structured::attach(&mut job, asked, m).await?;
     let tok = m.engine.tokenizer().clone();
     let head = Head::new("chatcmpl", &m.model_id);

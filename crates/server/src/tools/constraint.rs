@@ -8,15 +8,13 @@
 //! With parallel calls the Hermes and Llama grammars repeat the call (`"\n"` / `"; "` between),
 //! and Mistral's array takes one or more items; without, exactly one.
 //!
-//! Enforcing it is the engine's grammar backend's job; until a request can carry a grammar,
-//! [`unenforceable`] turns such a request into a 400 rather than an answer that may not be a
-//! call.
+//! The chat route compiles the grammar into the request's engine constraint
+//! (`structured::with_tool_grammar`), so the reply cannot be anything but calls.
 
 use serde_json::{json, Value};
 
 use super::family::{Family, Markers, HERMES_CLOSE, HERMES_OPEN, MISTRAL_OPEN};
 use super::request::{Choice, Tool};
-use crate::error::ApiError;
 
 /// What the output of a constrained tool choice must be.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,18 +45,23 @@ pub fn tool_call_constraint(
         1 => one.remove(0),
         _ => json!({ "anyOf": one }),
     };
+    let inline = compact(call.clone());
     let (schema, lark) = match family {
         Family::Hermes => {
             let open = lark_string(&format!("{HERMES_OPEN}\n"));
             let close = lark_string(&format!("\n{HERMES_CLOSE}"));
             (
                 call.clone(),
-                repeated(parallel, &format!("{open} %json {call} {close}"), "\"\\n\""),
+                repeated(
+                    parallel,
+                    &format!("{open} %json {inline} {close}"),
+                    "\"\\n\"",
+                ),
             )
         }
         Family::Llama3Json => (
             call.clone(),
-            repeated(parallel, &format!("%json {call}"), "\"; \""),
+            repeated(parallel, &format!("%json {inline}"), "\"; \""),
         ),
         Family::Mistral => {
             let mut array = json!({ "type": "array", "items": call, "minItems": 1 });
@@ -70,7 +73,7 @@ pub fn tool_call_constraint(
                 Some(id) => format!("<[{id}]>"),
                 None => lark_string(MISTRAL_OPEN),
             };
-            let lark = format!("start: {open} %json {array}\n");
+            let lark = format!("start: {open} %json {}\n", compact(array.clone()));
             (array, lark)
         }
     };
@@ -81,18 +84,16 @@ pub fn tool_call_constraint(
     })
 }
 
-/// The 400 for a request whose output needs `c` enforced: without a grammar, a `required` or
-/// named choice could get a reply that is not a call.
-pub fn unenforceable(c: &ToolConstraint) -> ApiError {
-    ApiError::invalid(
-        "tool_choice",
-        format!(
-            "tool_choice \"required\" or a named function needs grammar-constrained decoding \
-             (to hold the output to the {} call format), which this server does not have yet; \
-             use \"auto\"",
-            c.family.name()
-        ),
-    )
+/// `schema` with llguidance's options for compact JSON (`", "` and `": "`, no free
+/// whitespace): left free, a small model may pad the call with whitespace until `max_tokens`.
+fn compact(mut schema: Value) -> Value {
+    if let Some(o) = schema.as_object_mut() {
+        o.insert(
+            "x-guidance".into(),
+            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
+    }
+    schema
 }
 
 /// The schema of one call of `t`.
