@@ -8,12 +8,17 @@
 //! sixteen rows, then one conversion, one multiply and one multiply-add for all sixteen — about a
 //! third of the instructions per product of the row-major path.
 //!
-//! Q6_K is packed with its 6-bit quants one per byte and its 8-bit scales per 16 quants, the
-//! `-32` offset taken off with `vpdpwssd` of the scales against the activation's block sums.
-//! Q4_K (super-blocks of 256 with 6-bit scales and mins) is packed the same way per sub-block of
-//! 32, with its scales and mins unpacked into the record (see `Q4K_*`; records are 8% larger than
-//! the blocks they replace); its kernel multiplies each sub-block's exact sum by the row's scale
-//! in integers and takes the mins off with `vpdpwssd` against the activation's block sums.
+//! Q6_K and Q4_K (super-blocks of 256) are packed per sub-block (16 and 32 quants) the same
+//! way, each record exactly as large as the sixteen blocks it replaces: single-sequence decode
+//! streams every weight byte once per token, so it reads no more than the file's own format
+//! would. Q6_K's quants are split into the low nibbles (a Q4_0 record's layout) and two high bits
+//! per quant, merged in registers once per record; its kernel takes the `-32` offset off with
+//! `vpdpwssd` of the scales against the activation's block sums. Q4_K keeps its 6-bit scales and
+//! mins 6-bit (low nibbles and high bits apart, see `Q4K_*`), widened in registers once per
+//! record; its kernel multiplies each sub-block's exact sum by the row's scale in integers and
+//! takes the mins off with `vpdpwssd` against the activation's block sums. The scales are stored
+//! in *pair order* (sub-blocks `2k`, `2k + 1` of a row side by side), so one widening load gives
+//! the i16 pairs those instructions take.
 //!
 //! The AVX2 kernels (`kernel/x86/packed256.rs`) run the same layout eight row lanes at a time
 //! with `maddubs` / `madd` in place of `dpbusd` / `dpwssd`: the same exact integer sums, so the
@@ -21,7 +26,8 @@
 //!
 //! Layout (Q8_0, Q5_0, Q4_0 with `rows % 16 == 0`): records of sixteen rows by one 32-quant block,
 //! group-major (`record(g, b)` at `(g * blocks + b) * record_bytes`); each record is exactly as
-//! large as the sixteen blocks it replaces, so packing costs no memory beyond the copy:
+//! large as the sixteen blocks it replaces (for every packed format), so packing costs no memory
+//! beyond the copy:
 //! - 16 f16 scales (row order), 32 bytes;
 //! - quants in eight chunks `k = 0..8` of 64 bytes, byte `4i + t` of chunk `k` holding row `i`'s
 //!   element `4k + t`, stored *unsigned*: Q8_0 as `q + 128` (512 bytes); Q4_0 / Q5_0 as their raw
@@ -133,19 +139,33 @@ pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
     Some(rows / PACK_ROWS * (cols / block_elems(format)?) * record_bytes(format))
 }
 
-/// Q4_K record: d and dmin (16 f16 each), 6-bit scales as bytes `[sub-block][row]`, mins as i16
-/// pairs `(m[2k], m[2k + 1])` per row lane for `vpdpwssd` (4 x 64 bytes), then eight sub-blocks
-/// of quants laid out like a Q4_0 record's.
+/// Q4_K record (exactly the 16 x 144 bytes of the blocks it replaces): d and dmin (16 f16 each),
+/// the 6-bit scales and mins in 192 bytes, then eight sub-blocks of quants laid out like a Q4_0
+/// record's (256 bytes each).
+///
+/// Scales and mins are indexed in *pair order*: position `p = 32k + 2i + t` holds row `i`'s value
+/// of sub-block `2k + t` (`k = 0..4`), so 32 bytes at `32k` widen (u8 -> i16) into sixteen row
+/// lanes of the pair `(v[2k], v[2k + 1])`, the shape `vpdpwssd` / `madd` want. Stored as
+/// - the scales' low nibbles at `Q4K_SCALES` (64 bytes): byte `p` holds position `p` in its low
+///   nibble and position `p + 64` in its high nibble;
+/// - the mins' low nibbles at `Q4K_MINS`, likewise;
+/// - their high two bits at `Q4K_HIGH`: byte `p` holds, from bit 0 up, those of scale `p`,
+///   scale `p + 64`, min `p` and min `p + 64`.
 pub(crate) const Q4K_SCALES: usize = 64;
-pub(crate) const Q4K_MINS: usize = Q4K_SCALES + 128;
-pub(crate) const Q4K_QUANTS: usize = Q4K_MINS + 256;
+pub(crate) const Q4K_MINS: usize = Q4K_SCALES + 64;
+pub(crate) const Q4K_HIGH: usize = Q4K_MINS + 64;
+pub(crate) const Q4K_QUANTS: usize = Q4K_HIGH + 64;
 
-/// Q6_K record: d (16 f16), the 8-bit scales as bytes `[sub-block of 16][row]`, the scales again
-/// as i16 pairs `(s[2k], s[2k + 1])` per row lane for `vpdpwssd` (8 x 64 bytes), then the 6-bit
-/// quants one per byte, sub-block `g` chunk `c` (elements `16g + 4c..+4`) at `64 * (4g + c)`.
+/// Q6_K record (exactly the 16 x 210 bytes of the blocks it replaces): d (16 f16), the i8
+/// scales in pair order (byte `32k + 2i + t`: row `i`'s scale of sub-block `2k + t`, so 32 bytes
+/// at `32k` widen into the lanes' pairs `(s[2k], s[2k + 1])`), then the 6-bit quants split:
+/// - their low four bits at `Q6K_LOW`, as a Q4_0 record's nibbles with chunk `4g + c` holding
+///   elements `16g + 4c..+4` of sub-block `g` (so sub-block `g` is the 128 bytes at `128g`);
+/// - their high two bits at `Q6K_HIGH`, 64 bytes per sub-block `g`: byte `4i + t` holds chunk
+///   `c`'s bits at bits `2c..2c + 2`.
 pub(crate) const Q6K_SCALES: usize = 32;
-pub(crate) const Q6K_PAIRS: usize = Q6K_SCALES + 256;
-pub(crate) const Q6K_QUANTS: usize = Q6K_PAIRS + 512;
+pub(crate) const Q6K_LOW: usize = Q6K_SCALES + 256;
+pub(crate) const Q6K_HIGH: usize = Q6K_LOW + 2048;
 
 /// Bytes of one record (sixteen rows by one block).
 pub(crate) fn record_bytes(format: Format) -> usize {
@@ -156,7 +176,7 @@ pub(crate) fn record_bytes(format: Format) -> usize {
         Format::Q4_1 => 64 + 256,
         Format::Q5_1 => 64 + 256 + 64,
         Format::Q4_K => Q4K_QUANTS + 8 * 256,
-        Format::Q6_K => Q6K_QUANTS + 4096,
+        Format::Q6_K => Q6K_HIGH + 16 * 64,
         _ => unreachable!("record_bytes of an unpackable format"),
     }
 }
@@ -285,16 +305,23 @@ fn put_legacy(format: Format, r: &mut [u8], i: usize, src: &[u8]) {
     }
 }
 
+/// Where the value of row `i`, sub-block `j` sits in pair order: (byte, which half) of the
+/// 64-byte nibble and high-bit areas (see [`Q4K_SCALES`]).
+fn pair_slot(i: usize, j: usize) -> (usize, usize) {
+    let p = 32 * (j / 2) + 2 * i + j % 2;
+    (p % 64, p / 64)
+}
+
 /// Writes a Q4_K block into lane `i` of record `r`.
 fn put_q4k(r: &mut [u8], i: usize, blk: &BlockQ4K) {
     r[2 * i..2 * i + 2].copy_from_slice(&blk.d);
     r[32 + 2 * i..32 + 2 * i + 2].copy_from_slice(&blk.dmin);
     let (sc, mn) = k4_scales_mins(&blk.scales);
     for j in 0..8 {
-        r[Q4K_SCALES + 16 * j + i] = sc[j];
-        let (k, half) = (j / 2, j % 2);
-        let at = Q4K_MINS + 64 * k + 4 * i + 2 * half;
-        r[at..at + 2].copy_from_slice(&i16::from(mn[j]).to_le_bytes());
+        let (byte, half) = pair_slot(i, j);
+        r[Q4K_SCALES + byte] |= (sc[j] & 0x0F) << (4 * half);
+        r[Q4K_MINS + byte] |= (mn[j] & 0x0F) << (4 * half);
+        r[Q4K_HIGH + byte] |= ((sc[j] >> 4) << (2 * half)) | ((mn[j] >> 4) << (4 + 2 * half));
     }
     let q = q4_k_quants(blk);
     for j in 0..8 {
@@ -303,23 +330,44 @@ fn put_q4k(r: &mut [u8], i: usize, blk: &BlockQ4K) {
     }
 }
 
+/// Row `i`'s 6-bit scale and min of sub-block `j` in a packed Q4_K record.
+pub(crate) fn q4k_scale_min(record: &[u8], i: usize, j: usize) -> (i32, i32) {
+    let (byte, half) = pair_slot(i, j);
+    let high = record[Q4K_HIGH + byte];
+    let low = |area: usize| (record[area + byte] >> (4 * half)) & 0x0F;
+    let sc = low(Q4K_SCALES) | (((high >> (2 * half)) & 3) << 4);
+    let mn = low(Q4K_MINS) | (((high >> (4 + 2 * half)) & 3) << 4);
+    (i32::from(sc), i32::from(mn))
+}
+
 /// Writes a Q6_K block into lane `i` of record `r`.
 fn put_q6k(r: &mut [u8], i: usize, blk: &BlockQ6K) {
     r[2 * i..2 * i + 2].copy_from_slice(&blk.d);
-    for (sb, &sc) in blk.scales.iter().enumerate() {
-        r[Q6K_SCALES + 16 * sb + i] = sc as u8;
-        let at = Q6K_PAIRS + 64 * (sb / 2) + 4 * i + 2 * (sb % 2);
-        r[at..at + 2].copy_from_slice(&i16::from(sc).to_le_bytes());
+    for (g, &sc) in blk.scales.iter().enumerate() {
+        r[Q6K_SCALES + 32 * (g / 2) + 2 * i + g % 2] = sc as u8;
     }
-    for (e, &q) in q6_k_quants(blk).iter().enumerate() {
-        let (sb, c, t) = (e / 16, (e % 16) / 4, e % 4);
-        r[Q6K_QUANTS + 64 * (4 * sb + c) + 4 * i + t] = q;
+    let q = q6_k_quants(blk);
+    for g in 0..16 {
+        let low = Q6K_LOW + 128 * g;
+        let sub = &q[16 * g..16 * g + 16];
+        put_nibbles(&mut r[low..low + 128], i, sub);
+        for (e, &v) in sub.iter().enumerate() {
+            r[Q6K_HIGH + 64 * g + 4 * i + e % 4] |= (v >> 4) << (2 * (e / 4));
+        }
     }
 }
 
 /// Whether a legacy record holds a fifth-bit mask per chunk (Q5_0, Q5_1).
 fn five_bits(format: Format) -> bool {
     matches!(format, Format::Q5_0 | Format::Q5_1)
+}
+
+/// Row `i`'s unsigned 6-bit quant of element `e` (0..16) of sub-block `g` in a packed Q6_K
+/// record.
+fn q6k_quant(record: &[u8], i: usize, g: usize, e: usize) -> i32 {
+    let low = record_quant(Format::Q4_0, &record[Q6K_LOW + 128 * g..], i, e);
+    let high = (record[Q6K_HIGH + 64 * g + 4 * i + e % 4] >> (2 * (e / 4))) & 3;
+    low | (i32::from(high) << 4)
 }
 
 /// The unsigned quant of row `i`, element `e` of a record's quant bytes.
@@ -360,10 +408,9 @@ pub(crate) fn dot_packed_row_q4k(data: &[u8], blocks: usize, r: usize, x: &[Bloc
             let dot: i32 = (0..32)
                 .map(|e| record_quant(Format::Q4_0, q, i, e) * i32::from(xa.qs[32 * j + e]))
                 .sum();
-            isum += i32::from(record[Q4K_SCALES + 16 * j + i]) * dot;
-            let at = Q4K_MINS + 64 * (j / 2) + 4 * i + 2 * (j % 2);
-            let m = i16::from_le_bytes([record[at], record[at + 1]]);
-            msum += i32::from(m) * (i32::from(xa.bsums[2 * j]) + i32::from(xa.bsums[2 * j + 1]));
+            let (sc, m) = q4k_scale_min(record, i, j);
+            isum += sc * dot;
+            msum += m * (i32::from(xa.bsums[2 * j]) + i32::from(xa.bsums[2 * j + 1]));
         }
         acc = (isum as f32).mul_add(d * xa.d, acc);
         acc = (-(msum as f32)).mul_add(dmin * xa.d, acc);
@@ -383,12 +430,9 @@ pub(crate) fn dot_packed_row_q6k(data: &[u8], blocks: usize, r: usize, x: &[Bloc
         let d = f16_to_f32([record[2 * i], record[2 * i + 1]]);
         let (mut dots, mut corr) = (0i32, 0i32);
         for sb in 0..16 {
-            let sc = i32::from(record[Q6K_SCALES + 16 * sb + i] as i8);
+            let sc = i32::from(record[Q6K_SCALES + 32 * (sb / 2) + 2 * i + sb % 2] as i8);
             let dot: i32 = (0..16)
-                .map(|e| {
-                    let q = record[Q6K_QUANTS + 64 * (4 * sb + e / 4) + 4 * i + e % 4];
-                    i32::from(q) * i32::from(xa.qs[16 * sb + e])
-                })
+                .map(|e| q6k_quant(record, i, sb, e) * i32::from(xa.qs[16 * sb + e]))
                 .sum();
             dots += sc * dot;
             corr += sc * i32::from(xa.bsums[sb]);

@@ -26,8 +26,8 @@ use super::legacy::high_bits_x16;
 use super::{drive_passes, legacy_format, prefetch_record, Pass, Q4, Q41, Q5, Q51, Q8};
 use crate::dtype::Format;
 use crate::packed::{
-    quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
-    Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
+    quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS,
+    Q4K_SCALES, Q6K_HIGH, Q6K_LOW, Q6K_SCALES,
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
 
@@ -52,21 +52,63 @@ unsafe fn half_scales(p: *const u8, h: usize) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * h).cast())) }
 }
 
-/// Eight (i8 or u8) per-row scales `8h..8h + 8` at `p`, each as an i16 pair `(s, s)` per lane.
+/// Four vectors of 6-bit values from two nibble vectors and one of high bit pairs: value `c`
+/// takes its low four bits from nibble `c % 2` of `lo[c / 2]` and its top two from bits
+/// `2c..2c + 2` of `hi` (Q6_K's quants; Q4_K's scales and mins), as `packed512::merge6`.
 #[inline(always)]
-unsafe fn scale_pairs<const SIGNED: bool>(p: *const u8, h: usize) -> __m256i {
-    // SAFETY: the caller passes 16 readable bytes; AVX2 enabled by the entry point.
+unsafe fn merge6(lo0: __m256i, lo1: __m256i, hi: __m256i) -> [__m256i; 4] {
+    // SAFETY: register-only; AVX2 enabled by the entry point.
     unsafe {
-        let raw = _mm_loadl_epi64(p.add(8 * h).cast());
-        let s = if SIGNED {
-            _mm256_cvtepi8_epi32(raw)
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m30 = _mm256_set1_epi8(0x30);
+        // Bits that 16-bit shifts move across a byte boundary are masked off.
+        let low = |v: __m256i| _mm256_and_si256(v, m4);
+        let high = |v: __m256i| _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+        [
+            _mm256_or_si256(low(lo0), _mm256_and_si256(_mm256_slli_epi16::<4>(hi), m30)),
+            _mm256_or_si256(high(lo0), _mm256_and_si256(_mm256_slli_epi16::<2>(hi), m30)),
+            _mm256_or_si256(low(lo1), _mm256_and_si256(hi, m30)),
+            _mm256_or_si256(high(lo1), _mm256_and_si256(_mm256_srli_epi16::<2>(hi), m30)),
+        ]
+    }
+}
+
+/// Each lane's i16 pair `(a, b)` made `(a, a)` (`T == 0`) or `(b, b)`: a per-row scale for
+/// `madd` against pair sums.
+#[inline(always)]
+unsafe fn splat_pair<const T: usize>(pairs: __m256i) -> __m256i {
+    // SAFETY: register-only; AVX2 enabled by the entry point.
+    unsafe {
+        if T == 0 {
+            _mm256_shufflehi_epi16::<0xA0>(_mm256_shufflelo_epi16::<0xA0>(pairs))
         } else {
-            _mm256_cvtepu8_epi32(raw)
+            _mm256_shufflehi_epi16::<0xF5>(_mm256_shufflelo_epi16::<0xF5>(pairs))
+        }
+    }
+}
+
+/// The scale pairs (`T == 0`) or min pairs of a Q4_K record's half `h`: lane `i` of element `k`
+/// is row `8h + i`'s `(v[2k], v[2k + 1])`, widened from the pair-order 6-bit values.
+#[inline(always)]
+unsafe fn q4k_pairs(r: *const u8, h: usize) -> ([__m256i; 4], [__m256i; 4]) {
+    // SAFETY: the caller passes a Q4_K record; AVX2 enabled by the entry point.
+    unsafe {
+        // Bytes 32k' + 16h..+16 of the three 64-byte areas hold positions 32k' + 16h (low
+        // nibbles and bits 0-1, 4-5) and 64 + 32k' + 16h (high nibbles and bits 2-3, 6-7).
+        let part = |area: usize, k: usize| {
+            _mm256_castsi128_si256(_mm_loadu_si128(r.add(area + 32 * k + 16 * h).cast()))
         };
-        _mm256_or_si256(
-            _mm256_and_si256(s, _mm256_set1_epi32(0xFFFF)),
-            _mm256_slli_epi32::<16>(s),
-        )
+        let mut sp = [_mm256_setzero_si256(); 4];
+        let mut mp = [_mm256_setzero_si256(); 4];
+        for k in 0..2 {
+            let v = merge6(part(Q4K_SCALES, k), part(Q4K_MINS, k), part(Q4K_HIGH, k));
+            let widen = |x: __m256i| _mm256_cvtepu8_epi16(_mm256_castsi256_si128(x));
+            sp[k] = widen(v[0]);
+            sp[k + 2] = widen(v[1]);
+            mp[k] = widen(v[2]);
+            mp[k + 2] = widen(v[3]);
+        }
+        (sp, mp)
     }
 }
 
@@ -205,9 +247,14 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                     prefetch_record(r, rec, 1);
                 }
                 let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
+                let (sp, mp) = q4k_pairs(r, h);
                 let mut isum = [_mm256_setzero_si256(); N];
                 for sj in 0..8 {
-                    let sc = scale_pairs::<false>(r.add(Q4K_SCALES + 16 * sj), h);
+                    let sc = if sj % 2 == 0 {
+                        splat_pair::<0>(sp[sj / 2])
+                    } else {
+                        splat_pair::<1>(sp[sj / 2])
+                    };
                     let q = r.add(Q4K_QUANTS + 256 * sj);
                     let mut p = [_mm256_setzero_si256(); N];
                     for v in 0..4 {
@@ -231,10 +278,9 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                     for k in 0..4 {
                         let lo = bs[4 * k].wrapping_add(bs[4 * k + 1]) as u16 as u32;
                         let hi = bs[4 * k + 2].wrapping_add(bs[4 * k + 3]) as u16 as u32;
-                        let mins = _mm256_loadu_si256(r.add(Q4K_MINS + 64 * k + 32 * h).cast());
                         msum = _mm256_add_epi32(
                             msum,
-                            _mm256_madd_epi16(mins, _mm256_set1_epi32((lo | (hi << 16)) as i32)),
+                            _mm256_madd_epi16(mp[k], _mm256_set1_epi32((lo | (hi << 16)) as i32)),
                         );
                     }
                     let dx = _mm256_set1_ps(xs[j].d);
@@ -275,19 +321,32 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                     prefetch_record(r, rec, 1);
                 }
                 let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
+                // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
+                let sp: [__m256i; 8] = std::array::from_fn(|k| {
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                        r.add(Q6K_SCALES + 32 * k + 16 * h).cast(),
+                    ))
+                });
                 let mut isum = [_mm256_setzero_si256(); N];
                 for sb in 0..16 {
-                    let sc = scale_pairs::<true>(r.add(Q6K_SCALES + 16 * sb), h);
-                    let q = r.add(Q6K_QUANTS + 256 * sb + 32 * h);
+                    let sc = if sb % 2 == 0 {
+                        splat_pair::<0>(sp[sb / 2])
+                    } else {
+                        splat_pair::<1>(sp[sb / 2])
+                    };
+                    let low = r.add(Q6K_LOW + 128 * sb + 32 * h);
+                    let w = merge6(
+                        _mm256_loadu_si256(low.cast()),
+                        _mm256_loadu_si256(low.add(64).cast()),
+                        _mm256_loadu_si256(r.add(Q6K_HIGH + 64 * sb + 32 * h).cast()),
+                    );
                     // Two chunks per i16 sum (2 x 2 x 63 x 127 fits).
                     for c0 in [0, 2] {
-                        let w0 = _mm256_loadu_si256(q.add(64 * c0).cast());
-                        let w1 = _mm256_loadu_si256(q.add(64 * (c0 + 1)).cast());
                         for j in 0..N {
                             let x = xs[j].qs.as_ptr().add(16 * sb);
                             let p = _mm256_add_epi16(
-                                _mm256_maddubs_epi16(w0, bcast(x, c0)),
-                                _mm256_maddubs_epi16(w1, bcast(x, c0 + 1)),
+                                _mm256_maddubs_epi16(w[c0], bcast(x, c0)),
+                                _mm256_maddubs_epi16(w[c0 + 1], bcast(x, c0 + 1)),
                             );
                             isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, sc));
                         }
@@ -300,10 +359,9 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                     let mut corr = _mm256_setzero_si256();
                     for k in 0..8 {
                         let pair = std::ptr::read_unaligned(pairs.add(k));
-                        let scales = _mm256_loadu_si256(r.add(Q6K_PAIRS + 64 * k + 32 * h).cast());
                         corr = _mm256_add_epi32(
                             corr,
-                            _mm256_madd_epi16(scales, _mm256_set1_epi32(pair)),
+                            _mm256_madd_epi16(sp[k], _mm256_set1_epi32(pair)),
                         );
                     }
                     let total = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(corr));

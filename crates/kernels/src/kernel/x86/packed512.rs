@@ -1,6 +1,10 @@
 //! AVX-512 VNNI kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q6_K weights (layout in
 //! `crate::packed`), one pass function per format behind one driver (`Pass`, `groups_of`).
 //!
+//! Q4_K / Q6_K: per record the 6-bit values (Q4_K's scales and mins, Q6_K's quants sub-block by
+//! sub-block) are merged from their nibbles and high bits in registers (`merge6`) and the
+//! pair-order scales widened to i16 pairs once, then reused for every activation row of the pass.
+//!
 //! Legacy formats: per record (sixteen rows by one block) the eight chunks of unsigned quants are
 //! loaded (and, for 4/5-bit formats, unpacked) into registers once and reused for up to
 //! `Pass::GROUP` activation rows.
@@ -18,8 +22,8 @@ use std::arch::x86_64::*;
 use super::{drive_passes, legacy_format, prefetch_record, Pass, Q4, Q41, Q5, Q51, Q8};
 use crate::dtype::Format;
 use crate::packed::{
-    offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_MINS, Q4K_QUANTS,
-    Q4K_SCALES, Q6K_PAIRS, Q6K_QUANTS, Q6K_SCALES,
+    offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS,
+    Q4K_QUANTS, Q4K_SCALES, Q6K_HIGH, Q6K_LOW, Q6K_SCALES,
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
 
@@ -76,6 +80,41 @@ unsafe fn dot_chunks<const K: usize>(init: __m512i, w: &[__m512i; K], qs: *const
         }
         _mm512_add_epi32(s0, s1)
     }
+}
+
+/// Four vectors of 6-bit values from two nibble vectors and one of high bit pairs: value `c`
+/// takes its low four bits from nibble `c % 2` of `lo[c / 2]` and its top two from bits
+/// `2c..2c + 2` of `hi` (Q6_K's quants; Q4_K's scales and mins).
+#[inline(always)]
+unsafe fn merge6(lo0: __m512i, lo1: __m512i, hi: __m512i) -> [__m512i; 4] {
+    // SAFETY: register-only; AVX-512 F/BW enabled by the entry point.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m30 = _mm512_set1_epi8(0x30);
+        // Bits that 16-bit shifts move across a byte boundary are masked off.
+        let low = |v: __m512i| _mm512_and_si512(v, m4);
+        let high = |v: __m512i| _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+        [
+            _mm512_or_si512(low(lo0), _mm512_and_si512(_mm512_slli_epi16::<4>(hi), m30)),
+            _mm512_or_si512(high(lo0), _mm512_and_si512(_mm512_slli_epi16::<2>(hi), m30)),
+            _mm512_or_si512(low(lo1), _mm512_and_si512(hi, m30)),
+            _mm512_or_si512(high(lo1), _mm512_and_si512(_mm512_srli_epi16::<2>(hi), m30)),
+        ]
+    }
+}
+
+/// Each lane's first (`T == 0`) or second i16 of its pair, as i32.
+#[inline(always)]
+unsafe fn pick<const T: usize>(pairs: __m512i) -> __m512i {
+    // SAFETY: register-only; AVX-512 BW enabled by the entry point.
+    unsafe { _mm512_madd_epi16(pairs, _mm512_set1_epi32(if T == 0 { 1 } else { 1 << 16 })) }
+}
+
+/// The 32 pair-order bytes of `v` at `half`, widened unsigned to sixteen lanes of i16 pairs.
+#[inline(always)]
+unsafe fn widen_u8<const HALF: i32>(v: __m512i) -> __m512i {
+    // SAFETY: register-only; AVX-512 F/BW enabled by the entry point.
+    unsafe { _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<HALF>(v)) }
 }
 
 /// How many records ahead the legacy passes prefetch: a pass over sixteen activation rows spends
@@ -171,9 +210,25 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                 prefetch_record(r, rec, 1);
             }
             let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
+            // Scales and mins in pair order: positions 0..64 and 64..128 of each.
+            let [s01, s23, m01, m23] = merge6(
+                _mm512_loadu_si512(r.add(Q4K_SCALES).cast()),
+                _mm512_loadu_si512(r.add(Q4K_MINS).cast()),
+                _mm512_loadu_si512(r.add(Q4K_HIGH).cast()),
+            );
+            let sp = [
+                widen_u8::<0>(s01),
+                widen_u8::<1>(s01),
+                widen_u8::<0>(s23),
+                widen_u8::<1>(s23),
+            ];
             let mut isum = [_mm512_setzero_si512(); N];
             for sj in 0..8 {
-                let sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(r.add(Q4K_SCALES + 16 * sj).cast()));
+                let sc = if sj % 2 == 0 {
+                    pick::<0>(sp[sj / 2])
+                } else {
+                    pick::<1>(sp[sj / 2])
+                };
                 let w = unpack::<Q4>(r.add(Q4K_QUANTS + 256 * sj));
                 for j in 0..N {
                     let qs = xs[j].qs.as_ptr().add(32 * sj).cast::<i32>();
@@ -181,6 +236,12 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                     isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot, sc));
                 }
             }
+            let mp = [
+                widen_u8::<0>(m01),
+                widen_u8::<1>(m01),
+                widen_u8::<0>(m23),
+                widen_u8::<1>(m23),
+            ];
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()));
             for j in 0..N {
@@ -191,7 +252,7 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                     let hi = bs[4 * k + 2].wrapping_add(bs[4 * k + 3]) as u16 as u32;
                     msum = _mm512_dpwssd_epi32(
                         msum,
-                        _mm512_loadu_si512(r.add(Q4K_MINS + 64 * k).cast()),
+                        mp[k],
                         _mm512_set1_epi32((lo | (hi << 16)) as i32),
                     );
                 }
@@ -228,12 +289,23 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                 prefetch_record(r, rec, 1);
             }
             let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
+            // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
+            let sp: [__m512i; 8] = std::array::from_fn(|k| {
+                _mm512_cvtepi8_epi16(_mm256_loadu_si256(r.add(Q6K_SCALES + 32 * k).cast()))
+            });
             let mut isum = [_mm512_setzero_si512(); N];
             for sb in 0..16 {
-                let sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(r.add(Q6K_SCALES + 16 * sb).cast()));
-                let q = r.add(Q6K_QUANTS + 256 * sb);
-                let w: [__m512i; 4] =
-                    std::array::from_fn(|c| _mm512_loadu_si512(q.add(64 * c).cast()));
+                let sc = if sb % 2 == 0 {
+                    pick::<0>(sp[sb / 2])
+                } else {
+                    pick::<1>(sp[sb / 2])
+                };
+                let low = r.add(Q6K_LOW + 128 * sb);
+                let w = merge6(
+                    _mm512_loadu_si512(low.cast()),
+                    _mm512_loadu_si512(low.add(64).cast()),
+                    _mm512_loadu_si512(r.add(Q6K_HIGH + 64 * sb).cast()),
+                );
                 for j in 0..N {
                     let qs = xs[j].qs.as_ptr().add(16 * sb).cast::<i32>();
                     let dot = dot_chunks(_mm512_setzero_si512(), &w, qs);
@@ -248,7 +320,7 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                 for k in 0..8 {
                     corr = _mm512_dpwssd_epi32(
                         corr,
-                        _mm512_loadu_si512(r.add(Q6K_PAIRS + 64 * k).cast()),
+                        sp[k],
                         _mm512_set1_epi32(std::ptr::read_unaligned(pairs.add(k))),
                     );
                 }
