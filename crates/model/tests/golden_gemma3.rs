@@ -30,16 +30,14 @@ fn greedy_continuations_match_llama_cpp() {
             "{}: prompt tokenization differs from llama.cpp",
             case.name
         );
-        let generated = case.generated();
-        let n = generated.len();
+        let n = case.steps.len();
         let mut session = Session::new(&tf, 1, case.prompt_ids.len() + n, 16);
         let mut logits = session
             .prefill(&mut tf, 0, &case.prompt_ids, 512)
             .expect("prefill runs");
-        for step in 0..n {
+        for (step, golden) in case.steps.iter().enumerate() {
             let ours = argmax(&logits);
-            let theirs = generated[step];
-            let gap = case.steps[step].gap;
+            let (theirs, gap) = (golden.id, golden.gap);
             if ours != theirs {
                 if gap < NEAR_TIE {
                     println!(
@@ -55,8 +53,7 @@ fn greedy_continuations_match_llama_cpp() {
                 break;
             }
             let (lp, _) = logprobs(&logits, ours, 0);
-            worst_logprob_diff =
-                worst_logprob_diff.max((lp as f64 - case.steps[step].top5[0].1).abs());
+            worst_logprob_diff = worst_logprob_diff.max((lp as f64 - golden.top5[0].1).abs());
             if step + 1 < n {
                 session
                     .run(&mut tf, &[(0, &[ours], LogitsWanted::Last)], &mut logits)

@@ -31,12 +31,6 @@ pub struct GreedyCase {
     pub steps: Vec<GreedyStep>,
 }
 
-impl GreedyCase {
-    pub fn generated(&self) -> Vec<u32> {
-        self.steps.iter().map(|s| s.id).collect()
-    }
-}
-
 /// A whole greedy golden file.
 pub struct GreedyGolden {
     /// sha256 of the GGUF file llama.cpp ran.
