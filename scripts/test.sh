@@ -21,11 +21,17 @@ if ! command -v redis-server >/dev/null && [[ -z "${TESSERA_REDIS_SERVER:-}" ]];
     fi
 fi
 export TESSERA_MODELS_DIR="${TESSERA_MODELS_DIR:-$PWD/models}"
+
 cargo build --release --bin tessera
 BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"
 "$BIN" fetch-model
-# SmolLM2 (llama, Q4_1, the smollm pre-tokenizer): crates/model/tests/smollm2.rs.
-"$BIN" fetch-model smollm2-135m
+# The other real models, by name (sha256-checked): SmolLM2 (llama, Q4_1, the smollm
+# pre-tokenizer) and Qwen2.5-Coder-0.5B for their goldens (crates/*/tests/golden*.rs, smollm2.rs)
+# and the structured-output and tool-calling end-to-end tests; Qwen2.5-Coder-1.5B for the
+# tool-calling round trip (the 0.5B model never answers in text after a tool result).
+for name in smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b; do
+    "$BIN" fetch-model "$name"
+done
 cargo test --workspace --release
 # The golden outputs again on the AVX2 kernels (the CPU's best ISA ran above).
 TESSERA_ISA=avx2 cargo test --release -p tessera-model --test golden_gemma3

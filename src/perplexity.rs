@@ -45,8 +45,11 @@ pub fn run(args: PerplexityArgs) -> Result<()> {
     let m = model::load(&path, threads).with_context(|| format!("loading {}", path.display()))?;
     let (tok, mut tf) = (m.tokenizer, m.transformer);
     let tokens = tok.encode(&text, true, false);
-    let Some(bos) = tok.bos_id() else {
-        bail!("the model has no BOS token");
+    // llama-perplexity puts BOS at the head of each window only when the model adds one.
+    let bos = match (tok.add_bos(), tok.bos_id()) {
+        (true, Some(id)) => Some(id),
+        (true, None) => bail!("the model asks for a BOS token but has none"),
+        (false, _) => None,
     };
     if tokens.len() < 2 * args.ctx {
         bail!(

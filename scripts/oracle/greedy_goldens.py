@@ -1,7 +1,8 @@
-"""Greedy-decoding goldens for Gemma 3 270M, computed with llama.cpp (through llama-cpp-python).
+"""Greedy-decoding goldens for a real model (Gemma 3 270M by default), computed with llama.cpp
+(through llama-cpp-python).
 
-For each prompt this records the prompt's token ids (BOS + text, as llama.cpp tokenizes with
-add_bos=True, special=False) and a 64-token greedy continuation. For every generated step it
+For each prompt this records the prompt's token ids (as llama.cpp tokenizes with add_bos=True,
+special=False: BOS + text when the model's add_bos_token says so, the text alone otherwise) and a 64-token greedy continuation. For every generated step it
 records the chosen id, the top-5 (id, logprob) and the logprob gap between the top two candidates,
 so that a reimplementation can tell a real divergence from a near-tie flipped by rounding.
 For every prompt it also dumps the first 16 raw logits and the top-20 (id, logit) at the last
@@ -17,7 +18,10 @@ For three prompts (a short one, the code one and the longest) the sequence is cr
 llama-cpp-python's own `create_completion(prompt, max_tokens=64, temperature=0)`; the outcome is
 written to the JSON.
 
-Usage: python greedy_goldens.py [--model PATH] [--text PATH] [--out PATH]
+Usage: python greedy_goldens.py [--model-name NAME] [--model PATH] [--text PATH] [--out PATH]
+                                [--no-variants] [--prompts NAME,NAME,...]
+NAME is a key of oracle_common.MODELS (default gemma3); the output defaults to
+tests/goldens/<stem>_greedy.json.
 """
 
 import argparse
@@ -27,12 +31,10 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 from llama_cpp import Llama
-from oracle_common import sha256, write_json
+from oracle_common import MODELS, add_model_args, disable_extra_buffer_types, model_path, sha256, write_json
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = "/work/tmp/model/gemma-3-270m-q4_k_m.gguf"
 DEFAULT_TEXT = REPO / "tests/data/pride_and_prejudice_ch1-7.txt"
-DEFAULT_OUT = REPO / "tests/goldens/gemma3_greedy.json"
 
 N_GENERATE = 64
 TOP_K = 5
@@ -256,16 +258,26 @@ def add_variants(model: str, cases: list) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=DEFAULT_MODEL)
+    add_model_args(ap)
     ap.add_argument("--text", default=str(DEFAULT_TEXT))
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", default=None, help="default: tests/goldens/<stem>_greedy.json")
+    ap.add_argument("--no-variants", action="store_true", help="skip the flash-attention and f32 K/V reruns")
+    ap.add_argument("--prompts", default=None, help="comma-separated prompt names to run (default: all)")
     args = ap.parse_args()
+    spec = MODELS[args.model_name]
+    args.model = args.model or model_path(args.model_name)
+    if args.no_extra_bufts:
+        disable_extra_buffer_types()
+        SETTINGS["use_extra_bufts"] = False
+    args.out = args.out or str(REPO / "tests/goldens" / f"{spec['stem']}_greedy.json")
 
     llm = make_llama(args.model, SETTINGS["flash_attn"], SETTINGS["type_k"])
     text = Path(args.text).read_text(encoding="utf-8")
-    prompts = list(SHORT_PROMPTS)
+    wanted = set(args.prompts.split(",")) if args.prompts else None
+    prompts = [p for p in SHORT_PROMPTS if wanted is None or p[0] in wanted]
     for name, start, target, tail in LONG_PROMPTS:
-        prompts.append((name, build_long_prompt(llm, text, start, target, tail)))
+        if wanted is None or name in wanted:
+            prompts.append((name, build_long_prompt(llm, text, start, target, tail)))
 
     cases = []
     for name, prompt in prompts:
@@ -277,14 +289,14 @@ def main() -> None:
     if max(c["n_prompt_tokens"] for c in cases) > SETTINGS["n_ubatch"]:
         raise SystemExit("a prompt would not be evaluated in one batch")
 
-    checks = [check_create_completion(llm, cases[i]) for i in (0, 1, len(cases) - 1)]
+    checks = [check_create_completion(llm, cases[i]) for i in sorted({0, min(1, len(cases) - 1), len(cases) - 1})]
     for c in checks:
         print("create_completion check:", c)
     llm.close()
-    variants = add_variants(args.model, cases)
+    variants = None if args.no_variants else add_variants(args.model, cases)
 
     golden = {
-        "description": "Greedy continuations of Gemma 3 270M (base, Q4_K_M) computed by llama.cpp on CPU",
+        "description": f"Greedy continuations of {spec['title']} computed by llama.cpp on CPU",
         "model": {"file": Path(args.model).name, "sha256": sha256(args.model)},
         "oracle": {
             "llama_cpp_python": llama_cpp.__version__,

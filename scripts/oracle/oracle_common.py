@@ -1,7 +1,9 @@
-"""Helpers shared by the oracle scripts: file hashing and a diff-friendly JSON layout."""
+"""Helpers shared by the oracle scripts: the models they cover, file hashing and a diff-friendly
+JSON layout."""
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 # A value whose compact form fits in this many characters is written on one line.
@@ -46,3 +48,78 @@ def _format(value, indent: int) -> str:
 def write_json(path, value) -> None:
     """Pretty JSON that keeps short values and flat lists (token ids, top-k pairs) on one line."""
     Path(path).write_text(_format(value, 0) + "\n", encoding="utf-8")
+
+
+# The real models the goldens cover, by the name every oracle script takes as `--model-name`.
+# `file` is the canonical file name (as `tessera fetch-model` writes it); `stem` names the
+# golden files: tests/goldens/<stem>_greedy.json, <stem>_perplexity.json,
+# <stem>_chat_template.json and crates/tokenizer/tests/goldens/<tokenizer stem>.json.
+MODELS = {
+    "gemma3": {
+        "file": "gemma-3-270m-q4_k_m.gguf",
+        "title": "Gemma 3 270M (base, Q4_K_M)",
+        "stem": "gemma3",
+        "tokenizer_stem": "gemma3_270m",
+    },
+    "qwen2.5-coder-0.5b": {
+        "file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "title": "Qwen2.5-Coder-0.5B-Instruct (qwen2, Q4_K_M)",
+        "stem": "qwen2.5-coder-0.5b",
+        "tokenizer_stem": "qwen2.5-coder-0.5b",
+    },
+    "qwen2.5-coder-1.5b": {
+        "file": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "title": "Qwen2.5-Coder-1.5B-Instruct (qwen2, Q4_K_M)",
+        "stem": "qwen2.5-coder-1.5b",
+        "tokenizer_stem": "qwen2.5-coder-1.5b",
+    },
+    "smollm2-135m": {
+        "file": "smollm2-135m-instruct-q4_1.gguf",
+        "title": "SmolLM2-135M-Instruct (llama, Q4_1)",
+        "stem": "smollm2-135m",
+        "tokenizer_stem": "smollm2-135m",
+    },
+}
+DEFAULT_MODEL_NAME = "gemma3"
+
+
+def models_dir() -> Path:
+    """$TESSERA_MODELS_DIR, else <repo>/models (where `tessera fetch-model` puts them)."""
+    env = os.environ.get("TESSERA_MODELS_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "models"
+
+
+def model_path(name: str) -> str:
+    return str(models_dir() / MODELS[name]["file"])
+
+
+def add_model_args(ap) -> None:
+    """`--model-name` (which entry of MODELS) and `--model` (a path overriding its location)."""
+    ap.add_argument("--model-name", default=DEFAULT_MODEL_NAME, choices=sorted(MODELS))
+    ap.add_argument("--model", default=None, help="GGUF path (default: $TESSERA_MODELS_DIR/<file>)")
+    ap.add_argument(
+        "--no-extra-bufts",
+        action="store_true",
+        help="load weights without llama.cpp's extra buffer types (no repacking, no AMX)",
+    )
+
+
+def disable_extra_buffer_types() -> None:
+    """Make every Llama() load its weights with `use_extra_bufts = false`.
+
+    A llama-cpp-python 0.3.36 build made with GGML_NATIVE on a CPU with AMX (system_info shows
+    AMX_INT8) crashes in llama_decode with its extra buffer types on; without them the weights
+    stay in the file's layout and the plain ggml dot products run. Llama() has no argument for
+    it, so the default model parameters are wrapped."""
+    import llama_cpp
+    import llama_cpp.llama as llama_module
+
+    default = llama_cpp.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama_model_default_params = params
+    llama_module.llama_cpp.llama_model_default_params = params

@@ -1,12 +1,16 @@
-"""Perplexity golden for Gemma 3 270M, computed as `llama-perplexity -c 512` computes it.
+"""Perplexity golden for a real model (Gemma 3 270M by default), computed as
+`llama-perplexity -c 512` computes it.
 
 The procedure (mirrors llama.cpp tools/perplexity/perplexity.cpp, function `perplexity`, with
 ppl_stride = 0; re-implemented here, not copied):
 
 1. Read the text file; if it ends with "\\n", drop that one final "\\n" (llama.cpp's -f option does).
-2. tokens = tokenize(text, add_bos=True, special=False): BOS (id 2) then the text.
-3. n_ctx = 512; n_chunk = len(tokens) // n_ctx (whole chunks only; the tail is unused).
-4. For chunk c in 0..n_chunk: window = tokens[c*512 : (c+1)*512] with window[0] replaced by BOS;
+2. tokens = tokenize(text, add_bos=True, special=False): BOS then the text when the model's
+   add_bos_token is true (Gemma: BOS id 2), the text alone when it is false (Qwen2.5).
+3. n_ctx = 512; n_chunk = len(tokens) // n_ctx (whole chunks only; the tail is unused), or the
+   first --chunks of them.
+4. For chunk c in 0..n_chunk: window = tokens[c*512 : (c+1)*512] with window[0] replaced by BOS
+   (only when add_bos_token is true, as perplexity.cpp does);
    clear the KV cache; decode the window in ONE batch at positions 0..511, requesting logits only
    at positions >= first = n_ctx/2 = 256.
 5. For j in 256..510 (255 positions per chunk): logits = float32 logits at position j;
@@ -22,7 +26,10 @@ computation. The headline run has flash attention off and an f16 K/V cache (the 
 greedy goldens). Two variants follow, flash attention on (what llama-perplexity picks by default on
 CPU) and an f32 K/V cache, to show how much the figures move with kernel-level rounding alone.
 
-Usage: python perplexity.py [--model PATH] [--text PATH] [--out PATH]
+Usage: python perplexity.py [--model-name NAME] [--model PATH] [--text PATH] [--out PATH]
+                            [--chunks N]
+NAME is a key of oracle_common.MODELS (default gemma3); the output defaults to
+tests/goldens/<stem>_perplexity.json.
 """
 
 import argparse
@@ -32,12 +39,10 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 from llama_cpp import Llama
-from oracle_common import sha256, write_json
+from oracle_common import MODELS, add_model_args, disable_extra_buffer_types, model_path, sha256, write_json
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = "/work/tmp/model/gemma-3-270m-q4_k_m.gguf"
 DEFAULT_TEXT = REPO / "tests/data/pride_and_prejudice_ch1-7.txt"
-DEFAULT_OUT = REPO / "tests/goldens/gemma3_perplexity.json"
 
 N_CTX = 512
 FIRST = N_CTX // 2
@@ -101,15 +106,16 @@ def token_nll(logits: np.ndarray, target: int) -> float:
     return -(float(logits[target] - mx) - math.log(sum_exp))
 
 
-def run(model: str, tokens: list, bos: int, flash_attn: bool, type_kv: str) -> dict:
+def run(model: str, tokens: list, bos, n_chunk: int, flash_attn: bool, type_kv: str) -> dict:
+    """`bos` replaces each window's first token; None (a model without add_bos_token) keeps it."""
     llm = make_llama(model, flash_attn, type_kv)
-    n_chunk = len(tokens) // N_CTX
     nll = nll2 = 0.0
     count = 0
     chunks = []
     for c in range(n_chunk):
         window = list(tokens[c * N_CTX : (c + 1) * N_CTX])
-        window[0] = bos
+        if bos is not None:
+            window[0] = bos
         out = decode_window(llm, window)
         per_token = []
         for j in range(FIRST, N_CTX - 1):
@@ -168,21 +174,30 @@ def variant_differences(runs: list) -> list:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default=DEFAULT_MODEL)
+    add_model_args(ap)
     ap.add_argument("--text", default=str(DEFAULT_TEXT))
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", default=None, help="default: tests/goldens/<stem>_perplexity.json")
+    ap.add_argument("--chunks", type=int, default=None, help="score only the first N chunks")
     args = ap.parse_args()
+    spec = MODELS[args.model_name]
+    args.model = args.model or model_path(args.model_name)
+    if args.no_extra_bufts:
+        disable_extra_buffer_types()
+    args.out = args.out or str(REPO / "tests/goldens" / f"{spec['stem']}_perplexity.json")
 
     text = Path(args.text).read_text(encoding="utf-8")
     if text.endswith("\n"):
         text = text[:-1]
     vocab = Llama(model_path=args.model, vocab_only=True, verbose=False)
     tokens = vocab.tokenize(text.encode("utf-8"), add_bos=True, special=False)
-    bos = vocab.token_bos()
+    add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab._model.vocab))
+    bos = vocab.token_bos() if add_bos else None
     if len(tokens) < 2 * N_CTX:
         raise SystemExit("text too short: llama-perplexity needs at least 2*n_ctx tokens")
+    n_chunks_in_text = len(tokens) // N_CTX
+    n_chunk = min(args.chunks or n_chunks_in_text, n_chunks_in_text)
 
-    runs = [run(args.model, tokens, bos, fa, kv) for fa, kv in CONFIGS]
+    runs = [run(args.model, tokens, bos, n_chunk, fa, kv) for fa, kv in CONFIGS]
     main_run = runs[0]
     for r in runs:
         print(f"PPL = {r['ppl']:.4f} +/- {r['ppl_error']:.5f} (flash attn {r['flash_attn']}, KV {r['type_kv']})")
@@ -192,8 +207,16 @@ def main() -> None:
         text_name = str(Path(args.text).resolve().relative_to(REPO))
     except ValueError:
         text_name = args.text
+    if add_bos:
+        bos_note, window_note = f"(starts with BOS id {bos})", " with window[0] := BOS"
+    else:
+        bos_note = "(no BOS: the model's add_bos_token is false)"
+        window_note = " (window[0] kept: no BOS without add_bos_token)"
+    chunks_note = "len(tokens) // 512"
+    if n_chunk < n_chunks_in_text:
+        chunks_note = f"the first {n_chunk} of the len(tokens) // 512 = {n_chunks_in_text} chunks"
     golden = {
-        "description": "Perplexity of Gemma 3 270M (base, Q4_K_M) on an English text, as llama-perplexity -c 512",
+        "description": f"Perplexity of {spec['title']} on an English text, as llama-perplexity -c 512",
         "model": {"file": Path(args.model).name, "sha256": sha256(args.model)},
         "text": {"file": text_name, "sha256": sha256(args.text), "n_tokens": len(tokens)},
         "oracle": {
@@ -208,12 +231,13 @@ def main() -> None:
                 "type_v": "f16 (headline run; see runs)",
                 "n_gpu_layers": 0,
                 "flash_attn": "off (headline run; see runs)",
+                **({"use_extra_bufts": False} if args.no_extra_bufts else {}),
             },
         },
         "procedure": (
             "text = file contents minus one trailing '\\n'. tokens = tokenize(text, add_bos=True, "
-            "special=False) (starts with BOS id 2). n_ctx = 512, first = 256, n_chunks = len(tokens) // 512. "
-            "For each chunk c: window = tokens[512c : 512c+512] with window[0] := BOS; fresh KV cache; "
+            f"special=False) {bos_note}. n_ctx = 512, first = 256, n_chunks = {chunks_note}. "
+            f"For each chunk c: window = tokens[512c : 512c+512]{window_note}; fresh KV cache; "
             "evaluate the window in one batch at positions 0..511. For j = 256..510: "
             "nll_j = logsumexp(logits_j) - logits_j[window[j+1]] (float32 logits, exp in float32, sum in "
             "float64); 255 scored tokens per chunk. PPL = exp(sum nll / count). ppl_error = PPL * "

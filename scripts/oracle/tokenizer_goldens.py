@@ -1,12 +1,16 @@
 """Tokenizer goldens computed with llama.cpp (through llama-cpp-python).
 
-1. Gemma 3 270M (SentencePiece vocabulary, the default model) -> gemma3_270m.json.
-2. A synthetic byte-level BPE vocabulary (-> bpe_synthetic.json), because no BPE model is at hand:
+1. A real model's vocabulary: Gemma 3 270M (SentencePiece, the default) -> gemma3_270m.json, or
+   with --model-name another entry of oracle_common.MODELS (Qwen2.5-Coder's and SmolLM2's
+   byte-level BPE) -> <tokenizer stem>.json. The other models also get EXTRA_TEXTS (their own
+   chat-format strings); Gemma's texts are the original list.
+2. Only with the default model: a synthetic byte-level BPE vocabulary (-> bpe_synthetic.json):
    merges are learned here from the golden texts, written into a tiny GGUF once per
    pre-tokenizer (default, gpt-2, llama-bpe, qwen2) and tokenized by llama.cpp. The JSON holds
    the vocabulary itself, so the Rust test needs no GGUF file for this part.
 
-For each text this records the token ids llama.cpp produces with add_bos=True and
+For each text this records the token ids llama.cpp produces with add_bos=True (BOS only when the
+model's add_bos_token is true; `add_bos` in the header says which) and
   - special=False (control-token strings are plain text), and
   - special=True (control-token strings become their tokens),
 plus llama.cpp's detokenization of each id list without the BOS (special=False, so control
@@ -18,12 +22,13 @@ ZWJ sequences), accented Latin, control characters, special-token strings and on
 made of all of them, so the golden test also exercises a multi-thousand-token input, plus
 150 seeded random mixtures of those character classes and special-token strings.
 
-Usage: python tokenizer_goldens.py [--model PATH] [--out PATH] [--bpe-out PATH]
+Usage: python tokenizer_goldens.py [--model-name NAME] [--model PATH] [--out PATH] [--bpe-out PATH]
 Run with the oracle venv: /work/tmp/oracle/bin/python scripts/oracle/tokenizer_goldens.py
 """
 
 import argparse
 import collections
+import ctypes
 import hashlib
 import json
 import random
@@ -36,11 +41,11 @@ import numpy as np
 
 import llama_cpp
 from llama_cpp import Llama
+from oracle_common import MODELS, add_model_args, model_path
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = "/work/tmp/model/gemma-3-270m-q4_k_m.gguf"
-DEFAULT_OUT = REPO / "crates/tokenizer/tests/goldens/gemma3_270m.json"
-DEFAULT_BPE_OUT = REPO / "crates/tokenizer/tests/goldens/bpe_synthetic.json"
+GOLDEN_DIR = REPO / "crates/tokenizer/tests/goldens"
+DEFAULT_BPE_OUT = GOLDEN_DIR / "bpe_synthetic.json"
 BPE_PRES = ["default", "gpt-2", "llama-bpe", "qwen2"]
 N_MERGES = 1500
 
@@ -82,6 +87,16 @@ TEXTS = [
     ("repeats", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!!!!!!!!!!??????........----____===="),
     ("unused_tokens", "<unused0><start_of_image><end_of_image><mask>[multimodal]<pad>"),
     ("markdown", "# Title\n\n- item 1\n- item 2\n\n```rust\nfn main() {\n    println!(\"hi\");\n}\n```\n"),
+]
+
+
+# Texts added for the models other than Gemma: their chat-format and end-of-text strings.
+EXTRA_TEXTS = [
+    ("chatml", "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+               "<|im_start|>assistant\n"),
+    ("endoftext", "first document<|endoftext|>second document<|endoftext|>"),
+    ("fim", "<|fim_prefix|>def add(a, b):\n<|fim_suffix|>\n    return c<|fim_middle|>"),
+    ("code_indent", "class A:\n    def f(self):\n        if x:\n            return [i ** 2 for i in range(3)]\n"),
 ]
 
 
@@ -137,29 +152,42 @@ def write_cases(path, header, cases):
     print(f"wrote {len(cases)} cases to {path}")
 
 
-def all_texts():
-    texts = list(TEXTS)
+def all_texts(extra=()):
+    texts = list(TEXTS) + list(extra)
     texts.append(("long_mixed", "\n\n".join(t for _, t in TEXTS) * 3))
     return texts + fuzz_texts()
 
 
+def piece(llm, token, special):
+    """llama.cpp's text of one token (llama_token_to_piece, lstrip 0). Called directly: the
+    binding's detokenize() uses a 32-byte buffer and drops longer pieces (runs of spaces)."""
+    size = 64
+    while True:
+        buf = (ctypes.c_char * size)()
+        n = llama_cpp.llama_token_to_piece(llm._model.vocab, llama_cpp.llama_token(token), buf, size, 0, special)
+        if n >= 0:
+            return bytes(buf[:n])
+        size = -n
+
+
 def tokenize_cases(llm, texts):
+    add_bos = bool(llama_cpp.llama_vocab_get_add_bos(llm._model.vocab))
     cases = []
     for name, text in texts:
         case = {"name": name, "text": text}
         for key, special in (("ids", False), ("ids_special", True)):
             ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)
             case[key] = ids
-            body = ids[1:] if ids and ids[0] == llm.token_bos() else ids
+            body = ids[1:] if add_bos and ids and ids[0] == llm.token_bos() else ids
             # Token by token: llama-cpp-python's detokenize() drops a leading space after a
             # leading BOS on its own, which is not llama.cpp's behaviour.
-            detok = b"".join(llm.detokenize([t], special=False) for t in body)
+            detok = b"".join(piece(llm, t, False) for t in body)
             case["detok" if key == "ids" else "detok_special"] = detok.decode("utf-8", errors="replace")
         cases.append(case)
     return cases
 
 
-def gemma_goldens(model, out_path):
+def model_goldens(model, out_path, extra_texts):
     llm = Llama(model_path=model, vocab_only=True, verbose=False)
     header = {
         "generator": "scripts/oracle/tokenizer_goldens.py",
@@ -169,9 +197,9 @@ def gemma_goldens(model, out_path):
         "n_vocab": llm.n_vocab(),
         "bos": llm.token_bos(),
         "eos": llm.token_eos(),
-        "add_bos": True,
+        "add_bos": bool(llama_cpp.llama_vocab_get_add_bos(llm._model.vocab)),
     }
-    write_cases(out_path, header, tokenize_cases(llm, all_texts()))
+    write_cases(out_path, header, tokenize_cases(llm, all_texts(extra_texts)))
 
 
 def byte_alphabet():
@@ -292,12 +320,17 @@ def bpe_goldens(out_path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    add_model_args(ap)
+    ap.add_argument("--out", default=None, help="default: crates/tokenizer/tests/goldens/<stem>.json")
     ap.add_argument("--bpe-out", default=str(DEFAULT_BPE_OUT))
     args = ap.parse_args()
-    gemma_goldens(args.model, args.out)
-    bpe_goldens(args.bpe_out)
+    spec = MODELS[args.model_name]
+    model = args.model or model_path(args.model_name)
+    out = args.out or str(GOLDEN_DIR / f"{spec['tokenizer_stem']}.json")
+    is_gemma = args.model_name == "gemma3"
+    model_goldens(model, out, [] if is_gemma else EXTRA_TEXTS)
+    if is_gemma:
+        bpe_goldens(args.bpe_out)
 
 
 if __name__ == "__main__":

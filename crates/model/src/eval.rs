@@ -1,7 +1,8 @@
 //! Perplexity, computed the way `llama-perplexity -c N` does, so the two can be compared.
 //!
 //! The token stream is cut into windows of `n_ctx` tokens; each window's first token is replaced
-//! by BOS and the window runs on a fresh cache. The second half of each window is scored: for
+//! by BOS (only for a model whose `add_bos_token` is set, as llama.cpp does: Qwen2.5's windows
+//! keep their first text token) and the window runs on a fresh cache. The second half of each window is scored: for
 //! j in n_ctx/2 .. n_ctx-1, the negative log-likelihood of token j+1 given tokens 0..=j.
 
 use crate::batch::LogitsWanted;
@@ -22,12 +23,13 @@ pub struct Perplexity {
     pub chunk_nll: Vec<f64>,
 }
 
-/// Runs the perplexity procedure over `tokens` (which should start with BOS), calling
-/// `progress(done, total)` after each window.
+/// Runs the perplexity procedure over `tokens` (which should start with BOS when `bos` is
+/// given), calling `progress(done, total)` after each window. `bos` replaces each window's first
+/// token; pass `None` for a model that adds no BOS.
 pub fn perplexity(
     model: &mut Transformer,
     tokens: &[u32],
-    bos: u32,
+    bos: Option<u32>,
     n_ctx: usize,
     kv_dtype: KvDtype,
     mut progress: impl FnMut(usize, usize),
@@ -47,7 +49,9 @@ pub fn perplexity(
     let mut logits = Vec::new();
     for c in 0..n_chunks {
         let mut window = tokens[c * n_ctx..(c + 1) * n_ctx].to_vec();
-        window[0] = bos;
+        if let Some(bos) = bos {
+            window[0] = bos;
+        }
         session.reset(0);
         // The first half only fills the cache; the second half's logits are scored.
         session.run(

@@ -8,60 +8,16 @@
 
 mod common;
 
+use common::greedy::load_greedy;
 use model::sampler::{argmax, logprobs};
 use model::{LogitsWanted, Session};
-use serde_json::Value;
 
 /// Below this top-1/top-2 log-probability gap, llama.cpp's choice is a near-tie.
 const NEAR_TIE: f64 = 0.3;
 
-struct Case {
-    name: String,
-    prompt: String,
-    prompt_ids: Vec<u32>,
-    generated: Vec<u32>,
-    gaps: Vec<f64>,
-    top1_logprob: Vec<f64>,
-}
-
-fn load_cases() -> Vec<Case> {
-    let path = common::golden("tests/goldens/gemma3_greedy.json");
-    let text = std::fs::read_to_string(&path).expect("golden file readable");
-    let v: Value = serde_json::from_str(&text).expect("golden file is JSON");
-    let ids = |x: &Value| -> Vec<u32> {
-        x.as_array()
-            .expect("array of ids")
-            .iter()
-            .map(|i| i.as_u64().expect("id") as u32)
-            .collect()
-    };
-    v["cases"]
-        .as_array()
-        .expect("cases")
-        .iter()
-        .map(|c| {
-            let steps = c["steps"].as_array().expect("steps");
-            Case {
-                name: c["name"].as_str().expect("name").to_string(),
-                prompt: c["prompt"].as_str().expect("prompt").to_string(),
-                prompt_ids: ids(&c["prompt_ids"]),
-                generated: ids(&c["generated_ids"]),
-                gaps: steps
-                    .iter()
-                    .map(|s| s["gap"].as_f64().expect("gap"))
-                    .collect(),
-                top1_logprob: steps
-                    .iter()
-                    .map(|s| s["top5"][0][1].as_f64().expect("logprob"))
-                    .collect(),
-            }
-        })
-        .collect()
-}
-
 #[test]
 fn greedy_continuations_match_llama_cpp() {
-    let cases = load_cases();
+    let cases = load_greedy("tests/goldens/gemma3_greedy.json").cases;
     assert!(cases.len() >= 8, "expected at least 8 golden prompts");
     let m = model::load(&common::default_model_path(), 2).expect("default model loads");
     let (tok, mut tf) = (m.tokenizer, m.transformer);
@@ -74,31 +30,30 @@ fn greedy_continuations_match_llama_cpp() {
             "{}: prompt tokenization differs from llama.cpp",
             case.name
         );
-        let n = case.generated.len();
+        let n = case.steps.len();
         let mut session = Session::new(&tf, 1, case.prompt_ids.len() + n, 16);
         let mut logits = session
             .prefill(&mut tf, 0, &case.prompt_ids, 512)
             .expect("prefill runs");
-        for step in 0..n {
+        for (step, golden) in case.steps.iter().enumerate() {
             let ours = argmax(&logits);
-            let theirs = case.generated[step];
+            let (theirs, gap) = (golden.id, golden.gap);
             if ours != theirs {
-                if case.gaps[step] < NEAR_TIE {
+                if gap < NEAR_TIE {
                     println!(
                         "{}: diverged at step {step} on a near-tie (gap {:.3}); accepted",
-                        case.name, case.gaps[step]
+                        case.name, gap
                     );
                 } else {
                     failures.push(format!(
                         "{}: step {step}: ours {ours}, llama.cpp {theirs} (their top-2 gap {:.3})",
-                        case.name, case.gaps[step]
+                        case.name, gap
                     ));
                 }
                 break;
             }
             let (lp, _) = logprobs(&logits, ours, 0);
-            worst_logprob_diff =
-                worst_logprob_diff.max((lp as f64 - case.top1_logprob[step]).abs());
+            worst_logprob_diff = worst_logprob_diff.max((lp as f64 - golden.top5[0].1).abs());
             if step + 1 < n {
                 session
                     .run(&mut tf, &[(0, &[ours], LogitsWanted::Last)], &mut logits)

@@ -27,8 +27,15 @@ fn perplexity_is_within_one_percent_of_llama_cpp() {
         "tokenization of the text differs from llama.cpp's"
     );
     let bos = tok.bos_id().expect("model has BOS");
-    let ours = model::eval::perplexity(&mut tf, &tokens, bos, 512, model::KvDtype::F16, |_, _| {})
-        .expect("runs");
+    let ours = model::eval::perplexity(
+        &mut tf,
+        &tokens,
+        Some(bos),
+        512,
+        model::KvDtype::F16,
+        |_, _| {},
+    )
+    .expect("runs");
     let theirs = golden["ppl"].as_f64().expect("ppl");
     assert_eq!(
         ours.n_scored as u64,

@@ -1,66 +1,135 @@
-//! Golden tests: our tokenizer against llama.cpp on the real Gemma 3 270M vocabulary.
+//! Golden tests: our tokenizer against llama.cpp on real model vocabularies, one table row per
+//! model.
 //!
-//! The goldens (`tests/goldens/gemma3_270m.json`) come from
-//! `scripts/oracle/tokenizer_goldens.py` (llama-cpp-python, `vocab_only=True`). The model is
-//! looked up at `$TESSERA_MODEL`, then `<workspace>/models/`, then `/work/tmp/model/`. A
-//! missing model fails the tests (with instructions) unless `TESSERA_SKIP_MODEL_TESTS=1`.
+//! The goldens (`tests/goldens/<stem>.json`) come from `scripts/oracle/tokenizer_goldens.py`
+//! (llama-cpp-python, `vocab_only=True`): Gemma 3 270M (SentencePiece, the default model),
+//! Qwen2.5-Coder-0.5B and SmolLM2-135M (byte-level BPE). Gemma's file is looked up at
+//! `$TESSERA_MODEL`, then `<workspace>/models/`, then `/work/tmp/model/`; the others at
+//! `$TESSERA_MODELS_DIR`, then `<workspace>/models/`, under their canonical names. A missing
+//! model fails the tests (with instructions) unless `TESSERA_SKIP_MODEL_TESTS=1`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokenizer::Tokenizer;
 
-const MODEL_FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+/// One real vocabulary and its golden file.
+struct Spec {
+    /// Golden file stem: `tests/goldens/<stem>.json`.
+    stem: &'static str,
+    /// Canonical model file name.
+    file: &'static str,
+    /// Whether `$TESSERA_MODEL` names this file (the default model) when set.
+    is_default_model: bool,
+    /// Environment variable that must be 1 for this row to run; `None` runs always.
+    gate: Option<&'static str>,
+    /// SentencePiece: a literal U+2581 in a text is the space marker and decodes as a space.
+    spm: bool,
+}
 
-/// `$TESSERA_MODEL` if set (and then only it), else the first default location that exists.
-fn model_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("TESSERA_MODEL") {
-        return Some(PathBuf::from(p)).filter(|p| p.exists());
+const GEMMA3: Spec = Spec {
+    stem: "gemma3_270m",
+    file: "gemma-3-270m-q4_k_m.gguf",
+    is_default_model: true,
+    gate: None,
+    spm: true,
+};
+
+const QWEN25_CODER: Spec = Spec {
+    stem: "qwen2.5-coder-0.5b",
+    file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    is_default_model: false,
+    gate: None,
+    spm: false,
+};
+
+const SMOLLM2: Spec = Spec {
+    stem: "smollm2-135m",
+    file: "smollm2-135m-instruct-q4_1.gguf",
+    is_default_model: false,
+    gate: None,
+    spm: false,
+};
+
+fn workspace() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// Where the model file is, if anywhere.
+fn model_path(spec: &Spec) -> Option<PathBuf> {
+    if spec.is_default_model {
+        if let Some(p) = std::env::var_os("TESSERA_MODEL") {
+            return Some(PathBuf::from(p)).filter(|p| p.exists());
+        }
     }
-    let workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    [
-        workspace.join("models").join(MODEL_FILE),
-        PathBuf::from("/work/tmp/model").join(MODEL_FILE),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
+    let dirs = if spec.is_default_model {
+        vec![workspace().join("models"), PathBuf::from("/work/tmp/model")]
+    } else {
+        let env = std::env::var_os("TESSERA_MODELS_DIR").map(PathBuf::from);
+        env.into_iter()
+            .chain([workspace().join("models")])
+            .collect()
+    };
+    dirs.into_iter()
+        .map(|d| d.join(spec.file))
+        .find(|p| p.exists())
 }
 
-/// The real tokenizer, loaded once per test binary; `None` means "skip" (explicitly allowed).
-fn tokenizer() -> Option<&'static Tokenizer> {
-    static TOKENIZER: OnceLock<Option<Tokenizer>> = OnceLock::new();
-    TOKENIZER
-        .get_or_init(|| {
-            let Some(path) = model_path() else {
-                if std::env::var("TESSERA_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
-                    eprintln!("skipping: {MODEL_FILE} not found and TESSERA_SKIP_MODEL_TESTS=1");
-                    return None;
-                }
-                let env = std::env::var("TESSERA_MODEL").unwrap_or_else(|_| "unset".into());
-                panic!(
-                    "{MODEL_FILE} not found (looked at $TESSERA_MODEL ({env}), <workspace>/models/, \
-                     /work/tmp/model/). Fetch it with `cargo run --release -- fetch-model` \
-                     (or scripts/test.sh), point TESSERA_MODEL at it, or set \
-                     TESSERA_SKIP_MODEL_TESTS=1 to skip these tests."
-                );
-            };
-            let start = Instant::now();
-            let file = gguf::GgufFile::open(&path)
-                .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
-            let tok = Tokenizer::from_metadata(file.metadata())
-                .unwrap_or_else(|e| panic!("cannot build tokenizer from {}: {e}", path.display()));
-            eprintln!("loaded {} in {:?}", path.display(), start.elapsed());
-            Some(tok)
-        })
-        .as_ref()
+fn load(spec: &Spec) -> Option<Tokenizer> {
+    if let Some(var) = spec.gate {
+        if std::env::var(var).as_deref() != Ok("1") {
+            eprintln!(
+                "not run: {} tokenizer goldens are gated; set {var}=1",
+                spec.stem
+            );
+            return None;
+        }
+    }
+    let Some(path) = model_path(spec) else {
+        if std::env::var("TESSERA_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
+            eprintln!(
+                "skipping: {} not found and TESSERA_SKIP_MODEL_TESTS=1",
+                spec.file
+            );
+            return None;
+        }
+        panic!(
+            "{} not found (looked at $TESSERA_MODEL for the default model, $TESSERA_MODELS_DIR, \
+             <workspace>/models/). Fetch it with scripts/test.sh, point TESSERA_MODELS_DIR at \
+             it, or set TESSERA_SKIP_MODEL_TESTS=1 to skip these tests.",
+            spec.file
+        );
+    };
+    let start = Instant::now();
+    let file = gguf::GgufFile::open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    let tok = Tokenizer::from_metadata(file.metadata())
+        .unwrap_or_else(|e| panic!("cannot build tokenizer from {}: {e}", path.display()));
+    eprintln!("loaded {} in {:?}", path.display(), start.elapsed());
+    Some(tok)
 }
 
-fn goldens() -> Value {
-    let path = concat!(
+/// The real tokenizer, loaded once per test binary and model; `None` means "not run".
+fn tokenizer(spec: &Spec) -> Option<&'static Tokenizer> {
+    static CACHE: OnceLock<Mutex<HashMap<&'static str, Option<&'static Tokenizer>>>> =
+        OnceLock::new();
+    let mut cache = CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    *cache
+        .entry(spec.stem)
+        .or_insert_with(|| load(spec).map(|t| &*Box::leak(Box::new(t))))
+}
+
+fn goldens(spec: &Spec) -> Value {
+    let path = format!(
+        "{}/tests/goldens/{}.json",
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/goldens/gemma3_270m.json"
+        spec.stem
     );
     let text = std::fs::read_to_string(path).expect("golden file is committed");
     serde_json::from_str(&text).expect("golden file is valid JSON")
@@ -105,20 +174,19 @@ fn describe_mismatch(tok: &Tokenizer, ours: &[u32], want: &[u32]) -> String {
     )
 }
 
-#[test]
-fn golden_metadata_matches_the_model() {
-    let Some(tok) = tokenizer() else { return };
-    let g = goldens();
+fn check_metadata(spec: &Spec) {
+    let Some(tok) = tokenizer(spec) else { return };
+    let g = goldens(spec);
     assert_eq!(Some(tok.vocab_size() as u64), g["n_vocab"].as_u64());
     assert_eq!(tok.bos_id().map(u64::from), g["bos"].as_u64());
     assert_eq!(tok.eos_id().map(u64::from), g["eos"].as_u64());
+    assert_eq!(Some(tok.add_bos()), g["add_bos"].as_bool());
     assert!(cases(&g).len() >= 180);
 }
 
-#[test]
-fn encodes_every_golden_text_exactly_like_llama_cpp() {
-    let Some(tok) = tokenizer() else { return };
-    let g = goldens();
+fn check_encode(spec: &Spec) {
+    let Some(tok) = tokenizer(spec) else { return };
+    let g = goldens(spec);
     let mut failures = Vec::new();
     for case in cases(&g) {
         for (key, parse_special) in [("ids", false), ("ids_special", true)] {
@@ -139,15 +207,18 @@ fn encodes_every_golden_text_exactly_like_llama_cpp() {
     );
 }
 
-#[test]
-fn decodes_golden_ids_back_to_the_text_and_to_llama_cpp_detokenization() {
-    let Some(tok) = tokenizer() else { return };
-    let g = goldens();
+fn check_decode(spec: &Spec) {
+    let Some(tok) = tokenizer(spec) else { return };
+    let g = goldens(spec);
     for case in cases(&g) {
         let name = case["name"].as_str().unwrap_or("?");
         let plain = ids(&case["ids"]);
         // A literal U+2581 in the text is the SPM space marker, so it comes back as a space.
-        let want = text(case).replace('\u{2581}', " ");
+        let want = if spec.spm {
+            text(case).replace('\u{2581}', " ")
+        } else {
+            text(case).to_string()
+        };
         assert_eq!(tok.decode(&plain, true), want, "round trip of {name}");
         let special = ids(&case["ids_special"]);
         let llama = case["detok_special"].as_str().expect("detok_special");
@@ -159,10 +230,9 @@ fn decodes_golden_ids_back_to_the_text_and_to_llama_cpp_detokenization() {
     }
 }
 
-#[test]
-fn streaming_decode_equals_whole_decode_for_golden_ids() {
-    let Some(tok) = tokenizer() else { return };
-    let g = goldens();
+fn check_streaming_decode(spec: &Spec) {
+    let Some(tok) = tokenizer(spec) else { return };
+    let g = goldens(spec);
     for case in cases(&g) {
         let ids = ids(&case["ids_special"]);
         let mut dec = tok.incremental_decoder(false);
@@ -172,9 +242,44 @@ fn streaming_decode_equals_whole_decode_for_golden_ids() {
     }
 }
 
+/// The four golden checks as tests of one table row.
+macro_rules! golden_tests {
+    ($module:ident, $spec:expr) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn golden_metadata_matches_the_model() {
+                check_metadata(&$spec);
+            }
+
+            #[test]
+            fn encodes_every_golden_text_exactly_like_llama_cpp() {
+                check_encode(&$spec);
+            }
+
+            #[test]
+            fn decodes_golden_ids_back_to_the_text_and_to_llama_cpp_detokenization() {
+                check_decode(&$spec);
+            }
+
+            #[test]
+            fn streaming_decode_equals_whole_decode_for_golden_ids() {
+                check_streaming_decode(&$spec);
+            }
+        }
+    };
+}
+
+golden_tests!(gemma3, GEMMA3);
+golden_tests!(qwen25_coder, QWEN25_CODER);
+golden_tests!(smollm2, SMOLLM2);
+
 #[test]
 fn gemma_end_of_generation_ids_include_end_of_turn() {
-    let Some(tok) = tokenizer() else { return };
+    let Some(tok) = tokenizer(&GEMMA3) else {
+        return;
+    };
     let eot = tok
         .token_to_id("<end_of_turn>")
         .expect("gemma has <end_of_turn>");
@@ -209,8 +314,10 @@ fn ten_thousand_tokens_of(tok: &Tokenizer, unit: &str, sep: &str) -> String {
 
 #[test]
 fn encodes_ten_thousand_tokens_in_well_under_100ms() {
-    let Some(tok) = tokenizer() else { return };
-    let g = goldens();
+    let Some(tok) = tokenizer(&GEMMA3) else {
+        return;
+    };
+    let g = goldens(&GEMMA3);
     let all: Vec<&str> = cases(&g).iter().map(text).collect();
     let mixed = ten_thousand_tokens_of(tok, &all.join("\n"), "\n");
     // One paragraph without newlines is the slow case for SPM: nothing splits the text.
