@@ -8,8 +8,9 @@
 //! prompts or text is llama.cpp's.
 //!
 //! Models are found at `$TESSERA_MODELS_DIR/<canonical file name>` (scripts/test.sh fetches
-//! them); a missing file fails. A row with a gate runs only when that environment variable is 1:
-//! `TESSERA_TEST_QWEN_1_5B` for the 1.5B model (an opt-in for CI time).
+//! them); a missing file fails. A row with a gate runs only when that environment variable is 1
+//! (none is gated now). Qwen2.5-Coder-1.5B has no greedy or perplexity golden yet (only its chat
+//! template's, in the server crate).
 //!
 //! Margins, per model, from how far llama.cpp moves itself: rerun with flash attention on or an
 //! f32 K/V cache (`variant_differences` in the perplexity goldens), the teacher-forced NLL of a
@@ -48,16 +49,6 @@ const QWEN25_CODER_05B: RealModel = RealModel {
     stem: "qwen2.5-coder-0.5b",
     file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
     gate: None,
-    margins: Margins {
-        gap: 0.5,
-        logprob: 0.5,
-    },
-};
-
-const QWEN25_CODER_15B: RealModel = RealModel {
-    stem: "qwen2.5-coder-1.5b",
-    file: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-    gate: Some("TESSERA_TEST_QWEN_1_5B"),
     margins: Margins {
         gap: 0.5,
         logprob: 0.5,
@@ -241,14 +232,4 @@ fn smollm2_135m_greedy_teacher_forced_matches_llama_cpp() {
 #[test]
 fn smollm2_135m_perplexity_is_within_one_percent_of_llama_cpp() {
     check_perplexity(&SMOLLM2_135M);
-}
-
-#[test]
-fn qwen25_coder_15b_greedy_teacher_forced_matches_llama_cpp() {
-    check_greedy(&QWEN25_CODER_15B);
-}
-
-#[test]
-fn qwen25_coder_15b_perplexity_is_within_one_percent_of_llama_cpp() {
-    check_perplexity(&QWEN25_CODER_15B);
 }
