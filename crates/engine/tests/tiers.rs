@@ -228,26 +228,7 @@ fn two_engines_sharing_one_redis_share_a_prefix() {
         &redis_cfg(512, &redis.url(0), true),
     );
     assert_eq!(drive(&mut a, std::slice::from_ref(&req))[0].tokens, want);
-    // Let A's I/O thread finish its writes (it is a live replica: nothing is flushed).
-    let written = || {
-        a.stats.tiers.get().expect("tiers on").tiers[0]
-            .bytes_written
-            .load(Relaxed)
-    };
-    let t0 = Instant::now();
-    let mut last = 0;
-    loop {
-        std::thread::sleep(Duration::from_millis(50));
-        let w = written();
-        if w > 0 && w == last {
-            break;
-        }
-        last = w;
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "A's writes did not arrive"
-        );
-    }
+    wait_for_writes(&a);
     let mut b = Harness::new(
         model(),
         tiny_tokenizer(),
@@ -289,4 +270,79 @@ fn with_redis_down_requests_are_recomputed_and_the_fault_counted() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Waits until `h`'s tier I/O thread has written everything queued (a live engine flushes
+/// nothing by itself): the bytes written stop growing.
+fn wait_for_writes(h: &Harness<FakeModel>) {
+    let written = || {
+        h.stats.tiers.get().expect("tiers on").tiers[0]
+            .bytes_written
+            .load(Relaxed)
+    };
+    let t0 = Instant::now();
+    let mut last = 0;
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let w = written();
+        if w > 0 && w == last {
+            return;
+        }
+        last = w;
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the writes did not arrive"
+        );
+    }
+}
+
+/// Runs each of `reqs` alone, one after another; returns their `cached_tokens`.
+fn one_by_one(h: &mut Harness<FakeModel>, reqs: &[engine::GenerateRequest]) -> Vec<usize> {
+    reqs.iter()
+        .map(|r| {
+            let out = drive(h, std::slice::from_ref(r)).remove(0);
+            assert_eq!(out.tokens, solo(model, TS, r).tokens, "{out:?}");
+            out.finish.expect("finished").1.cached_tokens
+        })
+        .collect()
+}
+
+#[test]
+fn a_fetch_slower_than_recomputing_is_skipped_and_a_faster_one_made() {
+    let redis = redis_server::RedisServer::start(&[]);
+    // Prefill costs 300 µs a token: recomputing a 161-token prompt's 40 full tiles ~48 ms.
+    let costly = || FakeModel {
+        per_token: Duration::from_micros(300),
+        ..model()
+    };
+    let stored: Vec<_> = (0..4).map(|i| greedy(prompt(70 + i, 161), 3)).collect();
+    let mut a = Harness::new(
+        costly(),
+        tiny_tokenizer(),
+        &redis_cfg(1024, &redis.url(0), true),
+    );
+    drive(&mut a, &stored);
+    wait_for_writes(&a);
+    let fresh = |seed| greedy(prompt(seed, 161), 3);
+    // Over loopback a fetch takes about a millisecond: fetched every time. (The first prompt,
+    // in no tier, has the prefill cost measured.)
+    let mut b = Harness::new(
+        costly(),
+        tiny_tokenizer(),
+        &redis_cfg(1024, &redis.url(0), false),
+    );
+    let cached = one_by_one(&mut b, &[fresh(80), stored[0].clone(), stored[1].clone()]);
+    assert_eq!(cached, [0, 160, 160]);
+    let st = b.stats.tiers.get().expect("tiers on");
+    assert_eq!(st.skipped_fetches.load(Relaxed), 0);
+    // Through a link that holds each reply 300 ms: the first fetch that finds tiles is made
+    // (nothing is known of the link yet) and measured; the next one would take ~300 ms against
+    // ~48 ms of recomputing, and is skipped: the prompt is computed, with the same tokens.
+    let proxy = redis_server::DelayProxy::start(redis.port(), Duration::from_millis(300));
+    let slow = format!("redis://127.0.0.1:{}/0", proxy.port);
+    let mut c = Harness::new(costly(), tiny_tokenizer(), &redis_cfg(1024, &slow, false));
+    let cached = one_by_one(&mut c, &[fresh(81), stored[2].clone(), stored[3].clone()]);
+    assert_eq!(cached, [0, 160, 0]);
+    let st = c.stats.tiers.get().expect("tiers on");
+    assert_eq!(st.skipped_fetches.load(Relaxed), 1);
 }

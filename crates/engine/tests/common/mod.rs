@@ -76,6 +76,8 @@ pub struct FakeModel {
     pub next_of: HashMap<u32, u32>,
     /// Time each forward pass takes (for tests that watch the engine thread run).
     pub delay: std::time::Duration,
+    /// More time per token of the batch (for tests that need prefill to cost per token).
+    pub per_token: std::time::Duration,
     /// Tokens run through the model so far (shared with the test).
     pub tokens_run: Arc<AtomicUsize>,
     /// A pool of two, so every engine test draws its sequences' tokens in parallel as the real
@@ -95,6 +97,7 @@ impl FakeModel {
             n_windowed: 2,
             next_of: HashMap::new(),
             delay: std::time::Duration::ZERO,
+            per_token: std::time::Duration::ZERO,
             tokens_run: Arc::new(AtomicUsize::new(0)),
             pool: model::Threads::new(2),
             panic_on_token: None,
@@ -250,7 +253,7 @@ impl FakeModel {
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
         let ts = kv.layout().tile_size;
-        std::thread::sleep(self.delay);
+        std::thread::sleep(self.delay + self.per_token * batch.tokens.len() as u32);
         if let Some(t) = self.panic_on_token {
             assert!(
                 !batch.tokens.contains(&t),

@@ -206,3 +206,49 @@ fn ping(port: u16) -> bool {
 fn read_log(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| format!("(no log at {}: {e})", p.display()))
 }
+
+/// A TCP proxy to `127.0.0.1:target` that holds every chunk of the server's replies for
+/// `delay` before passing it on: a slow link. Its threads end with their connections.
+pub struct DelayProxy {
+    pub port: u16,
+}
+
+impl DelayProxy {
+    pub fn start(target: u16, delay: Duration) -> DelayProxy {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binds the proxy");
+        let port = listener.local_addr().expect("proxy address").port();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (c2, s2) = (
+                    client.try_clone().expect("clones"),
+                    server.try_clone().expect("clones"),
+                );
+                std::thread::spawn(move || pipe(client, server, Duration::ZERO));
+                std::thread::spawn(move || pipe(s2, c2, delay));
+            }
+        });
+        DelayProxy { port }
+    }
+}
+
+/// Copies `from` to `to`, each chunk after `delay`, until either side closes.
+fn pipe(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                std::thread::sleep(delay);
+                if to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+    let _ = from.shutdown(std::net::Shutdown::Both);
+}
