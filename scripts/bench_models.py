@@ -27,6 +27,7 @@ MODELS = [
     "gemma-3-270m-q4_k_m",
     "qwen2.5-coder-0.5b-instruct-q4_k_m",
     "qwen2.5-coder-1.5b-instruct-q4_k_m",
+    "smollm2-135m-instruct-q4_1",
 ]
 
 
