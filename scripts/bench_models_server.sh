@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# 16 concurrent clients on every model: `tessera serve` and `llama-server -np 16` in turn, driven
+# by the same `tessera bench` load (closed loop, ~250-token prompts, 128 output tokens, streaming,
+# 32 requests, 2 warm-ups). Prints each server's summary line per model.
+#
+# Usage: scripts/bench_models_server.sh LLAMA_SERVER [MODELS_DIR]
+# Environment: TESSERA_BIN (default target/release/tessera); MODELS (file stems).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+LLAMA_SERVER="$1"
+DIR="${2:-models}"
+BIN="${TESSERA_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/tessera}"
+MODELS="${MODELS:-gemma-3-270m-q4_k_m qwen2.5-coder-0.5b-instruct-q4_k_m qwen2.5-coder-1.5b-instruct-q4_k_m smollm2-135m-instruct-q4_1}"
+PORT=8531
+LOAD=(-c 16 -n 32 --prompt-tokens 250 --output-tokens 128 --warmup 2 --no-progress)
+wait_up() {
+    for _ in $(seq 1 600); do
+        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && return 0
+        sleep 0.5
+    done
+    echo "server on $PORT did not come up" >&2
+    return 1
+}
+run() { # NAME, then the server command
+    local name=$1
+    shift
+    "$@" >/tmp/bench-models-server-$name.log 2>&1 &
+    local pid=$!
+    wait_up
+    echo "== $name $(cut -d' ' -f1-3 /proc/loadavg)"
+    "$BIN" bench --url "http://127.0.0.1:$PORT" "${LOAD[@]}" 2>&1 | tail -n 12
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+}
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC')"
+for m in $MODELS; do
+    run "tessera-$m" "$BIN" serve --model "$DIR/$m.gguf" --port "$PORT"
+    run "llama-$m" "$LLAMA_SERVER" -m "$DIR/$m.gguf" -t 2 -np 16 -c 16384 --port "$PORT"
+done
