@@ -16,7 +16,7 @@ use engine::Event;
 use tokenizer::Tokenizer;
 
 use crate::error::ApiError;
-use crate::fields::{self, struct_fields, Route};
+use crate::fields::Route;
 use crate::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::openai::{ChatRequest, CommonParams};
 use crate::response::{
@@ -28,9 +28,9 @@ use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
 use crate::structured;
 use crate::tools::{self, ChoiceReader, Out, ParsedCall, ToolParse};
-use crate::validate::{chat_job, parse_body};
+use crate::validate::chat_job;
 
-use super::body_bytes;
+use super::{body_bytes, openai_body};
 
 const OBJECT: &str = "chat.completion";
 const CHUNK_OBJECT: &str = "chat.completion.chunk";
@@ -42,13 +42,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
-    let req: ChatRequest = parse_body(&bytes)?;
-    let common: CommonParams = parse_body(&bytes)?;
-    let honoured = [
-        struct_fields::<CommonParams>(),
-        struct_fields::<ChatRequest>(),
-    ];
-    fields::check(&bytes, Route::Chat, &honoured)?;
+    let (req, common): (ChatRequest, CommonParams) = openai_body(&bytes, Route::Chat)?;
     let asked = structured::constraint(&common)?;
     let mut job = chat_job(req, common, m, state.config())?;
     let asked = structured::with_tool_grammar(asked, job.tool_grammar.take())?;

@@ -12,7 +12,7 @@ use engine::{Event, FinishReason, TokenLogprob};
 use tokenizer::Tokenizer;
 
 use crate::error::ApiError;
-use crate::fields::{self, struct_fields, Route};
+use crate::fields::Route;
 use crate::logprobs::Legacy;
 use crate::openai::{CommonParams, CompletionRequest};
 use crate::response::{Body, CompletionChoice, Head, UsageTotals};
@@ -20,9 +20,9 @@ use crate::run::{self, Outcome};
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
 use crate::structured;
-use crate::validate::{completion_job, parse_body, Job};
+use crate::validate::{completion_job, Job};
 
-use super::body_bytes;
+use super::{body_bytes, openai_body};
 
 /// `object` of the whole response and of its chunks alike.
 const OBJECT: &str = "text_completion";
@@ -33,13 +33,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
-    let req: CompletionRequest = parse_body(&bytes)?;
-    let common: CommonParams = parse_body(&bytes)?;
-    let honoured = [
-        struct_fields::<CommonParams>(),
-        struct_fields::<CompletionRequest>(),
-    ];
-    fields::check(&bytes, Route::Completions, &honoured)?;
+    let (req, common): (CompletionRequest, CommonParams) = openai_body(&bytes, Route::Completions)?;
     let asked = structured::constraint(&common)?;
     let mut job = completion_job(req, common, m, state.config())?;
     structured::attach(&mut job, asked, m).await?;

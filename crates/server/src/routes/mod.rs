@@ -162,6 +162,21 @@ async fn count_errors(State(state): State<AppState>, req: Request, next: Next) -
     resp
 }
 
+/// A chat or completions body: the route's request `R` and the common parameters, both parsed
+/// from the same bytes, with every top-level field checked against what the two honour.
+pub(crate) fn openai_body<R: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    route: crate::fields::Route,
+) -> Result<(R, crate::openai::CommonParams), ApiError> {
+    use crate::fields::{self, struct_fields};
+    use crate::openai::CommonParams;
+    let req: R = crate::validate::parse_body(bytes)?;
+    let common: CommonParams = crate::validate::parse_body(bytes)?;
+    let honoured = [struct_fields::<CommonParams>(), struct_fields::<R>()];
+    fields::check(bytes, route, &honoured)?;
+    Ok((req, common))
+}
+
 /// The request body, or 413 past the limit.
 pub(crate) fn body_bytes(
     body: Result<Bytes, BytesRejection>,

@@ -18,13 +18,13 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use crate::error::ApiError;
-use crate::fields::{self, struct_fields, Route};
+use crate::fields::Route;
 use crate::openai::{ChatRequest, CommonParams, CompletionRequest};
 use crate::response::new_id;
 use crate::state::AppState;
-use crate::validate::{chat_job, completion_job, parse_body, Job};
+use crate::validate::{chat_job, completion_job, Job};
 
-use super::body_bytes;
+use super::{body_bytes, openai_body};
 
 /// One rendered prompt: the request as token ids.
 #[derive(Serialize)]
@@ -109,13 +109,7 @@ pub async fn completion(
 ) -> Result<Response, ApiError> {
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
-    let req: CompletionRequest = parse_body(&bytes)?;
-    let common: CommonParams = parse_body(&bytes)?;
-    let honoured = [
-        struct_fields::<CommonParams>(),
-        struct_fields::<CompletionRequest>(),
-    ];
-    fields::check(&bytes, Route::Completions, &honoured)?;
+    let (req, common): (CompletionRequest, CommonParams) = openai_body(&bytes, Route::Completions)?;
     let job = completion_job(req, common, m, state.config())?;
     let list: Vec<Rendered> = job
         .prompts
@@ -132,13 +126,7 @@ pub async fn chat(
 ) -> Result<Response, ApiError> {
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
-    let req: ChatRequest = parse_body(&bytes)?;
-    let common: CommonParams = parse_body(&bytes)?;
-    let honoured = [
-        struct_fields::<CommonParams>(),
-        struct_fields::<ChatRequest>(),
-    ];
-    fields::check(&bytes, Route::Chat, &honoured)?;
+    let (req, common): (ChatRequest, CommonParams) = openai_body(&bytes, Route::Chat)?;
     let job = chat_job(req, common, m, state.config())?;
     let prompt = job
         .prompts
