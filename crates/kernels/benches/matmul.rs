@@ -1,5 +1,7 @@
 //! Matmul throughput per weight format at the default model's shapes (Gemma 3 270M), for decode
-//! (m = 1) and batched prefill (m = 16, 64), on a pool of 2 threads.
+//! (m = 1) and batched prefill (m = 16, 64), on a pool of 2 threads; and Q4_K / Q6_K at the
+//! shapes of Qwen2.5-Coder-1.5B (hidden 1536, MLP 8960), the largest K-quant model the project
+//! benchmarks, at m = 1 and 16 (decode of one and of sixteen sequences).
 //! Throughput is reported in multiply-accumulates per second (elements = rows * cols * m).
 //!
 //! `TESSERA_BENCH_THREADS` overrides the thread count.
@@ -108,6 +110,11 @@ fn matmuls(c: &mut Criterion) {
         bench_shape(c, &threads, ty, 640, 2048, &ms);
         bench_shape(c, &threads, ty, 640, 1024, &ms);
     }
+    // Qwen2.5-Coder-1.5B: ffn_gate / ffn_up (Q4_K), ffn_down (Q6_K or Q4_K), attn_q / attn_output.
+    bench_shape(c, &threads, GgmlType::Q4_K, 8960, 1536, &[1, 16]);
+    bench_shape(c, &threads, GgmlType::Q6_K, 1536, 8960, &[1, 16]);
+    bench_shape(c, &threads, GgmlType::Q4_K, 1536, 8960, &[1, 16]);
+    bench_shape(c, &threads, GgmlType::Q4_K, 1536, 1536, &[1, 16]);
     bench_shape(c, &threads, GgmlType::F32, 640, 2048, &[1, 16]);
     // Tied output projection (vocabulary 262144), the largest matmul of the default model.
     bench_shape(c, &threads, GgmlType::Q8_0, 262_144, 640, &[1, 16, 64]);

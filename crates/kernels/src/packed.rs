@@ -506,9 +506,11 @@ impl PackedJob<'_> {
     unsafe fn groups(&self, groups: std::ops::Range<usize>, isa: Isa) {
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::kernel::x86::{packed256, packed512};
-            // SAFETY (both): forwarded; the caller detected the features.
+            use crate::kernel::x86::{amx, packed256, packed512};
+            // SAFETY (all): forwarded; the caller detected the features (and, for AMX, the
+            // OS's permission).
             match isa {
+                Isa::Amx => return unsafe { amx::groups(self, groups) },
                 Isa::Avx512Vnni => return unsafe { packed512::groups(self, groups) },
                 Isa::Avx2 => return unsafe { packed256::groups(self, groups) },
                 Isa::Scalar => {}

@@ -57,7 +57,7 @@ fn reference(w: &Weights, x: &[f32], m: usize) -> (Vec<f64>, Vec<f64>) {
 }
 
 fn isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni]
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::Amx]
         .into_iter()
         .filter(|&i| i <= detect_isa())
         .collect()

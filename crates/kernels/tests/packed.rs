@@ -68,7 +68,7 @@ fn packed_matmul_agrees_with_row_major_and_simd_equals_scalar_bitwise() {
                         "{ty:?} {rows}x{cols} m {m} element {k}: packed {a} vs row-major {b}"
                     );
                 }
-                for isa in [Isa::Avx2, Isa::Avx512Vnni] {
+                for isa in [Isa::Avx2, Isa::Avx512Vnni, Isa::Amx] {
                     if detect_isa() < isa {
                         continue;
                     }
@@ -96,7 +96,7 @@ fn packed_outputs_do_not_depend_on_the_batch_or_the_pool() {
         let packed = pack(ty, &data, rows, cols).expect("packable");
         let w = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
         let x = rng.activations(m * cols);
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::Amx] {
             if detect_isa() < isa {
                 continue;
             }
@@ -232,7 +232,7 @@ fn q4_1_and_q5_1_give_the_same_bits_row_major_and_packed_on_every_isa() {
                     &mut want,
                     &mut scratch,
                 );
-                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+                for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni, Isa::Amx] {
                     if detect_isa() < isa {
                         continue;
                     }

@@ -169,10 +169,14 @@ pub enum Isa {
     Avx2,
     /// The above plus AVX-512 F/BW/VL and VNNI.
     Avx512Vnni,
+    /// The above plus AMX-TILE and AMX-INT8 with the OS's permission: the packed Q4_K / Q6_K
+    /// matmuls multiply sixteen activation rows at a time in tiles (`x86::amx`).
+    Amx,
 }
 
 /// The instruction set the kernels use on this machine, detected once. Setting the environment
-/// variable `TESSERA_ISA` to `scalar` or `avx2` caps it (for debugging and comparisons).
+/// variable `TESSERA_ISA` to `scalar`, `avx2` or `avx512` (AVX-512 VNNI without AMX) caps it (for
+/// debugging and comparisons).
 pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
@@ -180,6 +184,7 @@ pub fn isa() -> Isa {
         match std::env::var("TESSERA_ISA").as_deref() {
             Ok("scalar") => Isa::Scalar,
             Ok("avx2") => detected.min(Isa::Avx2),
+            Ok("avx512") => detected.min(Isa::Avx512Vnni),
             _ => detected,
         }
     })
@@ -189,6 +194,9 @@ pub fn isa() -> Isa {
 pub fn detect_isa() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
+        if x86::amx::available() {
+            return Isa::Amx;
+        }
         if x86::avx512vnni_available() {
             return Isa::Avx512Vnni;
         }

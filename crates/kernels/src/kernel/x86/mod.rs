@@ -29,6 +29,7 @@ use crate::quant::{
     BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ8_0, PodBlock,
 };
 
+pub(crate) mod amx;
 pub(crate) mod attn;
 mod float;
 mod kquants;
@@ -351,7 +352,7 @@ impl<B: Body512> DotKernel for Simd512<B> {
 /// Hands `v` the SIMD kernel for body `B` at instruction set `isa` (already capped by the CPU).
 fn visit_body<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
     match isa {
-        Isa::Avx512Vnni | Isa::Avx2 => v.visit(&Simd::<B, Avx2Dot>(PhantomData)),
+        Isa::Amx | Isa::Avx512Vnni | Isa::Avx2 => v.visit(&Simd::<B, Avx2Dot>(PhantomData)),
         Isa::Scalar => return Err(v),
     }
     Ok(())
@@ -360,7 +361,7 @@ fn visit_body<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
 /// Like [`visit_body`], but with a 512-bit body where the CPU has AVX-512 VNNI.
 fn visit_body_512<B: Body, B5: Body512, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
     match isa {
-        Isa::Avx512Vnni => {
+        Isa::Amx | Isa::Avx512Vnni => {
             v.visit(&Simd512::<B5>(PhantomData));
             Ok(())
         }
@@ -371,7 +372,7 @@ fn visit_body_512<B: Body, B5: Body512, V: KernelVisitor>(isa: Isa, v: V) -> Res
 /// Like [`visit_body`], but with the VNNI integer primitive where the CPU has AVX-512 VNNI.
 fn visit_body_vnni<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
     match isa {
-        Isa::Avx512Vnni => {
+        Isa::Amx | Isa::Avx512Vnni => {
             v.visit(&Simd::<B, VnniDot>(PhantomData));
             Ok(())
         }

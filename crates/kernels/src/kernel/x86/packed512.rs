@@ -30,7 +30,7 @@ use crate::quant::{ActQ8_0, BlockQ8K};
 /// Unsigned quants of a record as eight vectors (chunk `k`: lane `i` = row `i`'s elements
 /// `4k..4k + 4`).
 #[inline(always)]
-unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
+pub(super) unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
     // SAFETY: the caller passes a record's quant bytes (512 bytes for Q8_0, 256 + 64 for Q5_0,
     // 256 for Q4_0); AVX-512 F/BW enabled by the entry point.
     unsafe {
@@ -86,7 +86,7 @@ unsafe fn dot_chunks<const K: usize>(init: __m512i, w: &[__m512i; K], qs: *const
 /// takes its low four bits from nibble `c % 2` of `lo[c / 2]` and its top two from bits
 /// `2c..2c + 2` of `hi` (Q6_K's quants; Q4_K's scales and mins).
 #[inline(always)]
-unsafe fn merge6(lo0: __m512i, lo1: __m512i, hi: __m512i) -> [__m512i; 4] {
+pub(super) unsafe fn merge6(lo0: __m512i, lo1: __m512i, hi: __m512i) -> [__m512i; 4] {
     // SAFETY: register-only; AVX-512 F/BW enabled by the entry point.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
@@ -105,16 +105,49 @@ unsafe fn merge6(lo0: __m512i, lo1: __m512i, hi: __m512i) -> [__m512i; 4] {
 
 /// Each lane's first (`T == 0`) or second i16 of its pair, as i32.
 #[inline(always)]
-unsafe fn pick<const T: usize>(pairs: __m512i) -> __m512i {
+pub(super) unsafe fn pick<const T: usize>(pairs: __m512i) -> __m512i {
     // SAFETY: register-only; AVX-512 BW enabled by the entry point.
     unsafe { _mm512_madd_epi16(pairs, _mm512_set1_epi32(if T == 0 { 1 } else { 1 << 16 })) }
 }
 
 /// The 32 pair-order bytes of `v` at `half`, widened unsigned to sixteen lanes of i16 pairs.
 #[inline(always)]
-unsafe fn widen_u8<const HALF: i32>(v: __m512i) -> __m512i {
+pub(super) unsafe fn widen_u8<const HALF: i32>(v: __m512i) -> __m512i {
     // SAFETY: register-only; AVX-512 F/BW enabled by the entry point.
     unsafe { _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<HALF>(v)) }
+}
+
+/// A Q4_K record's `sum_j m_j * sum(x_j)` per row lane: `mp[k]` holds the lanes' min pairs of
+/// sub-blocks `2k`, `2k + 1`, `bsums` the activation block's sums of 16.
+#[inline(always)]
+pub(super) unsafe fn q4k_min_sum(mp: &[__m512i; 4], bsums: &[i16; 16]) -> __m512i {
+    // SAFETY: register-only; AVX-512 F/VNNI enabled by the entry point.
+    unsafe {
+        let mut msum = _mm512_setzero_si512();
+        for k in 0..4 {
+            let lo = bsums[4 * k].wrapping_add(bsums[4 * k + 1]) as u16 as u32;
+            let hi = bsums[4 * k + 2].wrapping_add(bsums[4 * k + 3]) as u16 as u32;
+            msum = _mm512_dpwssd_epi32(msum, mp[k], _mm512_set1_epi32((lo | (hi << 16)) as i32));
+        }
+        msum
+    }
+}
+
+/// A Q6_K record's `sum_g s_g * sum(x_g)` per row lane (the `-32` offset's term before the
+/// factor): `sp[k]` holds the lanes' scale pairs of sub-blocks `2k`, `2k + 1`.
+#[inline(always)]
+pub(super) unsafe fn q6k_offset_sum(sp: &[__m512i; 8], bsums: &[i16; 16]) -> __m512i {
+    // SAFETY: reads the 32 bytes of `bsums`; AVX-512 F/VNNI enabled by the entry point.
+    unsafe {
+        // bsums 2k and 2k + 1 as one i32 (little-endian i16 pair), broadcast from memory.
+        let pairs = bsums.as_ptr().cast::<i32>();
+        let mut corr = _mm512_setzero_si512();
+        for k in 0..8 {
+            let pair = _mm512_set1_epi32(std::ptr::read_unaligned(pairs.add(k)));
+            corr = _mm512_dpwssd_epi32(corr, sp[k], pair);
+        }
+        corr
+    }
 }
 
 /// How many records ahead the legacy passes prefetch: a pass over sixteen activation rows spends
@@ -130,9 +163,17 @@ const fn prefetch_records(n: usize) -> usize {
     }
 }
 
-/// Passes over fewer activation rows spend too little time per record for a prefetch to pay
-/// (single-sequence decode streams the weights at the memory's rate already).
+/// Legacy passes over fewer activation rows spend too little time per record for a prefetch to
+/// pay (single-sequence decode streams their weights at the memory's rate already).
 const PREFETCH_MIN_ROWS: usize = 4;
+
+/// How many records ahead the Q4_K / Q6_K passes prefetch, whatever the number of activation
+/// rows: their records (2304 / 3360 bytes) take long enough to unpack that at one activation row
+/// the hardware prefetchers alone left the stream waiting on memory. On the 1.5B Qwen's matmuls
+/// (980 MB of Q4_K / Q6_K records per token, 2 threads, an Intel Xeon), one record ahead took a
+/// token's matmuls from 279 to 220 ms on a loaded machine (10 alternated rounds, minimums; 2, 4
+/// and 8 ahead were no better than one).
+pub(super) const KQUANT_PREFETCH_RECORDS: usize = 1;
 
 /// Rows `16g..16g + 16` for activation rows `i..i + N`.
 #[inline(always)]
@@ -191,7 +232,7 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
 
 /// Q4_K rows `16g..16g + 16` for activation rows `i..i + N`.
 #[inline(always)]
-unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+pub(super) unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     let rec = record_bytes(Format::Q4_K);
     let blocks = job.blocks;
     let PackedActs::Q8K(all) = job.acts else {
@@ -206,9 +247,7 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
-            if N >= PREFETCH_MIN_ROWS {
-                prefetch_record(r, rec, 1);
-            }
+            prefetch_record(r, rec, KQUANT_PREFETCH_RECORDS);
             let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
             // Scales and mins in pair order: positions 0..64 and 64..128 of each.
             let [s01, s23, m01, m23] = merge6(
@@ -223,17 +262,17 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
                 widen_u8::<1>(s23),
             ];
             let mut isum = [_mm512_setzero_si512(); N];
-            for sj in 0..8 {
-                let sc = if sj % 2 == 0 {
-                    pick::<0>(sp[sj / 2])
-                } else {
-                    pick::<1>(sp[sj / 2])
-                };
-                let w = unpack::<Q4>(r.add(Q4K_QUANTS + 256 * sj));
-                for j in 0..N {
-                    let qs = xs[j].qs.as_ptr().add(32 * sj).cast::<i32>();
-                    let dot = dot_chunks(_mm512_setzero_si512(), &w, qs);
-                    isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot, sc));
+            // Sub-blocks in pairs (`2k`, `2k + 1`): both scales come from one widened vector.
+            for k in 0..4 {
+                let scs = [pick::<0>(sp[k]), pick::<1>(sp[k])];
+                for t in 0..2 {
+                    let sj = 2 * k + t;
+                    let w = unpack::<Q4>(r.add(Q4K_QUANTS + 256 * sj));
+                    for j in 0..N {
+                        let qs = xs[j].qs.as_ptr().add(32 * sj).cast::<i32>();
+                        let dot = dot_chunks(_mm512_setzero_si512(), &w, qs);
+                        isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot, scs[t]));
+                    }
                 }
             }
             let mp = [
@@ -245,17 +284,7 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()));
             for j in 0..N {
-                let bs = &xs[j].bsums;
-                let mut msum = _mm512_setzero_si512();
-                for k in 0..4 {
-                    let lo = bs[4 * k].wrapping_add(bs[4 * k + 1]) as u16 as u32;
-                    let hi = bs[4 * k + 2].wrapping_add(bs[4 * k + 3]) as u16 as u32;
-                    msum = _mm512_dpwssd_epi32(
-                        msum,
-                        mp[k],
-                        _mm512_set1_epi32((lo | (hi << 16)) as i32),
-                    );
-                }
+                let msum = q4k_min_sum(&mp, &xs[j].bsums);
                 let dx = _mm512_set1_ps(xs[j].d);
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(d, dx), acc[j]);
                 acc[j] =
@@ -270,7 +299,7 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
 
 /// Q6_K rows `16g..16g + 16` for activation rows `i..i + N`.
 #[inline(always)]
-unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     let rec = record_bytes(Format::Q6_K);
     let blocks = job.blocks;
     let PackedActs::Q8K(all) = job.acts else {
@@ -285,45 +314,34 @@ unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
-            if N >= PREFETCH_MIN_ROWS {
-                prefetch_record(r, rec, 1);
-            }
+            prefetch_record(r, rec, KQUANT_PREFETCH_RECORDS);
             let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
             // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
             let sp: [__m512i; 8] = std::array::from_fn(|k| {
                 _mm512_cvtepi8_epi16(_mm256_loadu_si256(r.add(Q6K_SCALES + 32 * k).cast()))
             });
             let mut isum = [_mm512_setzero_si512(); N];
-            for sb in 0..16 {
-                let sc = if sb % 2 == 0 {
-                    pick::<0>(sp[sb / 2])
-                } else {
-                    pick::<1>(sp[sb / 2])
-                };
-                let low = r.add(Q6K_LOW + 128 * sb);
-                let w = merge6(
-                    _mm512_loadu_si512(low.cast()),
-                    _mm512_loadu_si512(low.add(64).cast()),
-                    _mm512_loadu_si512(r.add(Q6K_HIGH + 64 * sb).cast()),
-                );
-                for j in 0..N {
-                    let qs = xs[j].qs.as_ptr().add(16 * sb).cast::<i32>();
-                    let dot = dot_chunks(_mm512_setzero_si512(), &w, qs);
-                    isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot, sc));
+            // Sub-blocks in pairs (`2k`, `2k + 1`): both scales come from one widened vector.
+            for k in 0..8 {
+                let scs = [pick::<0>(sp[k]), pick::<1>(sp[k])];
+                for t in 0..2 {
+                    let sb = 2 * k + t;
+                    let low = r.add(Q6K_LOW + 128 * sb);
+                    let w = merge6(
+                        _mm512_loadu_si512(low.cast()),
+                        _mm512_loadu_si512(low.add(64).cast()),
+                        _mm512_loadu_si512(r.add(Q6K_HIGH + 64 * sb).cast()),
+                    );
+                    for j in 0..N {
+                        let qs = xs[j].qs.as_ptr().add(16 * sb).cast::<i32>();
+                        let dot = dot_chunks(_mm512_setzero_si512(), &w, qs);
+                        isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(dot, scs[t]));
+                    }
                 }
             }
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
             for j in 0..N {
-                // bsums 2k and 2k + 1 as one i32 (little-endian i16 pair), broadcast from memory.
-                let pairs = xs[j].bsums.as_ptr().cast::<i32>();
-                let mut corr = _mm512_setzero_si512();
-                for k in 0..8 {
-                    corr = _mm512_dpwssd_epi32(
-                        corr,
-                        sp[k],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(pairs.add(k))),
-                    );
-                }
+                let corr = q6k_offset_sum(&sp, &xs[j].bsums);
                 let total = _mm512_sub_epi32(isum[j], _mm512_slli_epi32::<5>(corr));
                 let dx = _mm512_set1_ps(xs[j].d);
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), acc[j]);

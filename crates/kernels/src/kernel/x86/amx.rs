@@ -1,0 +1,421 @@
+//! AMX-INT8 passes for x16-packed Q4_K / Q6_K weights over sixteen activation rows (layout in
+//! `crate::packed`), beside the AVX-512 VNNI passes of `packed512`, whose helpers they share.
+//!
+//! Why: over sixteen activation rows the VNNI passes are bound by port 0, which runs every
+//! 512-bit integer multiply (`dpbusd`, the scales' `mullo`, `madd`). One `tdpbsud` multiplies a
+//! 16 x K tile of activation bytes (signed) by a K x 16 tile of weight bytes (unsigned) on the
+//! tile unit: all 16 x 16 (activation row, weight row) sums of a sub-block in one instruction.
+//! The x16 chunks are already the tile unit's "VNNI" layout of the weight operand (tile row `k`
+//! holds the sixteen rows' elements `4k..4k + 4`), so a sub-block's unpacked quants are one tile,
+//! and the activation operand is loaded straight from the Q8_K blocks (one tile row per
+//! activation row, stride one activation row).
+//!
+//! Per record: every sub-block's quants are unpacked (as in `packed512`) into a 64-byte aligned
+//! buffer, then each sub-block is multiplied in tiles and its 16 x 16 i32 sums stored; then per
+//! activation row the sums are scaled by the sub-block scales and added in the VNNI passes'
+//! order. Unpacking all sub-blocks before the first tile load, and rotating four sum tiles, keeps
+//! the tile loads off the stores just made and several products in flight: with one sum tile
+//! and each sub-block unpacked just before its product, the passes were slower than VNNI's. The sums are exact
+//! integers, the same as `dot_chunks` forms, and the float steps are the VNNI passes', so the
+//! outputs have the same bits as the scalar reference (`tests/packed.rs`).
+//!
+//! Tiles: 0-3 hold sums (sub-block `sb` uses `sb % 4`), 4-5 activations and 6-7 weights
+//! (alternating). The configuration is loaded at the start of each call into a thread's share of
+//! row groups and the tiles released at its end (an idle thread then carries no tile state).
+//!
+//! Measured (one thread, weights in cache, 16 activation rows, minimums of 100 runs alternated
+//! with `TESSERA_ISA=avx512`, a loaded machine): Q4_K 1536x1536 161 against 217-221 us, Q4_K
+//! 8960x1536 935-963 against 1287-1290 us, Q6_K 1536x8960 1542-1668 against 1771-1807 us. Q6_K
+//! gains less: its sixteen sub-blocks per record cost sixteen scale multiplies per activation
+//! row, on the port the VNNI passes saturate.
+//!
+//! The OS must grant the process the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, Linux
+//! 5.16 and later; other systems are not asked, and do without AMX); [`available`] asks once and
+//! says no when the CPU or the OS does not allow it.
+
+// Index loops address parallel register arrays; iterator forms would hide the unrolled shape.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::packed512::{self, merge6, pick, unpack, widen_u8, KQUANT_PREFETCH_RECORDS};
+use super::{prefetch_record, Pass, Q4};
+use crate::dtype::Format;
+use crate::packed::{
+    record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
+    Q6K_HIGH, Q6K_LOW, Q6K_SCALES,
+};
+use crate::quant::BlockQ8K;
+
+/// Activation rows of an AMX pass (the tiles' 16 rows).
+const ROWS: usize = 16;
+
+/// Whether this CPU has AMX-TILE and AMX-INT8 and the OS lets this process use the tile state.
+/// Asks the OS once (the permission is the process's, for every thread).
+pub(crate) fn available() -> bool {
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| cpu_has_amx_int8() && os_grants_tiles())
+}
+
+fn cpu_has_amx_int8() -> bool {
+    // `cpuid` exists on every x86-64 CPU; leaf 7 reads as zeros where unsupported.
+    let leaf7 = __cpuid_count(7, 0);
+    let (tile, int8) = (leaf7.edx & (1 << 24) != 0, leaf7.edx & (1 << 25) != 0);
+    tile && int8 && super::avx512vnni_available()
+}
+
+/// Elsewhere than Linux the tile state is not requested, and AMX not used.
+#[cfg(not(target_os = "linux"))]
+fn os_grants_tiles() -> bool {
+    false
+}
+
+/// Requests the tile data state for this process (`ARCH_REQ_XCOMP_PERM`, `XFEATURE_XTILEDATA`).
+#[cfg(target_os = "linux")]
+fn os_grants_tiles() -> bool {
+    const SYS_ARCH_PRCTL: usize = 158;
+    const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
+    const XFEATURE_XTILEDATA: usize = 18;
+    let ret: isize;
+    // SAFETY: the arch_prctl system call with this request only changes the process's
+    // permitted extended state; it reads and writes no user memory. `syscall` clobbers rcx and
+    // r11, declared here.
+    unsafe {
+        asm!(
+            "syscall",
+            inlateout("rax") SYS_ARCH_PRCTL as isize => ret,
+            in("rdi") ARCH_REQ_XCOMP_PERM,
+            in("rsi") XFEATURE_XTILEDATA,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret == 0
+}
+
+/// A tile configuration (palette 1): tiles 0-3 hold sums (16 x 64 bytes), 4-5 activations
+/// (16 x `k` bytes), 6-7 weights (`k / 4` x 64 bytes), for sub-blocks of `k` quants.
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+impl TileConfig {
+    const fn for_subblock(k: usize) -> Self {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        let mut t = 0;
+        while t < 8 {
+            let (rows, bytes) = match t {
+                0..4 => (16, 64),
+                4 | 5 => (16, k),
+                _ => (k / 4, 64),
+            };
+            c[16 + 2 * t] = bytes as u8;
+            c[48 + t] = rows as u8;
+            t += 1;
+        }
+        Self(c)
+    }
+}
+
+/// A 64-byte aligned scratch buffer.
+#[repr(C, align(64))]
+struct Aligned<const B: usize>([u8; B]);
+
+/// `tilezero tmm{C}`; `tileloadd` activations into `tmm{A}` (rows `stride` apart) and weights
+/// into `tmm{A + 2}` (64-byte rows); `tdpbsud`; `tilestored` the sums to `out` (64-byte rows).
+///
+/// # Safety
+/// Tiles configured by [`TileConfig::for_subblock`]; `x` readable for 16 rows of the activation
+/// tile's width `stride` apart, `w` for the weight tile, `out` writable for 1024 bytes.
+#[inline(always)]
+unsafe fn tile_product<const C: u8, const A: u8>(
+    x: *const i8,
+    stride: usize,
+    w: *const u8,
+    out: *mut i32,
+) {
+    // SAFETY: per the contract; the instructions touch only the memory named.
+    unsafe {
+        asm!(
+            "tilezero tmm{c}",
+            "tileloadd tmm{a}, [{x} + {s}*1]",
+            "tileloadd tmm{b}, [{w} + {s64}*1]",
+            "tdpbsud tmm{c}, tmm{a}, tmm{b}",
+            "tilestored [{out} + {s64}*1], tmm{c}",
+            c = const C,
+            a = const A,
+            b = const A + 2,
+            x = in(reg) x,
+            s = in(reg) stride,
+            w = in(reg) w,
+            s64 = in(reg) 64usize,
+            out = in(reg) out,
+            options(nostack),
+        );
+    }
+}
+
+/// Sixteen activation rows' sums of every sub-block of one record, `SB` sub-blocks of `K`
+/// quants: `weights(sb)` gives the sub-block's unpacked quants as `K / 4` vectors.
+///
+/// # Safety
+/// Tiles configured for `K`; `x0` is activation row 0's block, the others `stride` bytes apart.
+#[inline(always)]
+unsafe fn record_sums<const SB: usize, const K: usize>(
+    x0: *const BlockQ8K,
+    stride: usize,
+    weights: impl Fn(usize) -> [__m512i; 8],
+    sums: *mut u8,
+    wbuf: *mut u8,
+) {
+    // SAFETY: per the contract; buffers sized for 16 sub-blocks of at most 8 chunks (Q4_K has 8
+    // sub-blocks of 8 chunks: 8 x 512 bytes of quants and 8 KiB of sums; Q6_K 16 of 4).
+    unsafe {
+        let chunks = K / 4;
+        for sb in 0..SB {
+            let w = weights(sb);
+            let wp = wbuf.add(64 * chunks * sb);
+            for k in 0..chunks {
+                _mm512_store_si512(wp.add(64 * k).cast(), w[k]);
+            }
+        }
+        for sb in 0..SB {
+            let wp = wbuf.add(64 * chunks * sb);
+            let x = (*x0).qs.as_ptr().add(K * sb);
+            let out = sums.add(1024 * sb).cast::<i32>();
+            match sb % 4 {
+                0 => tile_product::<0, 4>(x, stride, wp, out),
+                1 => tile_product::<1, 5>(x, stride, wp, out),
+                2 => tile_product::<2, 4>(x, stride, wp, out),
+                _ => tile_product::<3, 5>(x, stride, wp, out),
+            }
+        }
+    }
+}
+
+/// Activation row `j`'s sums of sub-block `sb` (sixteen weight-row lanes).
+///
+/// # Safety
+/// `sums` holds the 1024-byte sums of sub-block `sb`, written by [`record_sums`]; `j < 16`.
+#[inline(always)]
+unsafe fn sums_of(sums: *const u8, sb: usize, j: usize) -> __m512i {
+    // SAFETY: per the contract.
+    unsafe { _mm512_load_si512(sums.add(1024 * sb + 64 * j).cast()) }
+}
+
+/// Scratch for one pass: the sums of up to 16 sub-blocks and their unpacked quants. Left
+/// uninitialized: every byte read was written first in the same record.
+struct Scratch {
+    sums: std::mem::MaybeUninit<Aligned<{ 16 * 1024 }>>,
+    quants: std::mem::MaybeUninit<Aligned<{ 16 * 256 }>>,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Self {
+            sums: std::mem::MaybeUninit::uninit(),
+            quants: std::mem::MaybeUninit::uninit(),
+        }
+    }
+    fn sums(&mut self) -> *mut u8 {
+        self.sums.as_mut_ptr().cast()
+    }
+    fn quants(&mut self) -> *mut u8 {
+        self.quants.as_mut_ptr().cast()
+    }
+}
+
+/// Q4_K rows `16g..16g + 16` for activation rows `i..i + 16` (the VNNI pass's float steps).
+#[inline(always)]
+unsafe fn pass_q4k(job: &PackedJob, g: usize, i: usize) {
+    let rec = record_bytes(Format::Q4_K);
+    let blocks = job.blocks;
+    let PackedActs::Q8K(all) = job.acts else {
+        unreachable!("Q4_K packed kernel with Q8_0 activations")
+    };
+    let stride = blocks * std::mem::size_of::<BlockQ8K>();
+    let mut scratch = Scratch::new();
+    let (sums, wbuf) = (scratch.sums(), scratch.quants());
+    // SAFETY: records of group g lie in `data` and activation rows i..i+16 hold `blocks` blocks
+    // (checked by the matmul); AVX-512 F/BW/VNNI enabled and tiles configured for 32-quant
+    // sub-blocks by the entry point.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts = all.as_ptr().add(i * blocks);
+        let mut acc = [_mm512_setzero_ps(); ROWS];
+        for b in 0..blocks {
+            let r = base.add(b * rec);
+            prefetch_record(r, rec, KQUANT_PREFETCH_RECORDS);
+            let x0 = acts.add(b);
+            let weights = |sj: usize| unpack::<Q4>(r.add(Q4K_QUANTS + 256 * sj));
+            record_sums::<8, 32>(x0, stride, weights, sums, wbuf);
+            let [s01, s23, m01, m23] = merge6(
+                _mm512_loadu_si512(r.add(Q4K_SCALES).cast()),
+                _mm512_loadu_si512(r.add(Q4K_MINS).cast()),
+                _mm512_loadu_si512(r.add(Q4K_HIGH).cast()),
+            );
+            let sp = [
+                widen_u8::<0>(s01),
+                widen_u8::<1>(s01),
+                widen_u8::<0>(s23),
+                widen_u8::<1>(s23),
+            ];
+            let sc: [__m512i; 8] = std::array::from_fn(|sj| {
+                if sj % 2 == 0 {
+                    pick::<0>(sp[sj / 2])
+                } else {
+                    pick::<1>(sp[sj / 2])
+                }
+            });
+            let mp = [
+                widen_u8::<0>(m01),
+                widen_u8::<1>(m01),
+                widen_u8::<0>(m23),
+                widen_u8::<1>(m23),
+            ];
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()));
+            for j in 0..ROWS {
+                let x = &*x0.add(j * blocks);
+                let mut isum = _mm512_setzero_si512();
+                for sj in 0..8 {
+                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sums_of(sums, sj, j), sc[sj]));
+                }
+                let msum = packed512::q4k_min_sum(&mp, &x.bsums);
+                let dx = _mm512_set1_ps(x.d);
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc[j]);
+                acc[j] =
+                    _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), acc[j]);
+            }
+        }
+        for j in 0..ROWS {
+            _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
+        }
+    }
+}
+
+/// Q6_K rows `16g..16g + 16` for activation rows `i..i + 16` (the VNNI pass's float steps).
+#[inline(always)]
+unsafe fn pass_q6k(job: &PackedJob, g: usize, i: usize) {
+    let rec = record_bytes(Format::Q6_K);
+    let blocks = job.blocks;
+    let PackedActs::Q8K(all) = job.acts else {
+        unreachable!("Q6_K packed kernel with Q8_0 activations")
+    };
+    let stride = blocks * std::mem::size_of::<BlockQ8K>();
+    let mut scratch = Scratch::new();
+    let (sums, wbuf) = (scratch.sums(), scratch.quants());
+    // SAFETY: as `pass_q4k`, with tiles configured for 16-quant sub-blocks.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts = all.as_ptr().add(i * blocks);
+        let mut acc = [_mm512_setzero_ps(); ROWS];
+        for b in 0..blocks {
+            let r = base.add(b * rec);
+            prefetch_record(r, rec, KQUANT_PREFETCH_RECORDS);
+            let x0 = acts.add(b);
+            let weights = |sb: usize| {
+                let low = r.add(Q6K_LOW + 128 * sb);
+                let [w0, w1, w2, w3] = merge6(
+                    _mm512_loadu_si512(low.cast()),
+                    _mm512_loadu_si512(low.add(64).cast()),
+                    _mm512_loadu_si512(r.add(Q6K_HIGH + 64 * sb).cast()),
+                );
+                let z = _mm512_setzero_si512();
+                [w0, w1, w2, w3, z, z, z, z]
+            };
+            record_sums::<16, 16>(x0, stride, weights, sums, wbuf);
+            // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
+            let sp: [__m512i; 8] = std::array::from_fn(|k| {
+                _mm512_cvtepi8_epi16(_mm256_loadu_si256(r.add(Q6K_SCALES + 32 * k).cast()))
+            });
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
+            for j in 0..ROWS {
+                let x = &*x0.add(j * blocks);
+                let mut isum = _mm512_setzero_si512();
+                for k in 0..8 {
+                    let scs = [pick::<0>(sp[k]), pick::<1>(sp[k])];
+                    for t in 0..2 {
+                        let dot = sums_of(sums, 2 * k + t, j);
+                        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, scs[t]));
+                    }
+                }
+                let corr = packed512::q6k_offset_sum(&sp, &x.bsums);
+                let total = _mm512_sub_epi32(isum, _mm512_slli_epi32::<5>(corr));
+                let dx = _mm512_set1_ps(x.d);
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), acc[j]);
+            }
+        }
+        for j in 0..ROWS {
+            _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
+        }
+    }
+}
+
+/// Q4_K over AMX: sixteen activation rows at a time, the VNNI pass for the rest.
+pub(super) struct Q4KAmx;
+/// Q6_K over AMX: sixteen activation rows at a time, the VNNI pass for the rest.
+pub(super) struct Q6KAmx;
+
+impl Pass for Q4KAmx {
+    const GROUP: usize = 16;
+    #[inline(always)]
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+        // SAFETY: forwarded; the entry configured the tiles for Q4_K.
+        unsafe {
+            if N == ROWS {
+                pass_q4k(job, g, i)
+            } else {
+                packed512::pass_q4k::<N>(job, g, i)
+            }
+        }
+    }
+}
+
+impl Pass for Q6KAmx {
+    const GROUP: usize = 16;
+    #[inline(always)]
+    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
+        // SAFETY: forwarded; the entry configured the tiles for Q6_K.
+        unsafe {
+            if N == ROWS {
+                pass_q6k(job, g, i)
+            } else {
+                packed512::pass_q6k::<N>(job, g, i)
+            }
+        }
+    }
+}
+
+/// Configures the tiles for `K`-quant sub-blocks, runs `P` over `groups`, releases the tiles.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn groups_of<P: Pass, const K: usize>(job: &PackedJob, groups: std::ops::Range<usize>) {
+    let config = TileConfig::for_subblock(K);
+    // SAFETY: AMX available (the caller's contract) and permitted; the configuration is valid
+    // for palette 1. The passes are the caller's contract.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+        super::drive_passes::<P>(job, groups);
+        asm!("tilerelease", options(nostack, nomem));
+    }
+}
+
+/// Writes all outputs of row groups `groups` of a Q4_K or Q6_K job.
+///
+/// # Safety
+/// As `packed512::groups`, and [`available`] must have returned true.
+pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
+    // SAFETY: forwarded from this function's contract.
+    unsafe {
+        match job.format {
+            // Fewer activation rows than a tile: VNNI passes only, no tile state.
+            _ if job.m < ROWS => packed512::groups(job, groups),
+            Format::Q4_K => groups_of::<Q4KAmx, 32>(job, groups),
+            Format::Q6_K => groups_of::<Q6KAmx, 16>(job, groups),
+            _ => packed512::groups(job, groups),
+        }
+    }
+}
