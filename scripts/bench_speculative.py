@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Single-stream speed with and without speculative decoding, side by side.
 
-Sends the same greedy completions, one at a time, alternately to two servers (one started
-with `--speculative ngram`, one without, same model) and reports each server's decode rate
-(output tokens after the first / time after the first token) per workload, and their ratio.
+Sends the same greedy completions, one at a time, alternately to two or more servers (e.g. one
+started with `--speculative ngram` or `--draft-model`, one without, same model; or llama-server
+with and without `-md`) and reports each server's decode rate (output tokens after the first /
+time after the first token) per workload, and its ratio to the first server's.
 
 Workloads:
 - code-edit: a 300-800-token source file from this repository, then the start of the same
@@ -11,6 +12,9 @@ Workloads:
 - prose: an ordinary story prompt (little repeats).
 
 Usage: scripts/bench_speculative.py --plain URL --spec URL [--rounds 3] [--max-tokens 256]
+       scripts/bench_speculative.py --server NAME=URL --server NAME=URL ... [--workloads code-edit]
+(the first server is the baseline; the token count is the response's usage, else llama-server's
+`timings.predicted_n`, else the number of text chunks).
 Only the standard library is used.
 """
 
@@ -64,6 +68,7 @@ def stream(url, prompt, max_tokens):
     t0 = time.perf_counter()
     first = None
     tokens = 0
+    chunks = 0
     text = []
     with urllib.request.urlopen(req, timeout=600) as r:
         for raw in r:
@@ -75,8 +80,12 @@ def stream(url, prompt, max_tokens):
                 if first is None:
                     first = time.perf_counter()
                 text.append(ev["choices"][0]["text"])
+                chunks += 1
             if ev.get("usage"):
                 tokens = ev["usage"]["completion_tokens"]
+            elif ev.get("timings", {}).get("predicted_n"):
+                tokens = ev["timings"]["predicted_n"]
+    tokens = tokens or chunks
     end = time.perf_counter()
     first = first or end
     return tokens, end - first, first - t0, "".join(text)
@@ -84,32 +93,46 @@ def stream(url, prompt, max_tokens):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--plain", required=True)
-    ap.add_argument("--spec", required=True)
+    ap.add_argument("--plain", help="baseline server (same as --server plain=URL)")
+    ap.add_argument("--spec", help="speculative server (same as --server spec=URL)")
+    ap.add_argument("--server", action="append", default=[], help="NAME=URL, repeatable")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--workloads", default="code-edit,prose")
     a = ap.parse_args()
+    servers = []
+    if a.plain:
+        servers.append(("plain", a.plain))
+    if a.spec:
+        servers.append(("spec", a.spec))
+    servers += [tuple(s.split("=", 1)) for s in a.server]
+    if len(servers) < 2:
+        ap.error("give at least two servers")
     workloads = {
         "code-edit": [code_prompt(*c) for c in CODE_FILES],
         "prose": PROSE,
     }
-    for name, prompts in workloads.items():
-        rates = {"plain": [], "spec": []}
+    base = servers[0][0]
+    for name in a.workloads.split(","):
+        prompts = workloads[name]
+        rates = {s: [] for s, _ in servers}
+        same = {s: 0 for s, _ in servers}
         for _ in range(a.rounds):
             for p in prompts:
                 outs = {}
-                for which in ("plain", "spec"):
-                    n, secs, _, text = stream(getattr(a, which), p, a.max_tokens)
+                for which, url in servers:
+                    n, secs, _, text = stream(url, p, a.max_tokens)
                     rates[which].append((n - 1) / secs if secs > 0 else 0.0)
                     outs[which] = text
-                if outs["plain"] != outs["spec"]:
-                    print(f"  {name}: outputs differ!")
-        plain = statistics.median(rates["plain"])
-        spec = statistics.median(rates["spec"])
-        print(
-            f"{name}: decode tok/s median plain {plain:.1f}, speculative {spec:.1f}, "
-            f"ratio {spec / plain:.2f} ({len(rates['plain'])} requests each)"
-        )
+                for which, _ in servers:
+                    same[which] += outs[which] == outs[base]
+        med = {s: statistics.median(r) for s, r in rates.items()}
+        total = len(rates[base])
+        print(f"{name} ({total} requests each; decode tok/s median, ratio to {base}, "
+              f"replies identical to {base}'s):")
+        for which, _ in servers:
+            print(f"  {which}: {med[which]:.1f} tok/s, {med[which] / med[base]:.2f}x, "
+                  f"{same[which]}/{total} identical")
 
 
 if __name__ == "__main__":

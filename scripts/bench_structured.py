@@ -5,14 +5,20 @@ per round, the constrained/unconstrained ratio, and the mask cost per token per 
 the server's /metrics (tessera_structured_mask_seconds_total / tessera_structured_masks_total).
 
     scripts/bench_structured.py --url http://127.0.0.1:8660 [--clients 16] [--tokens 128] [--rounds 2]
+        [--llama-url http://127.0.0.1:8661]
 
-Works against llama-server too (--llama: its json_schema field instead of response_format; no
-mask metrics there). Both modes generate exactly --tokens tokens per request: the unconstrained
-requests set ignore_eos, the schema asks for more array items than --tokens can hold.
+With --llama-url, each round also runs the same two loads against llama-server (its
+`json_schema` field instead of `response_format`; no mask metrics there), alternated with
+Tessera's in the same round, and prints Tessera/llama-server output tok/s for the constrained
+load, the load average before each round, and the means at the end. (--llama alone points
+--url at a llama-server.) Both modes generate exactly --tokens tokens per request: the
+unconstrained requests set ignore_eos, the schema asks for more array items than --tokens can
+hold.
 """
 
 import argparse
 import json
+import os
 import statistics
 import threading
 import time
@@ -54,7 +60,8 @@ def stream(url, body, out):
             for c in chunk.get("choices", []):
                 if c.get("delta", {}).get("content"):
                     times.append(time.perf_counter())
-    out.append((times, tokens))
+    # A server that reports no usage in the stream: one content delta per token.
+    out.append((times, tokens or len(times)))
 
 
 def metrics(url):
@@ -70,27 +77,29 @@ def metrics(url):
     return vals
 
 
-def round_(args, constrained):
+def round_(args, constrained, url=None, llama=None):
+    url = url or args.url
+    llama = args.llama if llama is None else llama
     body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": args.tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
-    if constrained and args.llama:
+    if constrained and llama:
         body["json_schema"] = SCHEMA
     elif constrained:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "inv", "schema": SCHEMA}}
     else:
         body["ignore_eos"] = True
     out, threads = [], []
-    before = metrics(args.url)
+    before = metrics(url)
     t0 = time.perf_counter()
     for i in range(args.clients):
         b = dict(body, seed=i)
-        th = threading.Thread(target=stream, args=(args.url, b, out))
+        th = threading.Thread(target=stream, args=(url, b, out))
         th.start()
         threads.append(th)
     for th in threads:
         th.join()
     wall = time.perf_counter() - t0
-    after = metrics(args.url)
+    after = metrics(url)
     itl = [b - a for times, _ in out for a, b in zip(times, times[1:])]
     tokens = sum(t for _, t in out)
     masks = after.get("tessera_structured_masks_total", 0) - before.get("tessera_structured_masks_total", 0)
@@ -112,17 +121,31 @@ def main():
     p.add_argument("--clients", type=int, default=16)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--llama", action="store_true")
+    p.add_argument("--llama", action="store_true", help="--url is a llama-server")
+    p.add_argument("--llama-url", help="a llama-server on the same model, run alternated with --url")
     args = p.parse_args()
-    ratios = []
+    ratios, vs_llama = [], []
     for r in range(args.rounds):
+        load = os.getloadavg()
+        print(f"round {r}: load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
         plain = round_(args, False)
         cons = round_(args, True)
         ratios.append(cons["tok_s"] / plain["tok_s"])
         print(f"round {r}: unconstrained {json.dumps(plain)}")
         print(f"round {r}: constrained   {json.dumps(cons)}")
         print(f"round {r}: ratio constrained/unconstrained tok/s = {ratios[-1]:.3f}")
+        if args.llama_url:
+            l_plain = round_(args, False, args.llama_url, True)
+            l_cons = round_(args, True, args.llama_url, True)
+            vs_llama.append(cons["tok_s"] / l_cons["tok_s"])
+            print(f"round {r}: llama-server unconstrained {json.dumps(l_plain)}")
+            print(f"round {r}: llama-server constrained   {json.dumps(l_cons)}")
+            print(f"round {r}: llama-server ratio constrained/unconstrained = "
+                  f"{l_cons['tok_s'] / l_plain['tok_s']:.3f}")
+            print(f"round {r}: constrained tok/s Tessera / llama-server = {vs_llama[-1]:.3f}")
     print(f"mean ratio {statistics.mean(ratios):.3f}")
+    if vs_llama:
+        print(f"mean constrained Tessera / llama-server {statistics.mean(vs_llama):.3f}")
 
 
 if __name__ == "__main__":

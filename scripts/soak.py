@@ -88,6 +88,8 @@ class Soak:
         self.outcomes = Counter()
         self.failures = []
         self.rss = []
+        # (requests done, KiB malloc has in use, KiB it holds), from /metrics.
+        self.heap = []
         self.refs = {}
         self.done = 0
 
@@ -266,12 +268,29 @@ class Soak:
         return "disconnect"
 
     # --- server process -------------------------------------------------------------------------
-    def rss_kib(self):
+    def heap_by_tenth(self, field):
+        if not self.heap:
+            return None
+        return self.by_tenth(self.heap, field, self.heap[-1][field])
+
+    def mem_kib(self):
+        """(VmRSS, RssAnon, RssFile) of the server in KiB. RssFile is the model file's pages
+        the server has touched (the mmap: embedding rows are read there as tokens are first
+        seen), clean and reclaimable; RssAnon is its own memory."""
+        fields = {}
         with open(f"/proc/{self.args.pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "RssAnon", "RssFile"):
+                    fields[key] = int(rest.split()[0])
+        return fields.get("VmRSS", 0), fields.get("RssAnon", 0), fields.get("RssFile", 0)
+
+    def by_tenth(self, samples, field, end):
+        """The value of `field` of the first sample taken once each further tenth was done."""
+        return [
+            round(next((x[field] for x in samples if x[0] >= self.args.requests * t // 10), end) / 1024, 1)
+            for t in range(1, 11)
+        ]
 
     def fds(self):
         return len(os.listdir(f"/proc/{self.args.pid}/fd"))
@@ -302,7 +321,11 @@ class Soak:
             while not stop.is_set():
                 with self.lock:
                     done = self.done
-                self.rss.append((done, self.rss_kib()))
+                self.rss.append((done, *self.mem_kib()))
+                in_use = self.metric("tessera_heap_in_use_bytes")
+                held = self.metric("tessera_heap_held_bytes")
+                if in_use is not None and held is not None:
+                    self.heap.append((done, in_use / 1024, held / 1024))
                 stop.wait(1.0)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -317,9 +340,13 @@ class Soak:
         tiles = self.wait_idle(fds_before)
         time.sleep(1)
         fds_after = self.fds()
-        rss_end = self.rss_kib()
-        after_warm = [kib for done, kib in self.rss if done >= warm]
-        rss_warm = after_warm[0] if after_warm else rss_end
+        rss_end, anon_end, file_end = self.mem_kib()
+        after_warm = [m for m in self.rss if m[0] >= warm]
+        rss_warm, anon_warm, _ = after_warm[0][1:] if after_warm else (rss_end, anon_end, file_end)
+        anon_drift_mib = (anon_end - anon_warm) / 1024
+        limit = self.args.max_anon_drift_mib
+        if limit is not None and anon_drift_mib > limit:
+            self.failures.append(f"RssAnon grew {anon_drift_mib:.1f} MiB after warm-up (limit {limit})")
         preemptions = (self.metric("tessera_num_preemptions_total") or 0) - preempt_before
         if tiles != 0:
             self.failures.append(f"tessera_kv_tiles_used is {tiles} once idle")
@@ -337,13 +364,18 @@ class Soak:
             "fds_after": fds_after,
             "rss_mib_after_warmup": round(rss_warm / 1024, 1),
             "rss_mib_end": round(rss_end / 1024, 1),
-            "rss_mib_max": round(max(k for _, k in self.rss) / 1024, 1) if self.rss else None,
+            "rss_mib_max": round(max(m[1] for m in self.rss) / 1024, 1) if self.rss else None,
             "rss_drift_mib": round((rss_end - rss_warm) / 1024, 1),
-            # The resident memory as each further tenth of the requests completed.
-            "rss_mib_by_tenth": [
-                round(next((k for d, k in self.rss if d >= self.args.requests * t // 10), rss_end) / 1024, 1)
-                for t in range(1, 11)
-            ],
+            "rss_anon_drift_mib": round(anon_drift_mib, 1),
+            # The resident memory as each further tenth of the requests completed, and its
+            # two parts: the server's own (anonymous) and the model file's pages.
+            "rss_mib_by_tenth": self.by_tenth(self.rss, 1, rss_end),
+            "rss_anon_mib_by_tenth": self.by_tenth(self.rss, 2, anon_end),
+            "rss_file_mib_by_tenth": self.by_tenth(self.rss, 3, file_end),
+            # malloc's own count at the same tenths: bytes in use (flat while the resident
+            # memory grows means fragmentation, not a leak) and bytes it holds.
+            "heap_in_use_mib_by_tenth": self.heap_by_tenth(1),
+            "heap_held_mib_by_tenth": self.heap_by_tenth(2),
             "total_seconds": round(time.time() - t0, 1),
         }
         for f in self.failures[:30]:
@@ -366,6 +398,8 @@ def main():
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--min-preemptions", type=int, default=1)
+    ap.add_argument("--max-anon-drift-mib", type=float, default=None,
+                    help="fail if the server's anonymous resident memory grows more than this after warm-up")
     args = ap.parse_args()
     sys.exit(Soak(args).run())
 

@@ -86,8 +86,9 @@ pub struct ServeArgs {
     /// without it. Off by default.
     #[arg(long, value_parser = ["ngram"])]
     speculative: Option<String>,
-    /// Most drafted tokens per stream and step with --speculative (fewer, down to none, when
-    /// measured step costs and the stream's acceptance rate say more would not pay).
+    /// Most drafted tokens per stream and step with --speculative or --draft-model (fewer,
+    /// down to none, when measured step costs — a draft model's own included — and the
+    /// stream's acceptance rate say more would not pay).
     #[arg(long, default_value_t = 5)]
     speculative_tokens: usize,
     /// Shortest and longest n-gram matched with --speculative ngram.
@@ -95,6 +96,17 @@ pub struct ServeArgs {
     ngram_min: usize,
     #[arg(long, default_value_t = 4)]
     ngram_max: usize,
+    /// Speculative decoding with a draft model (a file, or a known model's name): a smaller
+    /// model with the same tokenizer (e.g. qwen2.5-coder-0.5b for qwen2.5-coder-1.5b) drafts
+    /// each stream's next tokens. Greedy output is bit-identical to decoding without it;
+    /// sampled output keeps its distribution (speculative sampling). Off by default; not with
+    /// --speculative ngram.
+    #[arg(long, conflicts_with = "speculative")]
+    draft_model: Option<PathBuf>,
+    /// Memory for the draft model's own KV cache, apart from --kv-memory (default: a quarter
+    /// of --kv-memory, at least 64 MiB).
+    #[arg(long, value_parser = parse_size, requires = "draft_model")]
+    draft_kv_memory: Option<usize>,
     /// A KV tier on local disk: full KV tiles evicted from memory are kept in this directory
     /// (one file per tile) and found again by later requests with the same prefix, also after a
     /// restart. Off by default.
@@ -130,6 +142,11 @@ pub struct ServeArgs {
     /// least recently used are dropped first; 0 keeps none).
     #[arg(long, default_value_t = 1024)]
     max_stored_responses: usize,
+    /// Most tokens one request may generate: a larger max_tokens / max_completion_tokens /
+    /// max_output_tokens is refused with a 400, and a request without one stops there (default:
+    /// only the context bounds it). /openapi.json publishes it as the fields' maximum.
+    #[arg(long, value_name = "TOKENS")]
+    max_tokens_limit: Option<usize>,
     /// Log lines as `human` text or as `json` (one object a line; each finished request gets one
     /// with its id, trace id, tokens, timings, finish reason and status).
     #[arg(long, default_value = "human", value_parser = LogFormat::parse)]
@@ -248,6 +265,7 @@ fn server_config(args: &ServeArgs) -> Result<ServerConfig> {
         protect_metrics: args.protect_metrics,
         protect_health: args.protect_health,
         debug_kv_index: args.debug_kv_index,
+        max_tokens_limit: args.max_tokens_limit,
         ..ServerConfig::default()
     })
 }
@@ -268,6 +286,41 @@ fn parse_kv_dtype(s: &str) -> Result<KvDtype, String> {
 /// 58k tokens of Gemma 3 270M at f16; the engine makes it resident while idle).
 fn default_kv_memory(available: Option<usize>) -> usize {
     (available.unwrap_or(2 << 30) / 4).clamp(256 << 20, 1 << 30)
+}
+
+/// The speculative decoding the flags ask for: prompt lookup, a draft model (whose vocabulary
+/// must be the served model's), or none.
+fn speculative(
+    args: &ServeArgs,
+    path: &std::path::Path,
+    kv_bytes: usize,
+) -> Result<Option<engine::SpeculativeConfig>> {
+    let draft_model = match &args.draft_model {
+        Some(d) => {
+            let draft = crate::resolve_model(Some(d.clone()))?;
+            engine::draft_model::check_vocab_files(path, &draft).map_err(anyhow::Error::msg)?;
+            let kv_bytes = args
+                .draft_kv_memory
+                .unwrap_or_else(|| (kv_bytes / 4).max(64 << 20));
+            tracing::info!(
+                "draft model {} with {} MiB of KV cache",
+                draft.display(),
+                kv_bytes >> 20
+            );
+            Some(engine::DraftModelConfig {
+                path: draft,
+                kv_bytes,
+            })
+        }
+        None if args.speculative.is_none() => return Ok(None),
+        None => None,
+    };
+    Ok(Some(engine::SpeculativeConfig {
+        tokens: args.speculative_tokens,
+        min_n: args.ngram_min,
+        max_n: args.ngram_max,
+        draft_model,
+    }))
 }
 
 /// MemAvailable from /proc/meminfo, in bytes (None elsewhere).
@@ -328,14 +381,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         itl_slowdown: args.max_itl_slowdown,
         kv_tiers: kv_tiers(&args, &path)?,
         kv_events: kv_events(&args)?,
-        speculative: args
-            .speculative
-            .as_ref()
-            .map(|_| engine::SpeculativeConfig {
-                tokens: args.speculative_tokens,
-                min_n: args.ngram_min,
-                max_n: args.ngram_max,
-            }),
+        speculative: speculative(&args, &path, kv_bytes)?,
         ..EngineConfig::default()
     };
     if let Err(e) = engine_cfg.validate() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests: real clients (the official `openai` package, curl, prometheus_client's
 # parser, an OTLP receiver on opentelemetry-proto, headless Chromium driven by Playwright, a
-# ZeroMQ subscriber on pyzmq decoding KV events with msgspec) against `tessera serve` on the
-# default model.
+# ZeroMQ subscriber on pyzmq decoding KV events with msgspec, schemathesis fuzzing against
+# /openapi.json) against `tessera serve` on the default model.
 #
 # Builds the release binary, installs what the tests need when it is missing (Debian's chromium
 # as root; the Python packages into .venv/, git-ignored), starts the server on a free port with
@@ -40,9 +40,10 @@ VENV="$ROOT/.venv"
 if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client, playwright, opentelemetry.proto, zmq, msgspec, jsonschema, pydantic" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client, playwright, opentelemetry.proto, zmq, msgspec, jsonschema, pydantic, schemathesis, openapi_spec_validator" 2>/dev/null; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        openai pytest prometheus_client playwright opentelemetry-proto pyzmq msgspec jsonschema pydantic
+        openai pytest prometheus_client playwright opentelemetry-proto pyzmq msgspec jsonschema pydantic \
+        schemathesis==4.32.5 openapi-spec-validator==0.9.0
 fi
 
 PORT="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -88,7 +89,8 @@ TESSERA_URL="$BASE" TESSERA_API_KEY="$API_KEY" TESSERA_BIN="$TESSERA_BIN" \
     "$VENV/bin/python" -m pytest -q tests/e2e "$@"
 status=$?
 # A short chaos soak on a server of its own (the full one is scripts/soak.sh alone).
-TESSERA_BIN="$TESSERA_BIN" scripts/soak.sh --requests "${SOAK_REQUESTS:-300}" || status=1
+TESSERA_BIN="$TESSERA_BIN" scripts/soak.sh --requests "${SOAK_REQUESTS:-300}" \
+    --max-anon-drift-mib 16 || status=1
 set -e
 
 # Graceful shutdown: a request in flight when SIGTERM arrives still completes and the process

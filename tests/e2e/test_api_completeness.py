@@ -115,10 +115,14 @@ def test_unsupported_fields_are_refused_by_name(client, model):
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=model, input="x", tools=[tool])
     assert e.value.body["param"] == "tools"
-    schema = {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}}
+    # text.format is honoured (its schema must compile); other text settings are not.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=model, input="x", text={"verbosity": "low"})
+    assert e.value.body["param"] == "text"
+    schema = {"format": {"type": "json_schema", "name": "x", "schema": {"type": "strnig"}}}
     with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=model, input="x", text=schema)
-    assert e.value.body["param"] == "text"
+    assert e.value.body["param"] == "text.format"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
             model=model,

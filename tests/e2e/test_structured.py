@@ -59,6 +59,29 @@ def client(server):
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=900)
 
 
+def metric(server, name):
+    for line in server.metrics().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "_total "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} is not in /metrics")
+
+
+def test_the_vocabulary_is_indexed_at_start_so_no_request_waits_for_it(server, client):
+    # This module's first test: no constrained request has been sent yet, and the server
+    # indexes the vocabulary by itself once the model is ready.
+    import time
+
+    deadline = time.monotonic() + 120
+    while metric(server, "tessera_structured_vocab_ready") != 1:
+        assert time.monotonic() < deadline, "the vocabulary was never indexed"
+        time.sleep(0.2)
+    assert metric(server, "tessera_structured_compiles") == 0
+    r = ask(client, "Reply with JSON.", max_tokens=16, response_format={"type": "json_object"})
+    assert r.choices[0].message.content.startswith("{")
+    assert metric(server, "tessera_structured_compiles") == 1
+    assert metric(server, "tessera_structured_vocab_waits") == 0
+
+
 def ask(client, content, **kw):
     return client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": content}], temperature=0, **kw

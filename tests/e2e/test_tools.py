@@ -216,3 +216,34 @@ def test_a_full_round_trip_ends_in_a_text_answer(qwen15):
     assert final.finish_reason == "stop", final
     assert not final.message.tool_calls
     assert "18" in final.message.content and "rain" in final.message.content
+
+
+STRICT_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a given city",
+        "strict": True,
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_strict_tool_under_auto_gets_calls_that_follow_its_schema(qwen, stream):
+    # `unit` is required: the grammar holds the call to it once the model opens a call.
+    r = ask(qwen, ASK_PARIS, tools=(STRICT_WEATHER,), stream=stream)
+    if stream:
+        content, calls, finish = reassemble(r)
+        calls = [(name, json.loads(args)) for name, args in calls]
+    else:
+        finish, calls = r.choices[0].finish_reason, calls_of(r.choices[0].message)
+    assert finish == "tool_calls", calls
+    assert [c[0] for c in calls] == ["get_weather"]
+    args = calls[0][1]
+    assert set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit"), args

@@ -31,7 +31,8 @@ pub struct EngineConfig {
     /// Fault the KV storage in while idle (`Runner::idle`). Off leaves its pages to be faulted
     /// in as tiles are first written: for a pool larger than the memory there is to back it.
     pub warm_kv: bool,
-    /// Prompt-lookup speculative decoding (`ngram::NgramDrafter`), off by default.
+    /// Speculative decoding (prompt lookup, `ngram::NgramDrafter`, or a draft model,
+    /// `draft_model::DraftModel`), off by default.
     pub speculative: Option<SpeculativeConfig>,
     /// KV tiers beside the pool (disk, Redis), off by default.
     pub kv_tiers: Option<crate::tiering::TierConfig>,
@@ -40,7 +41,7 @@ pub struct EngineConfig {
     pub kv_events: Option<crate::kv_events::KvEventSink>,
 }
 
-/// Prompt-lookup (n-gram) drafts for decoding sequences.
+/// Drafts for decoding sequences: prompt lookup (n-grams), or a draft model when one is set.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpeculativeConfig {
     /// Drafted tokens per sequence and step at most (fewer when the measured step costs and
@@ -49,6 +50,16 @@ pub struct SpeculativeConfig {
     /// Shortest and longest n-gram matched against the sequence's own tokens.
     pub min_n: usize,
     pub max_n: usize,
+    /// A draft model drafts instead of prompt lookup.
+    pub draft_model: Option<DraftModelConfig>,
+}
+
+/// A draft model (same vocabulary as the served model) and the memory of its own KV pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DraftModelConfig {
+    pub path: std::path::PathBuf,
+    /// Bytes of the draft's KV pool (apart from the runner's `kv_bytes`).
+    pub kv_bytes: usize,
 }
 
 impl Default for SpeculativeConfig {
@@ -57,6 +68,7 @@ impl Default for SpeculativeConfig {
             tokens: 5,
             min_n: 2,
             max_n: 4,
+            draft_model: None,
         }
     }
 }

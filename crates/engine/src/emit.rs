@@ -45,7 +45,7 @@ pub(crate) struct RequestState {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SpecState {
     /// Moving average of the chance that a drafted token is accepted when the ones before it
-    /// were (what `engine::draft_len` plans with).
+    /// were (what `speculate::draft_len` plans with).
     pub acceptance: f64,
     pub drafted: u64,
     pub accepted: u64,

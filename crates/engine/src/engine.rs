@@ -19,16 +19,18 @@ use tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::admission::WaitSlot;
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, SpeculativeConfig};
+use crate::draft_model::DraftModel;
 use crate::emit::RequestState;
 use crate::error::StartError;
 use crate::forks::Forks;
 use crate::kv_events::{KvEvent, KvEventSink, KvIndexSnapshot};
 use crate::ngram::NgramDrafter;
 use crate::request::{EngineError, Event, FinishReason, GenerateRequest, Timings, Usage};
-use crate::runner::Runner;
+use crate::runner::{KvSpec, Runner};
 use crate::scheduler::{AddError, Scheduler, StepPlan};
 use crate::sequence::{SeqId, Sequence};
+use crate::speculate::{DraftState, Speculation};
 use crate::stats::EngineStats;
 use crate::step_cost::StepCost;
 use crate::tiering::{self, Tiering};
@@ -37,22 +39,6 @@ use crate::tiering::{self, Tiering};
 /// deep into a long prompt a full tile (16) alone took a step with eight streams to ~2.7 times
 /// a decode-only one, past what `--max-itl-slowdown` asks.
 const PREFILL_CAP_FLOOR: usize = 8;
-
-/// Proposes tokens likely to follow a decoding sequence (speculative decoding's drafter).
-/// The engine feeds them after the sequence's last token and keeps the prefix that agrees
-/// with its own draws, so a proposal changes how many steps a reply takes, never the reply.
-pub trait Drafter: Send {
-    /// Up to `max` tokens to follow `tokens` (prompt and output so far) of sequence `id`.
-    fn propose(&mut self, id: SeqId, tokens: &[u32], max: usize) -> Vec<u32>;
-}
-
-/// How the engine drafts: the drafter, the most tokens per sequence and step, and whether the
-/// number follows measured costs and acceptance (`Engine::draft_len`) or is always the most.
-pub struct Speculation {
-    pub drafter: Box<dyn Drafter>,
-    pub max_tokens: usize,
-    pub adaptive: bool,
-}
 
 /// One member of a submission: its id, request and event channel.
 pub type Member = (SeqId, GenerateRequest, UnboundedSender<Event>);
@@ -65,24 +51,48 @@ fn new_sequence(id: SeqId, req: &GenerateRequest, arrival: u64, context: usize) 
     seq
 }
 
-/// Drafted tokens worth feeding for a sequence whose drafted tokens are each accepted with
-/// probability about `acceptance` (given the ones before were): the j-th is accepted with
-/// probability `acceptance^j`, and it pays when that beats `share`, what one more token costs
-/// the step as a share of what the step produces (`StepCost::extra_token_share`). At most `max`.
-pub fn draft_len(acceptance: f64, share: f64, max: usize) -> usize {
-    let mut p = 1.0;
-    (0..max)
-        .take_while(|_| {
-            p *= acceptance;
-            p > share
-        })
-        .count()
-}
-
 /// Runs `f`, turning a panic into `Err` (the panic message is logged by the panic hook): for
 /// work done for one request, whose failure must not end the others.
 pub(crate) fn contain<T>(f: impl FnOnce() -> T) -> Result<T, ()> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| ())
+}
+
+/// The drafter `sp` asks for: a draft model (loaded here, on as many threads as the runner
+/// has workers, its KV pool in the runner's tile size and storage type) or prompt lookup.
+fn speculation<R: Runner>(
+    sp: &SpeculativeConfig,
+    kv: &KvSpec,
+    runner: &R,
+    vocab: usize,
+) -> Result<Speculation, StartError> {
+    let drafter: Box<dyn crate::speculate::Drafter> = match &sp.draft_model {
+        Some(dm) => {
+            let m = model::load(&dm.path, runner.workers())
+                .map_err(|e| StartError::Draft(format!("{}: {e}", dm.path.display())))?;
+            let n = m.transformer.config().vocab_size;
+            if n != vocab {
+                return Err(StartError::Draft(format!(
+                    "{} has {n} tokens; the served model has {vocab}",
+                    dm.path.display()
+                )));
+            }
+            let kv = KvSpec {
+                bytes: dm.kv_bytes,
+                warm: false,
+                ..*kv
+            };
+            Box::new(DraftModel::new(m.transformer, &kv)?)
+        }
+        None => Box::new(NgramDrafter {
+            min_n: sp.min_n,
+            max_n: sp.max_n,
+        }),
+    };
+    Ok(Speculation {
+        drafter,
+        max_tokens: sp.tokens,
+        adaptive: true,
+    })
 }
 
 fn add_error(e: AddError) -> EngineError {
@@ -109,7 +119,9 @@ pub struct Engine<R: Runner> {
     arrivals: u64,
     pub(crate) cost: StepCost,
     pub(crate) forks: Forks,
-    spec: Option<Speculation>,
+    pub(crate) spec: Option<Speculation>,
+    /// This step's sampled drafts and the drafter's measured cost (`speculate`).
+    pub(crate) drafts: DraftState,
     /// KV tiers, when configured.
     pub(crate) tiers: Option<Tiering>,
     /// Whether idle turns still have work for the runner (`Runner::idle`).
@@ -156,6 +168,10 @@ impl<R: Runner> Engine<R> {
             // Subscribers that knew an earlier pool at this endpoint start over.
             sink.send(vec![KvEvent::AllCleared]);
         }
+        let spec = match &cfg.speculative {
+            Some(sp) => Some(speculation(sp, &cfg.kv_spec(), &runner, facts.vocab_size)?),
+            None => None,
+        };
         let scratch = (0..runner.workers().max(1))
             .map(|_| Mutex::new(SampleScratch::default()))
             .collect();
@@ -172,14 +188,8 @@ impl<R: Runner> Engine<R> {
             arrivals: 0,
             cost: StepCost::new(cfg.itl_slowdown),
             forks: Forks::default(),
-            spec: cfg.speculative.as_ref().map(|sp| Speculation {
-                drafter: Box::new(NgramDrafter {
-                    min_n: sp.min_n,
-                    max_n: sp.max_n,
-                }),
-                max_tokens: sp.tokens,
-                adaptive: true,
-            }),
+            spec,
+            drafts: DraftState::default(),
             tiers,
             warming: true,
             kv_events: cfg.kv_events.clone(),
@@ -229,6 +239,7 @@ impl<R: Runner> Engine<R> {
     pub(crate) fn fail_one(&mut self, id: SeqId, msg: &str) {
         tracing::error!(request = id.0, "{msg}");
         self.sched.remove(id);
+        self.release_draft(id);
         if let Some(t) = self.tiers.as_mut() {
             t.unpark(id);
         }
@@ -444,6 +455,9 @@ impl<R: Runner> Engine<R> {
         self.stats
             .preemptions
             .fetch_add(plan.preempted.len() as u64, Relaxed);
+        for &id in &plan.preempted {
+            self.release_draft(id);
+        }
         if plan.chunks.is_empty() {
             self.publish_counts();
             self.flush_kv_events();
@@ -497,54 +511,6 @@ impl<R: Runner> Engine<R> {
         }
     }
 
-    /// Asks the drafter, if any, for the next tokens of every decoding sequence, as many as
-    /// `draft_len` finds worth feeding.
-    fn propose_drafts(&mut self) {
-        let Some(spec) = self.spec.as_mut() else {
-            return;
-        };
-        let ids = self.sched.decoding_ids();
-        let mut failed = Vec::new();
-        let share = if spec.adaptive {
-            // Without a fresh decode-only baseline, this step measures one.
-            match self.cost.extra_token_share(ids.len()) {
-                Some(share) => share,
-                None => return,
-            }
-        } else {
-            0.0
-        };
-        for id in ids {
-            let (Some(s), Some(r)) = (self.sched.get(id), self.reqs.get_mut(&id)) else {
-                continue;
-            };
-            if r.req.no_speculation {
-                continue;
-            }
-            let room = s.max_total_len.saturating_sub(s.tokens.len() + 1);
-            let k = if spec.adaptive {
-                draft_len(r.spec.acceptance, share, spec.max_tokens)
-            } else {
-                spec.max_tokens
-            };
-            if k == 0 {
-                // Not drafting, nothing is measured: drift back towards trying again.
-                r.spec.forget();
-                continue;
-            }
-            let k = k.min(room);
-            let drafter = &mut spec.drafter;
-            let tokens = &s.tokens;
-            match contain(|| drafter.propose(id, tokens, k)) {
-                Ok(draft) => self.sched.set_draft(id, draft),
-                Err(()) => failed.push(id),
-            }
-        }
-        for id in failed {
-            self.fail_one(id, "drafting panicked");
-        }
-    }
-
     /// Records queue time for requests scheduled for the first time.
     fn note_scheduled(&mut self, plan: &StepPlan) {
         let now = Instant::now();
@@ -565,6 +531,7 @@ impl<R: Runner> Engine<R> {
     pub(crate) fn finish(&mut self, id: SeqId, reason: FinishReason) {
         let parked = self.tiers.as_mut().and_then(|t| t.unpark(id));
         let seq = self.sched.remove(id).or(parked);
+        self.release_draft(id);
         // A choice still waiting to fork leaves its group; the choices waiting on a first
         // member that ends before its prompt is computed run as requests of their own.
         self.leave_group(id);

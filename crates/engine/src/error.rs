@@ -42,6 +42,9 @@ pub enum StartError {
     Load(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("KV tier: {0}")]
     Tier(String),
+    /// The draft model could not be loaded or does not fit the served model.
+    #[error("draft model: {0}")]
+    Draft(String),
     #[error("cannot start the engine thread: {0}")]
     Thread(#[source] std::io::Error),
     #[error("the engine thread died while loading the model")]

@@ -139,11 +139,19 @@ impl EngineHandle {
                 return Err(StartError::Died);
             }
         };
+        let grammars = Arc::new(Grammars::new(tokenizer.clone()));
+        // The vocabulary is indexed for grammars on a thread of its own, now that the model is
+        // ready: serving does not wait for it, and the first constrained request does not pay
+        // for it. Should the thread not start, that request indexes it.
+        let warm = grammars.clone();
+        let _ = std::thread::Builder::new()
+            .name("tessera-vocab-index".into())
+            .spawn(move || warm.warm());
         Ok(EngineHandle {
             tx,
             next_id: Arc::new(AtomicU64::new(1)),
             stats,
-            grammars: Arc::new(Grammars::new(tokenizer.clone())),
+            grammars,
             tokenizer,
             info,
             admission: Admission::new(cfg.max_waiting),

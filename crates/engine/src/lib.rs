@@ -6,7 +6,8 @@
 //!   per-sequence tile tables (prefix adoption, growth, sliding-window release, truncation).
 //! - `scheduler`: which sequences run each step, chunked prefill, drafts, preemption, priorities.
 //! - `engine` / `step`: one step = plan → execute → draw → emit; the request lifecycle.
-//! - `ngram`: prompt-lookup drafts (speculative decoding).
+//! - `speculate` / `ngram` / `draft_model`: speculative decoding — the `Drafter` seam and the
+//!   drafting phase of a step, prompt-lookup drafts, a draft model's drafts.
 //! - `draw` / `emit` / `forks`: the draws (drafts verified), token → events (stop conditions),
 //!   the choices of `n` > 1 requests waiting to fork.
 //! - `tier`: KV tiers (disk, Redis) beside the pool, and the I/O thread that reads and writes them.
@@ -18,6 +19,7 @@ pub mod admission;
 pub mod config;
 pub mod constraint;
 pub mod cpu_runner;
+pub mod draft_model;
 mod draw;
 mod emit;
 pub mod engine;
@@ -31,6 +33,7 @@ pub mod request;
 pub mod runner;
 pub mod scheduler;
 pub mod sequence;
+pub mod speculate;
 pub mod stats;
 mod step;
 pub mod step_cost;
@@ -38,9 +41,10 @@ pub mod tier;
 mod tiering;
 pub mod tiles;
 
-pub use config::{EngineConfig, SpeculativeConfig};
+pub use config::{DraftModelConfig, EngineConfig, SpeculativeConfig};
 pub use cpu_runner::CpuRunner;
-pub use engine::{draft_len, Drafter, Engine, Member, Speculation};
+pub use draft_model::DraftModel;
+pub use engine::{Engine, Member};
 pub use error::{ConfigError, StartError};
 pub use handle::{EngineHandle, LoadError, ModelInfo, RequestStream};
 pub use request::{
@@ -48,5 +52,6 @@ pub use request::{
 };
 pub use runner::{kv_pool, IntoRunner, KvSpec, Runner, RunnerFacts};
 pub use sequence::SeqId;
+pub use speculate::{draft_len, Dist, Draft, DraftAsk, Drafter, Speculation};
 pub use stats::EngineStats;
 pub use tiering::TierConfig;

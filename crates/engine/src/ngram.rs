@@ -8,8 +8,8 @@
 //! likely to continue the same way, so it is tried first. No model runs: a draft costs a scan
 //! of the sequence's tokens (bounded by `SEARCH_WINDOW`).
 
-use crate::engine::Drafter;
 use crate::sequence::SeqId;
+use crate::speculate::Drafter;
 
 /// How far back a match is looked for, in tokens: bounds the scan per step.
 const SEARCH_WINDOW: usize = 8192;

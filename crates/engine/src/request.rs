@@ -40,6 +40,18 @@ pub struct TokenLogprob {
     pub top: Vec<(u32, f32)>,
 }
 
+impl TokenLogprob {
+    /// `token`'s log-probability in the logit row `row` and the `n` most likely tokens there.
+    pub fn of(row: &[f32], token: u32, n: usize) -> TokenLogprob {
+        let (logprob, top) = model::sampler::logprobs(row, token, n);
+        TokenLogprob {
+            token,
+            logprob,
+            top,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinishReason {
     /// End-of-generation token, stop token or stop string.

@@ -80,6 +80,9 @@ pub struct EngineStats {
     pub spec_drafts: AtomicU64,
     pub spec_draft_tokens: AtomicU64,
     pub spec_accepted_tokens: AtomicU64,
+    /// Time spent drafting (a draft model's forward passes, prompt lookup's scans), in
+    /// microseconds.
+    pub spec_draft_micros: AtomicU64,
     /// Per finished request that fed drafts: accepted / drafted tokens.
     pub spec_acceptance: Histogram,
     pub ttft: Histogram,
@@ -114,6 +117,7 @@ impl Default for EngineStats {
             spec_drafts: z(),
             spec_draft_tokens: z(),
             spec_accepted_tokens: z(),
+            spec_draft_micros: z(),
             spec_acceptance: Histogram::new(RATIO_BOUNDS),
             ttft: Histogram::new(LATENCY_BOUNDS),
             itl: Histogram::new(LATENCY_BOUNDS),

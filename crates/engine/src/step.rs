@@ -155,6 +155,7 @@ impl<R: Runner> Engine<R> {
                 sampler: &mut r.sampler,
                 rows,
                 draft,
+                q: self.drafts.dists.get(id).map(Vec::as_slice),
                 top: r.req.logprobs,
                 out: None,
             }));
@@ -184,13 +185,9 @@ impl<R: Runner> Engine<R> {
                 continue;
             }
             let token = seq.tokens[pos];
-            let (lp, top) =
-                model::sampler::logprobs(&rows[i * vocab..(i + 1) * vocab], token, top_n);
-            r.prompt_logprobs.push(Some(TokenLogprob {
-                token,
-                logprob: lp,
-                top,
-            }));
+            let row = &rows[i * vocab..(i + 1) * vocab];
+            r.prompt_logprobs
+                .push(Some(TokenLogprob::of(row, token, top_n)));
         }
         if r.prompt_logprobs.len() >= seq.prompt_len && !r.prompt_logprobs_sent {
             r.prompt_logprobs_sent = true;

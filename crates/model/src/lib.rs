@@ -76,6 +76,15 @@ pub struct LoadedModel {
     pub transformer: Transformer,
 }
 
+/// Opens a GGUF file and builds its tokenizer only (no weights are mapped).
+pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, ModelError> {
+    let file = gguf::GgufFile::open(path)?;
+    Tokenizer::from_metadata(file.metadata()).map_err(|e| ModelError::InFile {
+        path: path.display().to_string(),
+        source: Box::new(e.into()),
+    })
+}
+
 /// Opens a GGUF file and loads its tokenizer and weights (zero-copy), using `threads` workers.
 pub fn load(path: &Path, threads: usize) -> Result<LoadedModel, ModelError> {
     let file = gguf::GgufFile::open(path)?;

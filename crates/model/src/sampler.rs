@@ -189,24 +189,114 @@ impl Sampler {
 
     /// `sample` after the processors.
     fn pick(&mut self, logits: &[f32], s: &mut SampleScratch) -> u32 {
-        let (temperature, top_k, top_p, min_p) = {
-            let p = &self.params;
-            (p.temperature, p.top_k, p.top_p, p.min_p)
+        let (inv_t, top) = match self.scale(logits) {
+            Ok(v) => v,
+            Err(token) => return token,
         };
-        if temperature == 0.0 {
-            return argmax(logits);
-        }
-        let inv_t = 1.0 / temperature;
-        let Some(max) = finite_max(logits) else {
-            return argmax(logits);
-        };
-        // Multiplying by a positive constant keeps the order: the largest scaled logit.
-        let top = max * inv_t;
-        if top_k == 0 && top_p >= 1.0 {
+        if self.params.top_k == 0 && self.params.top_p >= 1.0 {
             // Every token (above min_p) can be drawn: no ordering is needed, so draw from the
             // whole vocabulary in id order.
             return self.draw_all(logits, inv_t, top, s);
         }
+        self.survivors(logits, inv_t, top, s);
+        let total: f32 = s.cand.iter().map(|c| c.1).sum();
+        let mut r = self.rng.next_f32() * total;
+        for c in &s.cand {
+            r -= c.1;
+            if r < 0.0 {
+                return c.0;
+            }
+        }
+        s.cand[s.cand.len() - 1].0
+    }
+
+    /// `1 / temperature` and the largest scaled logit; `Err(token)` when the pick is the
+    /// argmax (greedy, or no finite logit).
+    fn scale(&self, logits: &[f32]) -> Result<(f32, f32), u32> {
+        let temperature = self.params.temperature;
+        if temperature == 0.0 {
+            return Err(argmax(logits));
+        }
+        let inv_t = 1.0 / temperature;
+        let max = finite_max(logits).ok_or_else(|| argmax(logits))?;
+        // Multiplying by a positive constant keeps the order: the largest scaled logit.
+        Ok((inv_t, max * inv_t))
+    }
+
+    /// The distribution `sample` draws from for `logits` (after the processors, temperature,
+    /// top-k, top-p and min-p): (token, probability) pairs with a probability above 0, summing
+    /// to 1; one token with probability 1 when the draw is greedy. The generator is not used.
+    /// Speculative sampling compares a drafter's distribution with this one.
+    pub fn distribution(&mut self, logits: &[f32], s: &mut SampleScratch) -> Vec<(u32, f32)> {
+        self.chain.prepare();
+        if self.chain.active() {
+            let mut row = std::mem::take(&mut s.row);
+            row.clear();
+            row.extend_from_slice(logits);
+            self.chain.apply(&mut row);
+            let d = self.distribution_of(&row, s);
+            s.row = row;
+            return d;
+        }
+        self.distribution_of(logits, s)
+    }
+
+    /// `distribution` after the processors.
+    fn distribution_of(&self, logits: &[f32], s: &mut SampleScratch) -> Vec<(u32, f32)> {
+        let (inv_t, top) = match self.scale(logits) {
+            Ok(v) => v,
+            Err(token) => return vec![(token, 1.0)],
+        };
+        let mut d: Vec<(u32, f32)> = if self.params.top_k == 0 && self.params.top_p >= 1.0 {
+            s.weights.resize(logits.len(), 0.0);
+            fill_weights(logits, inv_t, top, self.params.min_p, &mut s.weights);
+            let w = s.weights.iter().enumerate();
+            w.filter(|(_, &w)| w > 0.0)
+                .map(|(i, &w)| (i as u32, w))
+                .collect()
+        } else {
+            self.survivors(logits, inv_t, top, s);
+            s.cand.iter().copied().filter(|c| c.1 > 0.0).collect()
+        };
+        let total: f32 = d.iter().map(|c| c.1).sum();
+        if d.is_empty() || total <= 0.0 || !total.is_finite() {
+            return vec![(argmax(logits), 1.0)];
+        }
+        for c in &mut d {
+            c.1 /= total;
+        }
+        d
+    }
+
+    /// Draws a token from `dist` ((token, weight) pairs, weights not necessarily normalized)
+    /// with this sampler's generator; the first token when every weight is 0.
+    pub fn draw_from(&mut self, dist: &[(u32, f32)]) -> u32 {
+        let total: f32 = dist.iter().map(|c| c.1).sum();
+        let mut r = self.rng.next_f32() * total;
+        for c in dist {
+            r -= c.1;
+            if r < 0.0 {
+                return c.0;
+            }
+        }
+        // Rounding left a sliver: the last token that could be drawn.
+        dist.iter()
+            .rev()
+            .find(|c| c.1 > 0.0)
+            .or(dist.first())
+            .map_or(0, |c| c.0)
+    }
+
+    /// A uniform draw in [0, 1) from this sampler's generator (speculative sampling's
+    /// acceptance test).
+    pub fn uniform(&mut self) -> f32 {
+        self.rng.next_f32()
+    }
+
+    /// Leaves in `s.cand` the tokens top-k / top-p / min-p keep, each with its probability
+    /// before those cuts (a draw takes them in proportion to these).
+    fn survivors(&self, logits: &[f32], inv_t: f32, top: f32, s: &mut SampleScratch) {
+        let (top_k, top_p, min_p) = (self.params.top_k, self.params.top_p, self.params.min_p);
         // The candidates: every token that can be in the top k or the nucleus (found through a
         // histogram of the weights). For top k they are all sorted; for the nucleus only the
         // edge ones (`candidates`), the rest being in whatever the order.
@@ -267,15 +357,6 @@ impl Sampler {
             }
             s.cand.truncate(keep);
         }
-        let total: f32 = s.cand.iter().map(|c| c.1).sum();
-        let mut r = self.rng.next_f32() * total;
-        for c in &s.cand {
-            r -= c.1;
-            if r < 0.0 {
-                return c.0;
-            }
-        }
-        s.cand[s.cand.len() - 1].0
     }
 
     /// Fills `cand` with (id, scaled logit) of every finite token that may be among the `top_k`

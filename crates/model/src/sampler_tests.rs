@@ -355,3 +355,61 @@ fn validation_names_the_bad_field() {
     };
     assert_eq!(p.validate().map_err(|e| e.0), Err("temperature"));
 }
+
+#[test]
+fn distribution_is_what_sample_draws_from() {
+    let logits: Vec<f32> = (0..12)
+        .map(|i| ((i * 7) % 5) as f32 * 0.6 - 0.2 * i as f32)
+        .collect();
+    let cases = [
+        SamplingParams {
+            temperature: 0.9,
+            ..Default::default()
+        },
+        SamplingParams {
+            temperature: 1.2,
+            top_k: 4,
+            ..Default::default()
+        },
+        SamplingParams {
+            temperature: 0.7,
+            top_p: 0.8,
+            ..Default::default()
+        },
+        SamplingParams {
+            temperature: 1.0,
+            min_p: 0.2,
+            logit_bias: vec![(3, 2.0)],
+            ..Default::default()
+        },
+    ];
+    let mut scratch = SampleScratch::default();
+    for params in cases {
+        let dist = Sampler::new(params.clone(), 0).distribution(&logits, &mut scratch);
+        let total: f32 = dist.iter().map(|c| c.1).sum();
+        assert!((total - 1.0).abs() < 1e-5, "{params:?}: sums to {total}");
+        let n = 20_000u64;
+        let mut counts = [0u64; 12];
+        let mut s = Sampler::new(params.clone(), 5);
+        for _ in 0..n {
+            counts[s.sample(&logits, &mut scratch) as usize] += 1;
+        }
+        let mut chi2 = 0.0;
+        for (t, &c) in counts.iter().enumerate() {
+            let p = dist.iter().find(|d| d.0 == t as u32).map_or(0.0, |d| d.1);
+            if p == 0.0 {
+                assert_eq!(c, 0, "{params:?}: token {t} is outside the distribution");
+                continue;
+            }
+            let e = n as f64 * f64::from(p);
+            chi2 += (c as f64 - e).powi(2) / e;
+        }
+        // At most 11 degrees of freedom: 35 is beyond p = 0.0003 (fixed seeds: deterministic).
+        assert!(
+            chi2 < 35.0,
+            "{params:?}: chi2 {chi2:.1}, {counts:?} vs {dist:?}"
+        );
+    }
+    let greedy = Sampler::new(SamplingParams::default(), 0).distribution(&logits, &mut scratch);
+    assert_eq!(greedy, vec![(argmax(&logits), 1.0)]);
+}

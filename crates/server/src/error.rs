@@ -9,6 +9,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::EngineError;
 use serde::Serialize;
+use utoipa::ToSchema;
 
 /// Why a request failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -163,13 +164,13 @@ impl ApiError {
 }
 
 /// OpenAI's error body, `{"error": {...}}`; also sent in-band when a stream fails.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 /// The inside of an error body; `param` and `code` are `null` when they do not apply.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     pub message: String,
     #[serde(rename = "type")]

@@ -45,19 +45,6 @@ struct NoOp {
 /// Chat's deprecated function-calling fields (`tools` / `tool_choice` replace them).
 const FUNCTIONS: &str = "the deprecated `functions` / `function_call` are not supported; use \
     `tools` / `tool_choice` for tool calling";
-const TOOLS: &str = "tool calling is not supported on /v1/responses yet (it is on \
-    /v1/chat/completions); only an empty list, or no tools";
-const TOOL_CHOICE: &str = "tool calling is not supported on /v1/responses yet (only \"none\" \
-    or \"auto\" without tools)";
-const FORMAT: &str = "structured output (JSON schema / JSON mode) is not supported on this \
-    route (only the plain text format); use /v1/chat/completions or /v1/completions";
-
-fn is_text_format(v: &Value) -> bool {
-    v.as_object().is_some_and(|o| {
-        o.get("type").and_then(Value::as_str) == Some("text") && o.keys().all(|k| k == "type")
-    })
-}
-
 fn empty_list(v: &Value) -> bool {
     v.as_array().is_some_and(Vec::is_empty)
 }
@@ -96,39 +83,9 @@ const COMPLETION_NO_OP: &[NoOp] = &[NoOp {
     why: "best_of is not supported (only 1); use n for several choices",
 }];
 
-/// Responses: `text.format`, `tools`, and the settings that only mean something with tools,
-/// reasoning models or background runs.
+/// Responses: the settings that only mean something with reasoning models, background runs or
+/// truncation.
 const RESPONSES_NO_OP: &[NoOp] = &[
-    NoOp {
-        key: "text",
-        accepts: |v| {
-            v.as_object().is_some_and(|o| {
-                o.iter()
-                    .all(|(k, f)| k == "format" && (f.is_null() || is_text_format(f)))
-            })
-        },
-        why: FORMAT,
-    },
-    NoOp {
-        key: "tools",
-        accepts: empty_list,
-        why: TOOLS,
-    },
-    NoOp {
-        key: "tool_choice",
-        accepts: none_or_auto,
-        why: TOOL_CHOICE,
-    },
-    NoOp {
-        key: "parallel_tool_calls",
-        accepts: any,
-        why: "",
-    },
-    NoOp {
-        key: "max_tool_calls",
-        accepts: any,
-        why: "",
-    },
     NoOp {
         key: "truncation",
         accepts: |v| v == "disabled",
@@ -179,6 +136,24 @@ impl Route {
             Route::Tokenize | Route::Detokenize => &[],
         }
     }
+}
+
+/// The fields `route` accepts beyond its typed ones, with what it does with each: the
+/// ignored ones, then its no-op ones (accepted only at the value that changes nothing; the text
+/// says what else is refused). The OpenAPI document lists them from here.
+pub fn untyped_fields(route: Route) -> impl Iterator<Item = (&'static str, &'static str)> {
+    let ignored = IGNORED
+        .iter()
+        .map(|&k| (k, "Accepted and ignored: it does not change the output."));
+    let no_op = route.no_op().iter().map(|n| {
+        let why = if n.why.is_empty() {
+            "Accepted and ignored: it changes nothing on this route."
+        } else {
+            n.why
+        };
+        (n.key, why)
+    });
+    ignored.chain(no_op)
 }
 
 /// Refuses a top-level field of `body` that `route` neither honours (`honoured`, the fields of

@@ -5,13 +5,13 @@
 //! share), `validate` (the one place input is checked and turned into engine requests),
 //! `responses/` (the Responses API: its wire format, stream and store), `chat_template`, `run`
 //! (submitting to the engine, collecting or merging events), `sse` (streamed responses),
-//! `logprobs`, `metrics` (Prometheus text), `observe` (a span and a log line per request),
-//! `telemetry` (the log and trace pipeline), `error` (the one `ApiError`), `auth`, `cors`,
-//! `state`, `tools/` (tool calling: the request's tools, each template family's call syntax,
-//! the parser of replies), `guard` (per-request id, body limit, deadline and panic containment), `http` (the
-//! accept loop with the connection limits), and `routes/` (one file per route group). The HTTP
-//! layer only ever sees a stream of events per request; the engine
-//! thread does the work.
+//! `logprobs`, `metrics` (Prometheus text), `openapi` (the `/openapi.json` document, from the
+//! types), `observe` (a span and a log line per request), `telemetry` (the log and trace
+//! pipeline), `error` (the one `ApiError`), `auth`, `cors`, `state`, `tools/` (tool calling:
+//! the request's tools, each template family's call syntax, the parser of replies), `guard`
+//! (per-request id, body limit, deadline and panic containment), `http` (the accept loop with
+//! the connection limits), and `routes/` (one file per route group). The HTTP layer only ever
+//! sees a stream of events per request; the engine thread does the work.
 
 pub mod auth;
 pub mod chat_template;
@@ -24,6 +24,7 @@ pub mod logprobs;
 pub mod metrics;
 pub mod observe;
 pub mod openai;
+pub mod openapi;
 pub mod response;
 pub mod responses;
 pub mod routes;

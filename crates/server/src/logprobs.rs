@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use engine::TokenLogprob;
 use serde::Serialize;
 use tokenizer::Tokenizer;
+use utoipa::ToSchema;
 
 pub fn token_text(tok: &Tokenizer, id: u32) -> String {
     String::from_utf8_lossy(tok.token_bytes(id)).into_owned()
@@ -26,13 +27,13 @@ fn finite(lp: f32) -> f64 {
 }
 
 /// Chat's `logprobs`: one entry per generated token.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, ToSchema)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatTokenLogprob>,
 }
 
 /// One entry of chat's `logprobs.content`: the chosen token and its alternatives.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatTokenLogprob {
     pub token: String,
     pub logprob: f64,
@@ -41,7 +42,7 @@ pub struct ChatTokenLogprob {
 }
 
 /// One alternative in `top_logprobs`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TopLogprob {
     pub token: String,
     pub logprob: f64,
@@ -79,7 +80,7 @@ impl ChatTokenLogprob {
 ///
 /// `top_logprobs` maps are ordered by token text; two alternatives with the same text keep the
 /// first (likelier) one's log-prob.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, ToSchema)]
 pub struct Legacy {
     tokens: Vec<String>,
     token_logprobs: Vec<Option<f64>>,

@@ -72,6 +72,7 @@ impl Collector for Scrape {
             engine_metrics(&mut enc, m.engine.stats())?;
             grammar_counters(&mut enc, m.engine.grammar_stats())?;
             trace_export_counters(&mut enc)?;
+            heap_gauges(&mut enc)?;
         }
         Ok(())
     }
@@ -124,7 +125,20 @@ fn grammar_counters(enc: &mut DescriptorEncoder, g: &GrammarStats) -> fmt::Resul
         let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
         ConstCounter::new(v).encode(m)?;
     }
-    Ok(())
+    let m = enc.encode_descriptor(
+        "tessera_structured_vocab_waits",
+        "Constraint compilations that had to wait for the vocabulary to be indexed.",
+        None,
+        MetricType::Counter,
+    )?;
+    ConstCounter::new(load(&g.vocab_waits)).encode(m)?;
+    let m = enc.encode_descriptor(
+        "tessera_structured_vocab_ready",
+        "1 once the vocabulary is indexed for constrained decoding (done at start-up).",
+        None,
+        MetricType::Gauge,
+    )?;
+    ConstGauge::new(u8::from(g.vocab_ready.load(Relaxed)) as f64).encode(m)
 }
 
 fn engine_metrics(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result {
@@ -339,6 +353,13 @@ fn engine_counters(enc: &mut DescriptorEncoder, st: &EngineStats) -> fmt::Result
         let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
         ConstCounter::new(load(v)).encode(m)?;
     }
+    let m = enc.encode_descriptor(
+        "tessera_spec_decode_draft_seconds",
+        "Time spent drafting (a draft model's forward passes, prompt lookup's scans).",
+        None,
+        MetricType::Counter,
+    )?;
+    ConstCounter::new(load(&st.spec_draft_micros) / 1e6).encode(m)?;
     let finished = [
         ("stop", st.finished_stop.load(Relaxed)),
         ("length", st.finished_length.load(Relaxed)),
@@ -413,6 +434,35 @@ fn trace_export_counters(enc: &mut DescriptorEncoder) -> fmt::Result {
         let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
         ConstCounter::new(load(v)).encode(m)?;
     }
+    Ok(())
+}
+
+/// The C allocator's own account of the heap (glibc's `mallinfo2`): bytes handed out and
+/// not yet freed, and bytes it holds from the system. Resident memory that grows while the
+/// first stays flat is fragmentation, not a leak. Absent with another C library.
+fn heap_gauges(enc: &mut DescriptorEncoder) -> fmt::Result {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes no argument and returns a plain struct by value; it locks
+        // each arena while it sums it, which is what malloc itself does.
+        let info = unsafe { libc::mallinfo2() };
+        let in_use = info.uordblks + info.hblkhd;
+        let held = info.arena + info.hblkhd;
+        gauge(
+            enc,
+            "tessera_heap_in_use_bytes",
+            "Heap bytes allocated and not freed (malloc's own count, mmapped blocks included).",
+            in_use as f64,
+        )?;
+        gauge(
+            enc,
+            "tessera_heap_held_bytes",
+            "Heap bytes malloc holds from the system, in use or free for reuse.",
+            held as f64,
+        )?;
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = enc;
     Ok(())
 }
 

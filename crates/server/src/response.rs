@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use engine::FinishReason;
 use serde::{Serialize, Serializer};
+use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
+use utoipa::ToSchema;
 
 use crate::logprobs::{ChatLogprobs, Legacy};
 use crate::state::unix_now;
@@ -67,7 +69,7 @@ pub fn new_id(prefix: &str) -> String {
 ///
 /// `usage` is present on whole responses and on the final usage chunk of a stream, absent on
 /// the other chunks (whose `choices` hold one choice; the usage chunk's hold none).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Body<C> {
     pub id: String,
     pub object: &'static str,
@@ -79,7 +81,7 @@ pub struct Body<C> {
 }
 
 /// `usage` of a completions or chat response.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -88,7 +90,7 @@ pub struct Usage {
 }
 
 /// `usage.prompt_tokens_details`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct PromptTokensDetails {
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: usize,
@@ -139,13 +141,48 @@ fn finish_reason<S: Serializer>(r: &Option<FinishReason>, s: S) -> Result<S::Ok,
     r.map(FinishReason::as_str).serialize(s)
 }
 
+/// Every `finish_reason` the engine reports (its `as_str` values).
+const ENGINE_FINISH: [FinishReason; 3] = [
+    FinishReason::Stop,
+    FinishReason::Length,
+    FinishReason::Abort,
+];
+
+/// A nullable string schema limited to `values`.
+fn nullable_enum(values: impl Iterator<Item = &'static str>) -> Object {
+    let values = values
+        .map(serde_json::Value::from)
+        .chain([serde_json::Value::Null]);
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .enum_values(Some(values))
+        .build()
+}
+
+/// The schema of a completions `finish_reason` (`null` while the choice runs).
+fn finish_reason_schema() -> Object {
+    nullable_enum(ENGINE_FINISH.into_iter().map(FinishReason::as_str))
+}
+
+/// The schema of a chat `finish_reason`: the engine's reasons and `tool_calls`.
+fn chat_finish_schema() -> Object {
+    let calls = std::iter::once("tool_calls");
+    nullable_enum(
+        ENGINE_FINISH
+            .into_iter()
+            .map(FinishReason::as_str)
+            .chain(calls),
+    )
+}
+
 /// A completions choice (`object: "text_completion"`), whole or streamed.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CompletionChoice {
     pub index: usize,
     pub text: String,
     pub logprobs: Option<Legacy>,
     #[serde(serialize_with = "finish_reason")]
+    #[schema(schema_with = finish_reason_schema)]
     pub finish_reason: Option<FinishReason>,
 }
 
@@ -178,16 +215,17 @@ impl Serialize for ChatFinish {
 }
 
 /// A whole chat choice (`object: "chat.completion"`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatChoice {
     pub index: usize,
     pub message: AssistantMessage,
     pub logprobs: Option<ChatLogprobs>,
+    #[schema(schema_with = chat_finish_schema)]
     pub finish_reason: Option<ChatFinish>,
 }
 
 /// The generated chat message: `content` is `null` only for a reply of calls and no text.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct AssistantMessage {
     pub role: &'static str,
     pub content: Option<String>,
@@ -196,7 +234,7 @@ pub struct AssistantMessage {
 }
 
 /// A call in a whole reply.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct ToolCall {
     /// `call_…`, unique per process.
     pub id: String,
@@ -205,7 +243,7 @@ pub struct ToolCall {
     pub function: FunctionCall,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
 pub struct FunctionCall {
     pub name: String,
     /// The JSON text of the arguments object.
@@ -213,17 +251,18 @@ pub struct FunctionCall {
 }
 
 /// A streamed chat choice (`object: "chat.completion.chunk"`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ChatChunkChoice {
     pub index: usize,
     pub delta: Delta,
     pub logprobs: Option<ChatLogprobs>,
+    #[schema(schema_with = chat_finish_schema)]
     pub finish_reason: Option<ChatFinish>,
 }
 
 /// What a chat chunk adds to the message: the role once, first; then content or calls; the
 /// last chunk of a choice has an empty delta and the finish reason.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, ToSchema)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
@@ -235,7 +274,7 @@ pub struct Delta {
 
 /// A piece of a streamed call: the first of a call has its `id`, `type` and name (and empty
 /// arguments), the next ones argument text; the pieces with one `index` concatenate to a call.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ToolCallDelta {
     pub index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -245,7 +284,7 @@ pub struct ToolCallDelta {
     pub function: FunctionDelta,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, ToSchema)]
 pub struct FunctionDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -254,14 +293,14 @@ pub struct FunctionDelta {
 }
 
 /// `GET /v1/models`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ModelList {
     pub object: &'static str,
     pub data: Vec<ModelCard>,
 }
 
 /// One entry of `/v1/models` (`root` and `max_model_len` are vLLM's additions).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ModelCard {
     pub id: String,
     pub object: &'static str,
@@ -272,7 +311,7 @@ pub struct ModelCard {
 }
 
 /// vLLM's `POST /tokenize`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Tokenized {
     pub count: usize,
     pub max_model_len: usize,
@@ -280,7 +319,7 @@ pub struct Tokenized {
 }
 
 /// vLLM's `POST /detokenize`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Detokenized {
     pub prompt: String,
 }

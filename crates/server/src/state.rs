@@ -56,6 +56,10 @@ pub struct ServerConfig {
     pub max_stored_responses: usize,
     /// Serve `GET /debug/kv_index` (the prefix index with its token ids; behind the API key).
     pub debug_kv_index: bool,
+    /// Most tokens one request may ask to generate (`max_tokens`, `max_completion_tokens`,
+    /// `max_output_tokens`; more is a 400), and the most it generates without asking. None:
+    /// only the context bounds it.
+    pub max_tokens_limit: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -77,6 +81,7 @@ impl Default for ServerConfig {
             allowed_origins: Vec::new(),
             max_stored_responses: 1024,
             debug_kv_index: false,
+            max_tokens_limit: None,
         }
     }
 }

@@ -110,19 +110,68 @@ fn json_schema(v: Option<&Value>) -> Result<Value, ApiError> {
         .and_then(Value::as_object)
         .ok_or_else(|| ApiError::invalid(P, "json_schema must be an object with a `schema`"))?;
     only_keys(obj, &["name", "schema", "strict", "description"], P)?;
+    schema_of(obj, P)
+}
+
+/// The schema of a `json_schema` format's fields (`name`, `schema`, `strict`, `description`).
+fn schema_of(obj: &Map<String, Value>, param: &str) -> Result<Value, ApiError> {
     if obj.get("name").is_some_and(|n| !n.is_string()) {
-        return Err(ApiError::invalid(P, "json_schema.name must be a string"));
+        return Err(ApiError::invalid(param, "`name` must be a string"));
     }
     if obj
         .get("strict")
         .is_some_and(|s| !s.is_boolean() && !s.is_null())
     {
-        return Err(ApiError::invalid(P, "json_schema.strict must be a boolean"));
+        return Err(ApiError::invalid(param, "`strict` must be a boolean"));
     }
     match obj.get("schema") {
-        Some(s) => schema_value(s, P),
-        None => Err(ApiError::invalid(P, "json_schema.schema is required")),
+        Some(s) => schema_value(s, param),
+        None => Err(ApiError::invalid(param, "`schema` is required")),
     }
+}
+
+/// `/v1/responses`' `text`: `{"format": …}` with the format `{"type": "text"}` (no
+/// constraint), `{"type": "json_object"}` or `{"type": "json_schema", "name", "schema",
+/// "strict", "description"}` (the `json_schema` fields flat, as the Responses API has them).
+pub fn text_format(text: Option<&Value>) -> Result<Option<Asked>, ApiError> {
+    const P: &str = "text.format";
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let obj = text
+        .as_object()
+        .ok_or_else(|| ApiError::invalid("text", "text must be an object"))?;
+    only_keys(obj, &["format"], "text")?;
+    let Some(format) = obj.get("format").filter(|f| !f.is_null()) else {
+        return Ok(None);
+    };
+    let f = format
+        .as_object()
+        .ok_or_else(|| ApiError::invalid(P, "text.format must be an object"))?;
+    let constraint = match f.get("type").and_then(Value::as_str) {
+        Some("text") => {
+            only_keys(f, &["type"], P)?;
+            None
+        }
+        Some("json_object") => {
+            only_keys(f, &["type"], P)?;
+            Some(Constraint::JsonObject)
+        }
+        Some("json_schema") => {
+            only_keys(f, &["type", "name", "schema", "strict", "description"], P)?;
+            Some(Constraint::JsonSchema(schema_of(f, P)?))
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                P,
+                "text.format.type must be \"text\", \"json_object\" or \"json_schema\"",
+            ))
+        }
+    };
+    Ok(constraint.map(|constraint| Asked {
+        constraint,
+        param: P,
+    }))
 }
 
 /// A JSON schema given as an object (or boolean), or as JSON text (vLLM accepts both).
@@ -151,9 +200,10 @@ fn only_keys(obj: &Map<String, Value>, allowed: &[&str], param: &str) -> Result<
     }
 }
 
-/// The constraint of a chat request whose `tool_choice` (`required` or a named function) asks
-/// for `tool_grammar`: that grammar, compiled and enforced like any other. A request that also
-/// asks for a response format is a 400: the reply cannot be both calls and that format.
+/// The constraint of a request whose tools ask for `tool_grammar` (`tool_choice` `required`, a
+/// named function, or a strict tool under `auto`): that grammar, compiled and enforced like
+/// any other. A request that also asks for a response format is a 400: the reply cannot follow
+/// both.
 pub fn with_tool_grammar(
     asked: Option<Asked>,
     tool_grammar: Option<String>,
@@ -162,8 +212,8 @@ pub fn with_tool_grammar(
         (Some(a), Some(_)) => Err(ApiError::invalid(
             a.param,
             format!(
-                "`{}` cannot be combined with tool_choice \"required\" or a named function: \
-                 the reply is then tool calls",
+                "`{}` cannot be combined with tool_choice \"required\", a named function or \
+                 a strict tool: the reply is then held to the tool-call grammar",
                 a.param
             ),
         )),
@@ -251,6 +301,46 @@ mod tests {
             c(r#"{"guided_grammar": "start: \"a\""}"#),
             Some(Constraint::Lark("start: \"a\"".into()))
         );
+    }
+
+    #[test]
+    fn responses_text_formats_are_flat() {
+        let f = |v: serde_json::Value| text_format(Some(&v));
+        let schema = serde_json::json!({"type": "object"});
+        let a = f(
+            serde_json::json!({"format": {"type": "json_schema", "name": "x",
+            "strict": true, "schema": schema}}),
+        )
+        .expect("valid")
+        .expect("a constraint");
+        assert_eq!(
+            (a.constraint, a.param),
+            (Constraint::JsonSchema(schema), "text.format")
+        );
+        let a = f(serde_json::json!({"format": {"type": "json_object"}})).expect("valid");
+        assert_eq!(a.map(|a| a.constraint), Some(Constraint::JsonObject));
+        assert!(f(serde_json::json!({"format": {"type": "text"}}))
+            .expect("valid")
+            .is_none());
+        for (bad, p) in [
+            (serde_json::json!({"verbosity": "low"}), "text"),
+            (
+                serde_json::json!({"format": {"type": "xml"}}),
+                "text.format",
+            ),
+            (
+                serde_json::json!({"format": {"type": "json_schema", "name": "x"}}),
+                "text.format",
+            ),
+            (
+                serde_json::json!({"format": {"type": "json_schema",
+                    "json_schema": {"schema": {}}}}),
+                "text.format",
+            ),
+        ] {
+            let e = f(bad.clone()).expect_err("refused");
+            assert_eq!(param(e), Some(p.to_string()), "{bad}");
+        }
     }
 
     #[test]

@@ -39,7 +39,8 @@ pub struct Job {
     /// Chat with tools: how to read each choice's reply for calls.
     pub tools: Option<ToolParse>,
     /// Chat with `tool_choice` `required` or a named function: the grammar (llguidance's Lark)
-    /// that holds the reply to the family's call syntax, so that it always parses as calls.
+    /// that holds the reply to the family's call syntax, so that it always parses as calls;
+    /// with a strict tool under `auto`, the grammar that holds every call to its schema.
     pub tool_grammar: Option<String>,
 }
 
@@ -120,7 +121,7 @@ pub fn completion_job(
         &prompts,
         explicit,
         DEFAULT_COMPLETION_TOKENS,
-        m,
+        (m, cfg),
         "max_tokens",
     )?;
     let mut request = common_request(&common, m)?;
@@ -160,7 +161,7 @@ pub fn chat_job(
     };
     let explicit = opt_range(explicit, param, 1, usize::MAX)?;
     // Without a limit, chat generates to the end of what this sequence can hold (as vLLM).
-    let max_tokens = fit_max_tokens(&prompts, explicit, usize::MAX, m, param)?;
+    let max_tokens = fit_max_tokens(&prompts, explicit, usize::MAX, (m, cfg), param)?;
     let top = opt_range(req.top_logprobs, "top_logprobs", 0, cfg.max_logprobs)?;
     let wants_logprobs = req.logprobs.unwrap_or(false);
     if top.is_some() && !wants_logprobs {
@@ -397,17 +398,26 @@ fn limit_text(m: &Loaded) -> String {
     }
 }
 
-/// The `max_tokens` to use: an explicit value must fit beside every prompt within
-/// `max_model_len`; the default is cut to what fits, so a default never causes a refusal.
+/// The `max_tokens` to use: an explicit value must be within the server's
+/// `max_tokens_limit` and fit beside every prompt within `max_model_len`; the default is cut
+/// to both, so a default never causes a refusal.
 pub(crate) fn fit_max_tokens(
     prompts: &[Vec<u32>],
     explicit: Option<usize>,
     default: usize,
-    m: &Loaded,
+    (m, cfg): (&Loaded, &ServerConfig),
     param: &str,
 ) -> Result<usize, ApiError> {
     let ctx = max_model_len(m);
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let limit = cfg.max_tokens_limit.unwrap_or(usize::MAX);
+    if let Some(n) = explicit.filter(|&n| n > limit) {
+        return Err(ApiError::invalid(
+            param,
+            format!("{param} is {n}; this server generates at most {limit} tokens per request"),
+        ));
+    }
+    let default = default.min(limit);
     match explicit {
         Some(n) if longest.saturating_add(n) > ctx => Err(ApiError::BadRequest {
             message: format!(
@@ -467,6 +477,12 @@ pub(crate) fn common_request(c: &CommonParams, m: &Loaded) -> Result<GenerateReq
     })
 }
 
+/// A value checked to be > 0 as the sampler's `f32`: one below `f32`'s range (5e-324) becomes
+/// the smallest positive `f32` rather than 0, which the sampler would refuse as out of range.
+fn positive_f32(v: f64) -> f32 {
+    (v as f32).max(f32::MIN_POSITIVE)
+}
+
 fn sampling_params(c: &CommonParams, vocab: usize) -> Result<SamplingParams, ApiError> {
     let temperature = c.temperature.unwrap_or(1.0);
     if !temperature.is_finite() || temperature < 0.0 {
@@ -495,9 +511,9 @@ fn sampling_params(c: &CommonParams, vocab: usize) -> Result<SamplingParams, Api
     let params = SamplingParams {
         temperature: temperature as f32,
         top_k,
-        top_p: top_p as f32,
+        top_p: positive_f32(top_p),
         min_p: min_p as f32,
-        repetition_penalty: repetition_penalty as f32,
+        repetition_penalty: positive_f32(repetition_penalty),
         presence_penalty: presence_penalty as f32,
         frequency_penalty: frequency_penalty as f32,
         logit_bias,

@@ -265,10 +265,11 @@ async fn the_store_keeps_the_most_recently_used() {
 async fn unsupported_response_settings_are_refused_by_name() {
     let app = server::router(tiny_state());
     let tool = json!([{"type": "function", "name": "f", "parameters": {}}]);
-    let schema = json!({"format": {"type": "json_schema", "name": "x", "schema": {}}});
     let refused = [
+        // The tiny model's template has no tool-call format.
         (json!({"tools": tool}), "tools"),
-        (json!({"text": schema}), "text"),
+        (json!({"text": {"format": {"type": "xml"}}}), "text.format"),
+        (json!({"text": {"verbosity": "low"}}), "text"),
         (json!({"reasoning": {"effort": "high"}}), "reasoning"),
         (json!({"truncation": "auto"}), "truncation"),
         (json!({"background": true}), "background"),
@@ -300,4 +301,44 @@ async fn unsupported_response_settings_are_refused_by_name() {
         "parallel_tool_calls": false, "stream_options": null});
     let r = create(&app, &req(json!("x"), 1, fine)).await;
     assert_eq!(r["metadata"], json!({"k": "v"}));
+}
+
+#[tokio::test]
+async fn text_format_holds_the_output_to_the_schema_whole_and_streamed() {
+    let app = server::router(tiny_state());
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}},
+        "required": ["a"], "additionalProperties": false});
+    let format = json!({"text": {"format": {"type": "json_schema", "name": "x", "strict": true,
+        "schema": schema}}});
+    let r = create(&app, &req(json!("x"), 12, format.clone())).await;
+    assert_eq!(r["text"]["format"]["schema"], schema);
+    let text = text_of(&r);
+    // The (random) tiny model writes what the grammar lets it: the object's start, compact.
+    assert!(text.starts_with("{\"a\": "), "{text}");
+    if r["status"] == "completed" {
+        let v: Value = serde_json::from_str(&text).expect("a complete output is the object");
+        assert!(v["a"].is_i64(), "{v}");
+    }
+    let mut body = req(json!("x"), 12, format);
+    body["stream"] = json!(true);
+    let (s, _, raw) = send(&app, "POST", "/v1/responses", body.to_string(), None).await;
+    assert_eq!(s, StatusCode::OK, "{raw}");
+    let streamed: String = frames(&raw)
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().expect("delta").to_string())
+        .collect();
+    assert_eq!(streamed, text);
+    let (s, b) = post(
+        &app,
+        "/v1/responses",
+        &req(
+            json!("x"),
+            4,
+            json!({"text": {"format": {"type": "json_schema",
+            "name": "x", "schema": {"type": "nonsense"}}}}),
+        ),
+    )
+    .await;
+    assert_error(s, &b, StatusCode::BAD_REQUEST, Some("text.format"));
 }

@@ -111,6 +111,22 @@ async fn out_of_range_sampling_values_are_refused() {
 }
 
 #[tokio::test]
+async fn positive_values_below_the_f32_range_are_accepted() {
+    // 5e-324 is in (0, 1]; narrowed to the sampler's f32 it would be 0 and refused.
+    let app = server::router(tiny_state());
+    let body = json!({"prompt": "hello", "max_tokens": 2, "top_p": 5e-324,
+        "repetition_penalty": 5e-324});
+    let (s, b) = post(&app, "/v1/completions/render", &body).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let p = &b[0]["sampling_params"];
+    assert!(p["top_p"].as_f64().is_some_and(|v| v > 0.0), "{b}");
+    assert!(
+        p["repetition_penalty"].as_f64().is_some_and(|v| v > 0.0),
+        "{b}"
+    );
+}
+
+#[tokio::test]
 async fn max_tokens_below_one_needs_echo() {
     expect_400(
         "/v1/completions",
@@ -267,4 +283,22 @@ async fn chat_on_a_model_without_a_template_is_refused() {
     )
     .await;
     assert_error(s, &b, StatusCode::BAD_REQUEST, Some("messages"));
+}
+
+#[tokio::test]
+async fn bad_query_strings_get_the_openai_400_naming_the_parameter() {
+    let app = server::router(tiny_state());
+    let cases = [
+        ("/v1/loads?include=core&include=core", "include"),
+        ("/v1/responses/resp_x?stream=null", "stream"),
+        ("/v1/responses/resp_x?stream=false&stream=false", "stream"),
+        ("/v1/responses/resp_x?starting_after=3", "stream"),
+    ];
+    for (uri, param) in cases {
+        let (s, _, text) = send(&app, "GET", uri, "", None).await;
+        let b: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{uri}: {text}"));
+        assert_error(s, &b, StatusCode::BAD_REQUEST, Some(param));
+    }
+    let (s, _, _) = send(&app, "GET", "/v1/responses/resp_x?stream=false", "", None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
 }

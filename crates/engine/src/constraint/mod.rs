@@ -22,7 +22,7 @@ mod mask;
 mod vocab;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -135,6 +135,11 @@ pub struct GrammarStats {
     /// Token masks computed and the time spent computing them.
     pub masks: AtomicU64,
     pub mask_nanos: AtomicU64,
+    /// Whether the vocabulary is indexed for llguidance (the one-time cost before the first
+    /// compilation; `Grammars::warm` pays it ahead of any request).
+    pub vocab_ready: AtomicBool,
+    /// Compilations that found the vocabulary not yet indexed and waited for it.
+    pub vocab_waits: AtomicU64,
 }
 
 /// Most compiled constraints kept; the least recently used goes first.
@@ -143,8 +148,9 @@ const CACHE_CAPACITY: usize = 256;
 /// Compiles constraints for one vocabulary and caches them (see the module docs).
 pub struct Grammars {
     tokenizer: Tokenizer,
-    /// Built on first use: indexing a vocabulary of 150k tokens takes a while, and most servers
-    /// never see a constrained request.
+    /// Built once, by `warm` (the engine handle runs it on a thread of its own at start) or by
+    /// the first compilation, whichever comes first; a compilation that comes while `warm` is
+    /// building it waits for that build. Indexing a vocabulary of 150k tokens takes seconds.
     factory: OnceLock<Result<ParserFactory, String>>,
     cache: Mutex<Lru>,
     stats: Arc<GrammarStats>,
@@ -206,10 +212,17 @@ impl Grammars {
                 let env = vocab::tok_env(&self.tokenizer);
                 let mut f = ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
                 f.quiet();
+                self.stats.vocab_ready.store(true, Relaxed);
                 Ok(f)
             })
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// Indexes the vocabulary now, so that no request pays for it (a failure is kept and
+    /// reported by the compilations that need it).
+    pub fn warm(&self) {
+        let _ = self.factory();
     }
 
     /// Compiles `c` (or finds it in the cache). The error says what llguidance could not
@@ -227,7 +240,10 @@ impl Grammars {
                 p
             }
             None => {
-                // The vocabulary is indexed once, on first use; not a compilation's cost.
+                // The vocabulary is indexed once; not a compilation's cost.
+                if self.factory.get().is_none() {
+                    self.stats.vocab_waits.fetch_add(1, Relaxed);
+                }
                 self.factory()?;
                 let started = Instant::now();
                 let parser = Arc::new(self.build(grammar)?);

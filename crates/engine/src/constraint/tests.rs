@@ -221,3 +221,23 @@ fn compiled_constraints_are_cached_by_their_text() {
     assert_eq!(s.compiled.load(Relaxed), 2);
     assert_eq!(s.cache_hits.load(Relaxed), 1);
 }
+
+#[test]
+fn a_warmed_vocabulary_is_not_waited_for() {
+    let g = Arc::new(Grammars::new(tiny()));
+    assert!(!g.stats().vocab_ready.load(Relaxed));
+    let warm = g.clone();
+    std::thread::spawn(move || warm.warm())
+        .join()
+        .expect("warms");
+    assert!(g.stats().vocab_ready.load(Relaxed));
+    g.compile(&Constraint::JsonObject).expect("compiles");
+    assert_eq!(g.stats().vocab_waits.load(Relaxed), 0);
+    // Without the warm-up, the first compilation waits for the index (once).
+    let cold = Grammars::new(tiny());
+    cold.compile(&Constraint::JsonObject).expect("compiles");
+    cold.compile(&Constraint::Regex("a+".into()))
+        .expect("compiles");
+    assert_eq!(cold.stats().vocab_waits.load(Relaxed), 1);
+    assert!(cold.stats().vocab_ready.load(Relaxed));
+}

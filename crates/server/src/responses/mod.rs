@@ -3,16 +3,23 @@
 //! A request's `input` (text, or a list of message items) becomes chat messages after the
 //! conversation of `previous_response_id` (from `store`) and after `instructions` (a system
 //! message, not carried over to later responses, as with OpenAI). The messages go through the
-//! chat template and the same checks and engine request as chat completions; the result is one
-//! assistant message. `wire` has the response object and stream events, `stream` the SSE
-//! driver, `store` the bounded store of finished responses. Tool calling and structured output
-//! are refused before this point (`fields.rs`).
+//! chat template and the same checks and engine request as chat completions. Function tools
+//! (`tools`) and `text.format` go through chat's paths too (`tools` here converts the flat
+//! Responses shapes; `structured::text_format` reads the format), and `function_call` /
+//! `function_call_output` input items become an assistant message's calls and `tool`
+//! messages (`items`). The output is message and `function_call` items (`items::Items`).
+//! `wire` has the response object and stream events, `stream` the SSE driver, `store` the
+//! bounded store of finished responses.
 
+pub mod items;
 pub mod store;
 pub mod stream;
+pub mod tools;
 pub mod wire;
 
 use std::sync::Arc;
+
+use serde_json::json;
 
 use engine::FinishReason;
 
@@ -23,24 +30,27 @@ use crate::openai::{
 };
 use crate::response::new_id;
 use crate::state::{unix_now, Loaded, ServerConfig};
+use crate::structured::{self, Asked};
+use crate::tools::Family;
 use crate::validate::{
     check_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
     render_messages, Job,
 };
 
+use items::Items;
 use store::{ResponseStore, Stored, Turn};
-use wire::{
-    IncompleteDetails, OutputMessage, OutputText, ResponseError, ResponseObject, ResponseUsage,
-    Status,
-};
+use wire::{IncompleteDetails, OutputItem, ResponseError, ResponseObject, ResponseUsage, Status};
 
 /// A validated `/v1/responses` request, ready to run and then to be finished.
 pub struct Prepared {
     pub job: Job,
     /// The response as it starts: in progress, no output, no usage.
     pub head: ResponseObject,
-    /// The id of the output message.
+    /// The id of the first output message.
     pub message_id: String,
+    /// The output constraint (`text.format`, or the grammar of a `required` / named
+    /// `tool_choice`), compiled by the route before the job starts.
+    pub asked: Option<Asked>,
     /// This turn's input messages (without `instructions`).
     input: Vec<Message>,
     prev: Option<Arc<Turn>>,
@@ -49,13 +59,16 @@ pub struct Prepared {
 
 /// Validates a request: the conversation, the limits and the sampling settings.
 pub fn prepare(
-    req: ResponsesRequest,
+    mut req: ResponsesRequest,
     m: &Loaded,
     cfg: &ServerConfig,
     store: &ResponseStore,
 ) -> Result<Prepared, ApiError> {
     check_model(req.model.as_deref(), m)?;
-    let input = input_messages(req.input)?;
+    let setup = tools::setup(&req, m)?;
+    let asked = structured::text_format(req.text.as_ref())?;
+    let asked = structured::with_tool_grammar(asked, setup.constraint.map(|c| c.lark))?;
+    let input = input_messages(req.input.take(), m.chat_template.tool_family())?;
     let prev = match &req.previous_response_id {
         None => None,
         Some(id) => Some(store.get(id).ok_or_else(|| previous_not_found(id))?.turn),
@@ -65,12 +78,18 @@ pub fn prepare(
     if let Some(instr) = &req.instructions {
         put_instructions(&mut messages, instr);
     }
-    let text = render_messages(&messages, None, true, m, "input")?;
+    let text = render_messages(&messages, setup.rendered.as_deref(), true, m, "input")?;
     let prompt = m.engine.tokenizer().encode(&text, false, true);
     let prompts = vec![prompt];
     check_prompt_lengths(&prompts, m, "input")?;
     let explicit = opt_range(req.max_output_tokens, "max_output_tokens", 1, usize::MAX)?;
-    let max_tokens = fit_max_tokens(&prompts, explicit, usize::MAX, m, "max_output_tokens")?;
+    let max_tokens = fit_max_tokens(
+        &prompts,
+        explicit,
+        usize::MAX,
+        (m, cfg),
+        "max_output_tokens",
+    )?;
     let common = CommonParams {
         temperature: req.temperature,
         top_p: req.top_p,
@@ -80,7 +99,9 @@ pub fn prepare(
     let mut request = common_request(&common, m)?;
     request.max_tokens = max_tokens;
     let input_tokens = prompts[0].len();
-    let job = job(prompts, request, &common, cfg, false)?;
+    let mut job = job(prompts, request, &common, cfg, false)?;
+    job.tools = setup.parse;
+    let text_config = req.text.take().unwrap_or_else(|| json!({}));
     let head = ResponseObject {
         id: new_id("resp_"),
         object: "response",
@@ -92,14 +113,14 @@ pub fn prepare(
         max_output_tokens: explicit,
         model: m.model_id.clone(),
         output: Vec::new(),
-        parallel_tool_calls: true,
+        parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
         previous_response_id: req.previous_response_id,
         reasoning: Default::default(),
         store: req.store.unwrap_or(true),
         temperature: req.temperature.unwrap_or(1.0),
-        text: Default::default(),
-        tool_choice: "auto",
-        tools: [],
+        text: text_echo(text_config),
+        tool_choice: req.tool_choice.unwrap_or_else(|| json!("auto")),
+        tools: req.tools.unwrap_or_default(),
         top_p: req.top_p.unwrap_or(1.0),
         truncation: "disabled",
         usage: None,
@@ -110,6 +131,7 @@ pub fn prepare(
         job,
         head,
         message_id: new_id("msg_"),
+        asked,
         input,
         prev,
         input_tokens,
@@ -117,10 +139,17 @@ pub fn prepare(
 }
 
 impl Prepared {
-    /// The finished response for the generated `text`.
+    /// The output's assembler: the first message gets `message_id`, calls ids of the
+    /// template's family.
+    pub fn items(&self) -> Items {
+        let family = self.job.tools.as_ref().map(|t| t.family);
+        Items::new(self.message_id.clone(), family)
+    }
+
+    /// The finished response with the generated `output` (from [`Prepared::items`], finished).
     pub fn finish(
         &self,
-        text: String,
+        output: Vec<OutputItem>,
         reason: FinishReason,
         usage: &engine::Usage,
     ) -> ResponseObject {
@@ -141,15 +170,7 @@ impl Prepared {
             }
             Status::Completed | Status::InProgress => {}
         }
-        obj.output = vec![OutputMessage::new(
-            self.message_id.clone(),
-            if status == Status::Completed {
-                Status::Completed
-            } else {
-                Status::Incomplete
-            },
-            vec![OutputText::new(text)],
-        )];
+        obj.output = output;
         obj.usage = Some(ResponseUsage::new(self.input_tokens, usage));
         obj
     }
@@ -171,7 +192,7 @@ impl Prepared {
             return;
         }
         let mut messages = self.input.clone();
-        messages.push(Message::text("assistant", obj.output_text()));
+        items::output_messages(&obj.output, &mut messages);
         store.insert(Stored {
             object: obj.clone(),
             turn: Arc::new(Turn {
@@ -203,8 +224,12 @@ fn previous_not_found(id: &str) -> ApiError {
     }
 }
 
-/// `input` as chat messages: text is one user message; items must be text messages.
-fn input_messages(input: Option<ResponsesInput>) -> Result<Vec<Message>, ApiError> {
+/// `input` as chat messages: text is one user message; items are messages, calls and call
+/// outputs (a model without a tool-call format takes messages only).
+fn input_messages(
+    input: Option<ResponsesInput>,
+    family: Option<Family>,
+) -> Result<Vec<Message>, ApiError> {
     let items = match input {
         None => return Err(ApiError::invalid("input", "input is required")),
         Some(ResponsesInput::Text(t)) => return Ok(vec![Message::text("user", t)]),
@@ -213,20 +238,52 @@ fn input_messages(input: Option<ResponsesInput>) -> Result<Vec<Message>, ApiErro
     if items.is_empty() {
         return Err(ApiError::invalid("input", "input must not be empty"));
     }
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(i, item)| item_message(i, item))
-        .collect()
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let kind = item.kind.as_deref().unwrap_or("message");
+        if kind != "message" && family.is_none() {
+            return Err(ApiError::invalid(
+                &format!("input[{i}].type"),
+                "this model's chat template has no known tool-call format, so function calls \
+                 and their outputs cannot be sent to it",
+            ));
+        }
+        match kind {
+            "message" => messages.push(item_message(i, item)?),
+            "function_call" => {
+                items::input_call(i, item.call_id, item.name, item.arguments, &mut messages)?
+            }
+            "function_call_output" => {
+                let output = match item.output {
+                    None => String::new(),
+                    Some(ItemContent::Text(t)) => t,
+                    Some(ItemContent::Parts(parts)) => parts_text(i, &parts)?,
+                };
+                messages.push(items::input_output(i, item.call_id, output)?);
+            }
+            other => {
+                return Err(ApiError::invalid(
+                    &format!("input[{i}].type"),
+                    format!(
+                        "input items of type `{other}` are not supported (only message, \
+                         function_call and function_call_output)"
+                    ),
+                ))
+            }
+        }
+    }
+    Ok(messages)
+}
+
+/// `text` for the response object: `{"format": {"type": "text"}}` unless a format was given.
+fn text_echo(mut text: serde_json::Value) -> serde_json::Value {
+    if text.get("format").is_none_or(serde_json::Value::is_null) {
+        text["format"] = json!({"type": "text"});
+    }
+    text
 }
 
 fn item_message(i: usize, item: InputItem) -> Result<Message, ApiError> {
-    if let Some(kind) = item.kind.as_deref().filter(|k| *k != "message") {
-        return Err(ApiError::invalid(
-            &format!("input[{i}].type"),
-            format!("input items of type `{kind}` are not supported (only messages; tool calling is not supported yet)"),
-        ));
-    }
     let role = match item.role.as_deref() {
         Some("developer" | "system") => "system",
         Some(r @ ("user" | "assistant")) => r,

@@ -2,11 +2,16 @@
 //!
 //! Each SSE frame is `event: <type>` and `data: <event JSON>`, numbered by `sequence_number`
 //! from 0, with no `[DONE]` (the Responses API ends with its terminal event). The order:
-//! `response.created`, `response.in_progress`, `response.output_item.added`,
+//! `response.created`, `response.in_progress`, then per output item (`items::Items` says when
+//! one opens and closes): for a message `response.output_item.added`,
 //! `response.content_part.added`, one `response.output_text.delta` per piece of text, then
-//! `response.output_text.done`, `response.content_part.done`, `response.output_item.done` and
-//! the terminal `response.completed` (or `response.incomplete` when the token limit cut it, or
-//! `response.failed` when the engine failed). The deltas concatenate to the final text. The
+//! `response.output_text.done`, `response.content_part.done`, `response.output_item.done`;
+//! for a call (sent once it is whole) `response.output_item.added`,
+//! `response.function_call_arguments.delta`, `response.function_call_arguments.done`,
+//! `response.output_item.done`; then the terminal `response.completed` (or
+//! `response.incomplete` when the token limit cut it, or `response.failed` when the engine
+//! failed). Each message's deltas concatenate to its final text. With tools the reply goes
+//! through the same `tools::ChoiceReader` as chat (text that may open a call is held back). The
 //! finished response is stored before its terminal event is sent, so a client that chains on
 //! it as soon as it sees the id finds it. Dropping the body (a client gone) drops the engine
 //! receiver, which aborts the request; nothing is stored then. The stream is polled with the
@@ -28,15 +33,19 @@ use futures_util::FutureExt;
 use crate::error::ApiError;
 use crate::run::Tagged;
 use crate::state::AppState;
+use crate::tools::{ChoiceReader, Out};
 
-use super::wire::{OutputMessage, OutputText, Status, StreamEvent};
+use super::items::{Change, Items};
+use super::wire::{OutputItem, OutputMessage, OutputText, Status, StreamEvent};
 use super::Prepared;
 
 struct Driver {
     events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
     prep: Prepared,
     state: AppState,
-    text: String,
+    items: Items,
+    /// With tools: the reader that splits the reply into content and calls.
+    reader: Option<ChoiceReader>,
     seq: u64,
     pending: VecDeque<StreamEvent>,
     done: bool,
@@ -48,11 +57,14 @@ pub fn respond(
     prep: Prepared,
     state: AppState,
 ) -> Response {
+    let items = prep.items();
+    let reader = prep.job.tools.as_ref().map(ChoiceReader::new);
     let mut d = Driver {
         events,
         prep,
         state,
-        text: String::new(),
+        items,
+        reader,
         seq: 0,
         pending: VecDeque::new(),
         done: false,
@@ -88,9 +100,15 @@ fn frame(ev: &StreamEvent) -> SseEvent {
         Ok(data) => SseEvent::default().event(ev.name()).data(data),
         Err(e) => {
             tracing::error!("cannot serialize a response event: {e}");
-            let body = serde_json::json!({"type": "error", "code": "server_error",
-                "message": "internal error", "param": null, "sequence_number": 0});
-            SseEvent::default().event("error").data(body.to_string())
+            let err = StreamEvent::Error {
+                sequence_number: 0,
+                code: "server_error",
+                message: "internal error",
+                param: None,
+            };
+            // A struct of strings and a number: it serializes.
+            let body = serde_json::to_string(&err).unwrap_or_default();
+            SseEvent::default().event(err.name()).data(body)
         }
     }
 }
@@ -107,10 +125,6 @@ impl Driver {
         self.pending.push_back(make(n));
     }
 
-    fn item_id(&self) -> String {
-        self.prep.message_id.clone()
-    }
-
     /// The events before the first token.
     fn opening(&mut self) {
         let head = self.prep.head.clone();
@@ -122,47 +136,79 @@ impl Driver {
             sequence_number,
             response: head,
         });
-        let item = OutputMessage::new(self.item_id(), Status::InProgress, Vec::new());
+    }
+
+    /// Reads a token's text (`Some(id)`) or the last text of the reply into the output.
+    fn read(&mut self, id: Option<u32>, text: String) {
+        let outs = match (&mut self.reader, id) {
+            (Some(r), Some(id)) => r.token(id, &text),
+            (Some(r), None) => r.end(&text),
+            (None, _) => vec![Out::Content(text)],
+        };
+        let mut changes = Vec::new();
+        for o in outs {
+            self.items.push(o, &mut changes);
+        }
+        self.events_for(changes);
+    }
+
+    /// The events announcing `changes` to the output.
+    fn events_for(&mut self, changes: Vec<Change>) {
+        for ch in changes {
+            match ch {
+                Change::MessageAdded(at) => self.message_added(at),
+                Change::TextDelta(at, delta) => {
+                    let item_id = self.item_id(at);
+                    self.push(|sequence_number| StreamEvent::OutputTextDelta {
+                        sequence_number,
+                        item_id,
+                        output_index: at,
+                        content_index: 0,
+                        delta,
+                        logprobs: [],
+                    });
+                }
+                Change::MessageDone(at) => self.message_done(at),
+                Change::CallDone(at) => self.call_done(at),
+            }
+        }
+    }
+
+    fn item_id(&self, at: usize) -> String {
+        match self.items.items.get(at) {
+            Some(OutputItem::Message(m)) => m.id.clone(),
+            Some(OutputItem::FunctionCall(c)) => c.id.clone(),
+            None => String::new(),
+        }
+    }
+
+    fn message_added(&mut self, at: usize) {
+        let item_id = self.item_id(at);
+        let item = OutputMessage::new(item_id.clone(), Status::InProgress, Vec::new());
         self.push(|sequence_number| StreamEvent::OutputItemAdded {
             sequence_number,
-            output_index: 0,
-            item,
+            output_index: at,
+            item: OutputItem::Message(item),
         });
-        let item_id = self.item_id();
         self.push(|sequence_number| StreamEvent::ContentPartAdded {
             sequence_number,
             item_id,
-            output_index: 0,
+            output_index: at,
             content_index: 0,
             part: OutputText::new(String::new()),
         });
     }
 
-    fn delta(&mut self, text: String) {
-        if text.is_empty() {
+    fn message_done(&mut self, at: usize) {
+        let Some(OutputItem::Message(m)) = self.items.items.get(at).cloned() else {
             return;
-        }
-        self.text.push_str(&text);
-        let item_id = self.item_id();
-        self.push(|sequence_number| StreamEvent::OutputTextDelta {
-            sequence_number,
-            item_id,
-            output_index: 0,
-            content_index: 0,
-            delta: text,
-            logprobs: [],
-        });
-    }
-
-    /// The closing events of a finished generation; stores the response first.
-    fn closing(&mut self, reason: engine::FinishReason, usage: &engine::Usage) {
-        let obj = self.prep.finish(self.text.clone(), reason, usage);
-        self.prep.keep(&obj, self.state.responses());
-        let (item_id, text) = (self.item_id(), self.text.clone());
+        };
+        let text: String = m.content.iter().map(|c| c.text.as_str()).collect();
+        let item_id = m.id.clone();
         self.push(|sequence_number| StreamEvent::OutputTextDone {
             sequence_number,
             item_id: item_id.clone(),
-            output_index: 0,
+            output_index: at,
             content_index: 0,
             text: text.clone(),
             logprobs: [],
@@ -170,17 +216,59 @@ impl Driver {
         self.push(|sequence_number| StreamEvent::ContentPartDone {
             sequence_number,
             item_id,
-            output_index: 0,
+            output_index: at,
             content_index: 0,
             part: OutputText::new(text),
         });
-        if let Some(item) = obj.output.first().cloned() {
-            self.push(|sequence_number| StreamEvent::OutputItemDone {
-                sequence_number,
-                output_index: 0,
-                item,
-            });
-        }
+        self.push(|sequence_number| StreamEvent::OutputItemDone {
+            sequence_number,
+            output_index: at,
+            item: OutputItem::Message(m),
+        });
+    }
+
+    fn call_done(&mut self, at: usize) {
+        let Some(OutputItem::FunctionCall(c)) = self.items.items.get(at).cloned() else {
+            return;
+        };
+        let mut added = c.clone();
+        added.status = Status::InProgress;
+        added.arguments = String::new();
+        self.push(|sequence_number| StreamEvent::OutputItemAdded {
+            sequence_number,
+            output_index: at,
+            item: OutputItem::FunctionCall(added),
+        });
+        let (item_id, args) = (c.id.clone(), c.arguments.clone());
+        self.push(|sequence_number| StreamEvent::FunctionCallArgumentsDelta {
+            sequence_number,
+            item_id: item_id.clone(),
+            output_index: at,
+            delta: args.clone(),
+        });
+        let name = c.name.clone();
+        self.push(|sequence_number| StreamEvent::FunctionCallArgumentsDone {
+            sequence_number,
+            item_id,
+            output_index: at,
+            name,
+            arguments: args,
+        });
+        self.push(|sequence_number| StreamEvent::OutputItemDone {
+            sequence_number,
+            output_index: at,
+            item: OutputItem::FunctionCall(c),
+        });
+    }
+
+    /// The closing events of a finished generation; stores the response first.
+    fn closing(&mut self, reason: engine::FinishReason, usage: &engine::Usage) {
+        let mut changes = Vec::new();
+        self.items
+            .finish(Status::of(reason).finished_item(), &mut changes);
+        let obj = self.prep.finish(self.items.items.clone(), reason, usage);
+        self.prep.keep(&obj, self.state.responses());
+        self.events_for(changes);
         self.push(|n| StreamEvent::terminal(n, obj));
         self.done = true;
     }
@@ -216,13 +304,13 @@ impl Driver {
             match next.map(|(_, ev)| ev) {
                 None => self.fail(&ApiError::Internal("the engine stopped mid-stream".into())),
                 Some(Event::Accepted | Event::PromptLogprobs(_)) => {}
-                Some(Event::Token { text, .. }) => self.delta(text),
+                Some(Event::Token { id, text, .. }) => self.read(Some(id), text),
                 Some(Event::Finished {
                     reason,
                     text,
                     usage,
                 }) => {
-                    self.delta(text);
+                    self.read(None, text);
                     self.closing(reason, &usage);
                 }
                 Some(Event::Error(e)) => self.fail(&e.into()),

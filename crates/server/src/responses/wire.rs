@@ -3,16 +3,19 @@
 //! Field names, nesting and event names follow OpenAI's Responses API as its official clients
 //! parse them. The response object always carries every field OpenAI documents (`null` when it
 //! does not apply), so clients that read `instructions`, `usage` or `incomplete_details` find
-//! them. Tessera produces one output item per response: an assistant message with one
-//! `output_text` part.
+//! them. The output items are assistant messages (one `output_text` part each) and
+//! `function_call`s, in the order the model wrote them; a response without calls has one
+//! message.
 
 use std::collections::HashMap;
 
 use engine::FinishReason;
 use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 /// `status` of a response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     InProgress,
@@ -33,8 +36,19 @@ impl Status {
     }
 }
 
+impl Status {
+    /// The status of the last output item of a response in this status: completed, or
+    /// incomplete when the response is not.
+    pub fn finished_item(self) -> Status {
+        match self {
+            Status::Completed => Status::Completed,
+            _ => Status::Incomplete,
+        }
+    }
+}
+
 /// The response object (`object: "response"`), in progress, finished or failed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ResponseObject {
     pub id: String,
     pub object: &'static str,
@@ -45,16 +59,21 @@ pub struct ResponseObject {
     pub instructions: Option<String>,
     pub max_output_tokens: Option<usize>,
     pub model: String,
-    pub output: Vec<OutputMessage>,
+    pub output: Vec<OutputItem>,
     pub parallel_tool_calls: bool,
     pub previous_response_id: Option<String>,
     pub reasoning: Reasoning,
     pub store: bool,
     pub temperature: f64,
-    pub text: TextConfig,
-    pub tool_choice: &'static str,
-    /// Always empty: tools are refused before generation.
-    pub tools: [(); 0],
+    /// `{"format": …}` as the request gave it (`{"format": {"type": "text"}}` by default).
+    #[schema(value_type = Object)]
+    pub text: Value,
+    /// As the request gave it (`"auto"` by default): a string or an object.
+    #[schema(value_type = Value)]
+    pub tool_choice: Value,
+    /// The request's tools, as given.
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Vec<Value>,
     pub top_p: f64,
     pub truncation: &'static str,
     pub usage: Option<ResponseUsage>,
@@ -63,57 +82,65 @@ pub struct ResponseObject {
 }
 
 impl ResponseObject {
-    /// The output text (every `output_text` part, in order).
+    /// The output text (every message's `output_text` parts, in order).
     pub fn output_text(&self) -> String {
         self.output
             .iter()
+            .filter_map(|i| match i {
+                OutputItem::Message(m) => Some(m),
+                OutputItem::FunctionCall(_) => None,
+            })
             .flat_map(|m| m.content.iter().map(|c| c.text.as_str()))
             .collect()
     }
 }
 
 /// `error` of a failed response.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ResponseError {
     pub code: &'static str,
     pub message: String,
 }
 
 /// `incomplete_details`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct IncompleteDetails {
     pub reason: &'static str,
 }
 
 /// `reasoning`: Tessera's models do not reason, so both are always `null`.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
 pub struct Reasoning {
+    #[schema(value_type = Option<String>)]
     pub effort: Option<()>,
+    #[schema(value_type = Option<String>)]
     pub summary: Option<()>,
 }
 
-/// `text`: the output format, always plain text.
-#[derive(Clone, Debug, Serialize)]
-pub struct TextConfig {
-    pub format: TextFormat,
+/// One output item; each serializes with its own `type`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum OutputItem {
+    Message(OutputMessage),
+    FunctionCall(FunctionCallItem),
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct TextFormat {
+/// A call the model made (`type: "function_call"`); `call_id` is what a
+/// `function_call_output` input item answers.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct FunctionCallItem {
     #[serde(rename = "type")]
     pub kind: &'static str,
-}
-
-impl Default for TextConfig {
-    fn default() -> Self {
-        TextConfig {
-            format: TextFormat { kind: "text" },
-        }
-    }
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    /// JSON text of an object.
+    pub arguments: String,
+    pub status: Status,
 }
 
 /// The assistant message a response outputs.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct OutputMessage {
     #[serde(rename = "type")]
     pub kind: &'static str,
@@ -136,12 +163,14 @@ impl OutputMessage {
 }
 
 /// An `output_text` content part.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct OutputText {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub text: String,
+    #[schema(value_type = Vec<Object>, max_items = 0)]
     pub annotations: [(); 0],
+    #[schema(value_type = Vec<Object>, max_items = 0)]
     pub logprobs: [(); 0],
 }
 
@@ -157,7 +186,7 @@ impl OutputText {
 }
 
 /// `usage` of a response.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct ResponseUsage {
     pub input_tokens: usize,
     pub input_tokens_details: InputTokensDetails,
@@ -166,13 +195,13 @@ pub struct ResponseUsage {
     pub total_tokens: usize,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct InputTokensDetails {
     /// Input tokens whose KV came from the prefix cache.
     pub cached_tokens: usize,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
 pub struct OutputTokensDetails {
     pub reasoning_tokens: usize,
 }
@@ -192,7 +221,7 @@ impl ResponseUsage {
 }
 
 /// `DELETE /v1/responses/{id}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Deleted {
     pub id: String,
     pub object: &'static str,
@@ -200,7 +229,7 @@ pub struct Deleted {
 }
 
 /// One streamed event; `type` is also the SSE `event:` name.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(tag = "type")]
 pub enum StreamEvent {
     #[serde(rename = "response.created")]
@@ -217,7 +246,22 @@ pub enum StreamEvent {
     OutputItemAdded {
         sequence_number: u64,
         output_index: usize,
-        item: OutputMessage,
+        item: OutputItem,
+    },
+    #[serde(rename = "response.function_call_arguments.delta")]
+    FunctionCallArgumentsDelta {
+        sequence_number: u64,
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.function_call_arguments.done")]
+    FunctionCallArgumentsDone {
+        sequence_number: u64,
+        item_id: String,
+        output_index: usize,
+        name: String,
+        arguments: String,
     },
     #[serde(rename = "response.content_part.added")]
     ContentPartAdded {
@@ -234,6 +278,7 @@ pub enum StreamEvent {
         output_index: usize,
         content_index: usize,
         delta: String,
+        #[schema(value_type = Vec<Object>, max_items = 0)]
         logprobs: [(); 0],
     },
     #[serde(rename = "response.output_text.done")]
@@ -243,6 +288,7 @@ pub enum StreamEvent {
         output_index: usize,
         content_index: usize,
         text: String,
+        #[schema(value_type = Vec<Object>, max_items = 0)]
         logprobs: [(); 0],
     },
     #[serde(rename = "response.content_part.done")]
@@ -257,7 +303,7 @@ pub enum StreamEvent {
     OutputItemDone {
         sequence_number: u64,
         output_index: usize,
-        item: OutputMessage,
+        item: OutputItem,
     },
     #[serde(rename = "response.completed")]
     Completed {
@@ -274,6 +320,15 @@ pub enum StreamEvent {
         sequence_number: u64,
         response: ResponseObject,
     },
+    /// OpenAI's stream-level error: sent only when an event cannot be serialized (the types
+    /// here always serialize; generation failures are `response.failed`).
+    #[serde(rename = "error")]
+    Error {
+        sequence_number: u64,
+        code: &'static str,
+        message: &'static str,
+        param: Option<String>,
+    },
 }
 
 impl StreamEvent {
@@ -283,6 +338,12 @@ impl StreamEvent {
             StreamEvent::Created { .. } => "response.created",
             StreamEvent::InProgress { .. } => "response.in_progress",
             StreamEvent::OutputItemAdded { .. } => "response.output_item.added",
+            StreamEvent::FunctionCallArgumentsDelta { .. } => {
+                "response.function_call_arguments.delta"
+            }
+            StreamEvent::FunctionCallArgumentsDone { .. } => {
+                "response.function_call_arguments.done"
+            }
             StreamEvent::ContentPartAdded { .. } => "response.content_part.added",
             StreamEvent::OutputTextDelta { .. } => "response.output_text.delta",
             StreamEvent::OutputTextDone { .. } => "response.output_text.done",
@@ -291,6 +352,7 @@ impl StreamEvent {
             StreamEvent::Completed { .. } => "response.completed",
             StreamEvent::Incomplete { .. } => "response.incomplete",
             StreamEvent::Failed { .. } => "response.failed",
+            StreamEvent::Error { .. } => "error",
         }
     }
 

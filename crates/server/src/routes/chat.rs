@@ -19,15 +19,16 @@ use crate::error::ApiError;
 use crate::fields::Route;
 use crate::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::openai::{ChatRequest, CommonParams};
+use crate::openapi::ChatCompletionBody;
 use crate::response::{
-    new_id, AssistantMessage, Body, ChatChoice, ChatChunkChoice, ChatFinish, Delta, FunctionCall,
+    AssistantMessage, Body, ChatChoice, ChatChunkChoice, ChatFinish, Delta, FunctionCall,
     FunctionDelta, Head, ToolCall, ToolCallDelta, UsageTotals,
 };
 use crate::run::{self, Outcome};
 use crate::sse::{self, ChunkWriter};
 use crate::state::AppState;
 use crate::structured;
-use crate::tools::{self, ChoiceReader, Out, ParsedCall, ToolParse};
+use crate::tools::{self, ChoiceReader, Family, Out, ParsedCall, ToolParse};
 use crate::validate::chat_job;
 
 use super::{body_bytes, openai_body};
@@ -36,6 +37,13 @@ const OBJECT: &str = "chat.completion";
 const CHUNK_OBJECT: &str = "chat.completion.chunk";
 const ROLE: &str = "assistant";
 
+/// `POST /v1/chat/completions`.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "openai",
+    request_body(content = ChatCompletionBody, content_type = "application/json"),
+    responses((status = 200, description = "The reply, whole (JSON) or streamed (`stream: true`: \
+        one chunk per `data:` event, then `data: [DONE]`)",
+        content((Body<ChatChoice> = "application/json"),
+            (Body<ChatChunkChoice> = "text/event-stream")))))]
 pub async fn handle(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -64,6 +72,7 @@ pub async fn handle(
             n_per_prompt: job.n,
             usage,
             readers,
+            family: job.tools.as_ref().map(|t| t.family),
         };
         let initial = (0..n).map(|i| writer.role_chunk(i)).collect();
         return Ok(sse::respond(
@@ -79,10 +88,10 @@ pub async fn handle(
     Ok(axum::Json(whole(&head, logprobs, &tok, tools, usage, outs)).into_response())
 }
 
-/// A call as the response carries it, with a fresh id.
-fn tool_call(c: ParsedCall) -> ToolCall {
+/// A call as the response carries it, with a fresh id of the family's shape.
+fn tool_call(c: ParsedCall, family: Family) -> ToolCall {
     ToolCall {
-        id: new_id("call_"),
+        id: family.call_id(),
         kind: "function",
         function: FunctionCall {
             name: c.name,
@@ -102,7 +111,10 @@ fn message(o: &Outcome, tools: Option<&ToolParse>) -> (AssistantMessage, ChatFin
     let message = AssistantMessage {
         role: ROLE,
         content,
-        tool_calls: calls.into_iter().map(tool_call).collect(),
+        tool_calls: calls
+            .into_iter()
+            .filter_map(|c| Some(tool_call(c, tools?.family)))
+            .collect(),
     };
     (message, finish)
 }
@@ -147,6 +159,8 @@ struct Chunks {
     usage: UsageTotals,
     /// Per choice, with tools: the reader of its reply.
     readers: Vec<Option<ChoiceReader>>,
+    /// With tools: the template's family (the shape of call ids).
+    family: Option<Family>,
 }
 
 impl Chunks {
@@ -207,7 +221,7 @@ impl Chunks {
                 Out::Call(c) => {
                     let head = ToolCallDelta {
                         index: k,
-                        id: Some(new_id("call_")),
+                        id: self.family.map(Family::call_id),
                         kind: Some("function"),
                         function: FunctionDelta {
                             name: Some(c.name),

@@ -15,6 +15,7 @@ use crate::error::ApiError;
 use crate::fields::Route;
 use crate::logprobs::Legacy;
 use crate::openai::{CommonParams, CompletionRequest};
+use crate::openapi::CompletionBody;
 use crate::response::{Body, CompletionChoice, Head, UsageTotals};
 use crate::run::{self, Outcome};
 use crate::sse::{self, ChunkWriter};
@@ -27,6 +28,13 @@ use super::{body_bytes, openai_body};
 /// `object` of the whole response and of its chunks alike.
 const OBJECT: &str = "text_completion";
 
+/// `POST /v1/completions`.
+#[utoipa::path(post, path = "/v1/completions", tag = "openai",
+    request_body(content = CompletionBody, content_type = "application/json"),
+    responses((status = 200, description = "The completion, whole (JSON) or streamed \
+        (`stream: true`: one chunk per `data:` event, then `data: [DONE]`)",
+        content((Body<CompletionChoice> = "application/json"),
+            (Body<CompletionChoice> = "text/event-stream")))))]
 pub async fn handle(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

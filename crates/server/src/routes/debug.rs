@@ -10,11 +10,36 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use engine::kv_events::external_hash;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// The prefix index as a subscriber of the KV events should hold it.
+#[derive(Serialize, ToSchema)]
+struct KvIndex {
+    /// The last KV event batch sent before the index was read (`null`: none yet).
+    last_seq: Option<u64>,
+    /// Tokens per tile.
+    block_size: usize,
+    blocks: Vec<KvBlock>,
+}
+
+/// One cached tile, keyed as on the wire.
+#[derive(Serialize, ToSchema)]
+struct KvBlock {
+    group_idx: usize,
+    block_hash: u64,
+    parent_block_hash: Option<u64>,
+    token_ids: Vec<u32>,
+    /// The sliding window of the tile's layer group (`null`: full attention).
+    kv_cache_spec_sliding_window: Option<usize>,
+}
+
+/// `GET /debug/kv_index`.
+#[utoipa::path(get, path = "/debug/kv_index", tag = "debug",
+    responses((status = 200, description = "The prefix index", body = KvIndex)))]
 pub async fn kv_index(State(state): State<AppState>) -> Result<Response, ApiError> {
     let m = state.model()?;
     let snapshot = m
@@ -22,23 +47,21 @@ pub async fn kv_index(State(state): State<AppState>) -> Result<Response, ApiErro
         .kv_index()?
         .await
         .map_err(|_| ApiError::ShuttingDown)?;
-    let blocks: Vec<_> = snapshot
+    let blocks = snapshot
         .tiles
         .iter()
-        .map(|t| {
-            json!({
-                "group_idx": t.group,
-                "block_hash": external_hash(t.key),
-                "parent_block_hash": t.parent.map(external_hash),
-                "token_ids": t.tokens,
-                "kv_cache_spec_sliding_window": t.window,
-            })
+        .map(|t| KvBlock {
+            group_idx: t.group,
+            block_hash: external_hash(t.key),
+            parent_block_hash: t.parent.map(external_hash),
+            token_ids: t.tokens.clone(),
+            kv_cache_spec_sliding_window: t.window,
         })
         .collect();
-    let body = json!({
-        "last_seq": snapshot.last_seq,
-        "block_size": snapshot.tile_size,
-        "blocks": blocks,
-    });
+    let body = KvIndex {
+        last_seq: snapshot.last_seq,
+        block_size: snapshot.tile_size,
+        blocks,
+    };
     Ok(axum::Json(body).into_response())
 }

@@ -2,7 +2,7 @@
 //! `/detokenize`.
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -11,15 +11,18 @@ use crate::error::ApiError;
 use crate::fields::{self, struct_fields, Route};
 use crate::metrics;
 use crate::openai::{DetokenizeRequest, TokenizeRequest};
+use crate::openapi::{DetokenizeBody, TokenizeBody};
 use crate::response::{Detokenized, ModelCard, ModelList, Tokenized};
 use crate::state::{AppState, Loaded};
 use crate::validate::{check_model, max_model_len, parse_body, render_chat};
 
-use super::{body_bytes, empty_ok};
+use super::{body_bytes, empty_ok, param};
 
 /// 200 once the model is loaded and while its engine runs; 503 before, from the moment the
 /// server starts draining (SIGTERM), and after the engine has stopped (shutdown, or a fault it
 /// could not contain).
+#[utoipa::path(get, path = "/health", tag = "probes",
+    responses((status = 200, description = "Ready to serve (empty body)")))]
 pub async fn health(State(state): State<AppState>) -> Result<Response, ApiError> {
     if state.is_draining() || !state.model()?.engine.is_alive() {
         return Err(ApiError::ShuttingDown);
@@ -29,6 +32,8 @@ pub async fn health(State(state): State<AppState>) -> Result<Response, ApiError>
 
 /// `GET /v1/models`: one card per served name, the reported one first (as vLLM lists its
 /// served model names).
+#[utoipa::path(get, path = "/v1/models", tag = "openai",
+    responses((status = 200, description = "The served model names", body = ModelList)))]
 pub async fn models(State(state): State<AppState>) -> Result<Response, ApiError> {
     let m = state.model()?;
     let list = ModelList {
@@ -39,10 +44,14 @@ pub async fn models(State(state): State<AppState>) -> Result<Response, ApiError>
 }
 
 /// `GET /v1/models/{id}`: the card of a served name, or 404 `model_not_found`.
+#[utoipa::path(get, path = "/v1/models/{id}", tag = "openai",
+    params(("id" = String, Path, description = "A served model name")),
+    responses((status = 200, description = "The model's card", body = ModelCard)))]
 pub async fn model(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = param(id, "id")?;
     let m = state.model()?;
     check_model(Some(&id), m)?;
     Ok(axum::Json(card(m, &id)).into_response())
@@ -60,6 +69,9 @@ fn card(m: &Loaded, name: &str) -> ModelCard {
 }
 
 /// Prometheus text format (answers while loading too, with the server-side counters only).
+#[utoipa::path(get, path = "/metrics", tag = "probes",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4",
+        body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let body = metrics::render(&state)
         .map_err(|e| ApiError::Internal(format!("cannot encode the metrics: {e}")))?;
@@ -68,6 +80,9 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
 
 /// `{model, prompt, add_special_tokens}` or `{model, messages, add_generation_prompt}` →
 /// `{tokens, count, max_model_len}`.
+#[utoipa::path(post, path = "/tokenize", tag = "tokenizer",
+    request_body(content = TokenizeBody, content_type = "application/json"),
+    responses((status = 200, description = "The token ids", body = Tokenized)))]
 pub async fn tokenize(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -104,6 +119,9 @@ pub async fn tokenize(
 }
 
 /// `{model, tokens}` → `{prompt}`.
+#[utoipa::path(post, path = "/detokenize", tag = "tokenizer",
+    request_body(content = DetokenizeBody, content_type = "application/json"),
+    responses((status = 200, description = "The text of the ids", body = Detokenized)))]
 pub async fn detokenize(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

@@ -8,7 +8,8 @@
 //! guards the API routes but not `/health` or `/metrics` (probes and scrapers carry no key, as
 //! with vLLM) unless `protect_health` / `protect_metrics` are set, nor the playground page at
 //! `/`; every API request, a 401 included, gets a span and a log line (`observe`), except the
-//! gateway's polls of the worker routes (`worker`), which are keyed but not logged. The OpenAI
+//! gateway's polls of the worker routes (`worker`), which are keyed but not logged.
+//! `/openapi.json` (`openapi`) describes every route and is open like the probes. The OpenAI
 //! routes are served under `/v1` and at the root alike (as llama-server does), so clients
 //! configured with a bare base URL work.
 
@@ -34,31 +35,39 @@ use crate::auth::authorized;
 use crate::error::{ApiError, ErrorLabel};
 use crate::guard;
 use crate::observe;
-use crate::state::AppState;
+use crate::state::{AppState, ServerConfig};
 
 /// The whole application.
 pub fn router(state: AppState) -> Router {
+    build(state).0
+}
+
+/// The application and every path it serves: routes are added only through `Served`, so the
+/// list is complete (the OpenAPI test holds the document to it).
+pub(crate) fn build(state: AppState) -> (Router, Vec<String>) {
     let cfg = state.config();
-    let mut api = openai_routes()
-        .route("/tokenize", post(misc::tokenize))
-        .route("/detokenize", post(misc::detokenize));
+    let mut served = Served::default();
+    let api = served.openai_routes();
+    let api = served.add(api, "/tokenize", post(misc::tokenize));
+    let mut api = served.add(api, "/detokenize", post(misc::detokenize));
     if cfg.debug_kv_index {
-        api = api.route("/debug/kv_index", get(debug::kv_index));
+        api = served.add(api, "/debug/kv_index", get(debug::kv_index));
     }
     let mut api = api.route_layer(middleware::from_fn_with_state(
         state.clone(),
         refuse_while_draining,
     ));
-    let mut open = Router::new().route("/", get(playground::page));
+    let mut open = served.add(Router::new(), "/", get(playground::page));
     let probes = [
-        ("/health", get(misc::health), cfg.protect_health),
-        ("/metrics", get(misc::metrics), cfg.protect_metrics),
+        ("/health", get(misc::health)),
+        ("/metrics", get(misc::metrics)),
+        ("/openapi.json", get(crate::openapi::spec)),
     ];
-    for (path, handler, protect) in probes {
-        if protect {
-            api = api.route(path, handler);
+    for (path, handler) in probes {
+        if needs_key(path, cfg) {
+            api = served.add(api, path, handler);
         } else {
-            open = open.route(path, handler);
+            open = served.add(open, path, handler);
         }
     }
     let api = api
@@ -67,59 +76,95 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             observe::layer,
         ));
+    let worker = served.worker_routes(&state);
     let app = open
         .merge(api)
-        .merge(worker_routes(&state))
+        .merge(worker)
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(cfg.body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), guard::layer))
         .layer(middleware::from_fn_with_state(state.clone(), count_errors))
         .with_state(state.clone());
-    match crate::cors::layer(&state.config().allowed_origins) {
+    let app = match crate::cors::layer(&state.config().allowed_origins) {
         Some(cors) => app.layer(cors),
         None => app,
+    };
+    (app, served.0)
+}
+
+/// Whether `path` is behind the API key (when one is set): every route but the playground,
+/// and the probes (`/health`, `/metrics`) only when protected. `/openapi.json` is open like
+/// the probes, and closed with either of them.
+pub(crate) fn needs_key(path: &str, cfg: &ServerConfig) -> bool {
+    match path {
+        "/" => false,
+        "/health" => cfg.protect_health,
+        "/metrics" => cfg.protect_metrics,
+        "/openapi.json" => cfg.protect_health || cfg.protect_metrics,
+        _ => true,
     }
 }
 
-/// The OpenAI routes, each under `/v1` and at the root.
-fn openai_routes() -> Router<AppState> {
-    let routes: [(&str, MethodRouter<AppState>); 8] = [
-        ("/completions", post(completions::handle)),
-        ("/chat/completions", post(chat::handle)),
-        ("/completions/render", post(render::completion)),
-        ("/chat/completions/render", post(render::chat)),
-        ("/models", get(misc::models)),
-        ("/models/{id}", get(misc::model)),
-        ("/responses", post(responses::create)),
-        (
-            "/responses/{id}",
-            get(responses::retrieve).delete(responses::delete),
-        ),
-    ];
-    let mut r = Router::new();
-    for (path, handler) in routes {
-        r = r
-            .route(&format!("/v1{path}"), handler.clone())
-            .route(path, handler);
+/// The paths added so far.
+#[derive(Default)]
+struct Served(Vec<String>);
+
+impl Served {
+    /// `r` with `handler` at `path`, noted.
+    fn add(
+        &mut self,
+        r: Router<AppState>,
+        path: &str,
+        handler: MethodRouter<AppState>,
+    ) -> Router<AppState> {
+        self.0.push(path.to_string());
+        r.route(path, handler)
     }
-    r
+
+    /// The OpenAI routes, each under `/v1` and at the root.
+    fn openai_routes(&mut self) -> Router<AppState> {
+        let routes: [(&str, MethodRouter<AppState>); 8] = [
+            ("/completions", post(completions::handle)),
+            ("/chat/completions", post(chat::handle)),
+            ("/completions/render", post(render::completion)),
+            ("/chat/completions/render", post(render::chat)),
+            ("/models", get(misc::models)),
+            ("/models/{id}", get(misc::model)),
+            ("/responses", post(responses::create)),
+            (
+                "/responses/{id}",
+                get(responses::retrieve).delete(responses::delete),
+            ),
+        ];
+        let mut r = Router::new();
+        for (path, handler) in routes {
+            r = self.add(r, &format!("/v1{path}"), handler.clone());
+            r = self.add(r, path, handler);
+        }
+        r
+    }
+
+    /// The routes a gateway polls to register and weigh this worker (`worker`): behind the
+    /// API key like the API, but without a span or log line per poll.
+    fn worker_routes(&mut self, state: &AppState) -> Router<AppState> {
+        let routes = [
+            ("/version", get(worker::version)),
+            ("/v1/loads", get(worker::loads)),
+            ("/server_info", get(worker::server_info)),
+            ("/get_server_info", get(worker::server_info)),
+            ("/model_info", get(worker::model_info)),
+            ("/get_model_info", get(worker::model_info)),
+        ];
+        let mut r = Router::new();
+        for (path, handler) in routes {
+            r = self.add(r, path, handler);
+        }
+        r.route_layer(middleware::from_fn_with_state(state.clone(), require_key))
+    }
 }
 
 async fn not_found(uri: Uri) -> ApiError {
     ApiError::NotFound(uri.path().to_string())
-}
-
-/// The routes a gateway polls to register and weigh this worker (`worker`): behind the API
-/// key like the API, but without a span or log line per poll.
-fn worker_routes(state: &AppState) -> Router<AppState> {
-    Router::new()
-        .route("/version", get(worker::version))
-        .route("/v1/loads", get(worker::loads))
-        .route("/server_info", get(worker::server_info))
-        .route("/get_server_info", get(worker::server_info))
-        .route("/model_info", get(worker::model_info))
-        .route("/get_model_info", get(worker::model_info))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_key))
 }
 
 /// 503 `shutting_down` with `Connection: close` once the server drains (`AppState::drain`):
@@ -175,6 +220,15 @@ pub(crate) fn openai_body<R: serde::de::DeserializeOwned>(
     let honoured = [struct_fields::<CommonParams>(), struct_fields::<R>()];
     fields::check(bytes, route, &honoured)?;
     Ok((req, common))
+}
+
+/// A path or query parameter as the handler's type, or the OpenAI 400 naming `param` (axum's
+/// own rejection is plain text, which no OpenAI client can read).
+pub(crate) fn param<T, E: std::fmt::Display>(
+    extracted: Result<T, E>,
+    param: &str,
+) -> Result<T, ApiError> {
+    extracted.map_err(|e| ApiError::invalid(param, format!("invalid `{param}`: {e}")))
 }
 
 /// The request body, or 413 past the limit.

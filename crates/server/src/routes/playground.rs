@@ -8,6 +8,9 @@ use axum::response::IntoResponse;
 
 const PAGE: &str = include_str!("../playground.html");
 
+#[utoipa::path(get, path = "/", tag = "playground",
+    responses((status = 200, description = "The playground page", body = String,
+        content_type = "text/html")))]
 pub async fn page() -> impl IntoResponse {
     (
         [

@@ -16,10 +16,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::error::ApiError;
 use crate::fields::Route;
 use crate::openai::{ChatRequest, CommonParams, CompletionRequest};
+use crate::openapi::{ChatCompletionBody, CompletionBody};
 use crate::response::new_id;
 use crate::state::AppState;
 use crate::validate::{chat_job, completion_job, Job};
@@ -27,7 +29,7 @@ use crate::validate::{chat_job, completion_job, Job};
 use super::{body_bytes, openai_body};
 
 /// One rendered prompt: the request as token ids.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Rendered {
     request_id: String,
     token_ids: Vec<u32>,
@@ -38,13 +40,16 @@ struct Rendered {
     priority: i32,
 }
 
-#[derive(Serialize)]
+/// The stream options of a rendered request (named apart from the request's own
+/// `StreamOptions`, whose `include_usage` is optional: one OpenAPI component per name).
+#[derive(Serialize, ToSchema)]
+#[schema(as = RenderedStreamOptions)]
 struct StreamOptions {
     include_usage: bool,
 }
 
 /// The settings the engine would sample with, in vLLM's `SamplingParams` names.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Sampling {
     n: usize,
     temperature: f32,
@@ -103,6 +108,10 @@ fn rendered(job: &Job, prompt: &[u32], prefix: &str, model: &str) -> Rendered {
 }
 
 /// `/v1/completions/render`: a list, one rendered request per prompt.
+#[utoipa::path(post, path = "/v1/completions/render", tag = "render",
+    request_body(content = CompletionBody, content_type = "application/json"),
+    responses((status = 200, description = "One rendered request per prompt",
+        body = Vec<Rendered>)))]
 pub async fn completion(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -120,6 +129,9 @@ pub async fn completion(
 }
 
 /// `/v1/chat/completions/render`: one rendered request (the templated conversation).
+#[utoipa::path(post, path = "/v1/chat/completions/render", tag = "render",
+    request_body(content = ChatCompletionBody, content_type = "application/json"),
+    responses((status = 200, description = "The rendered request", body = Rendered)))]
 pub async fn chat(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,

@@ -1,24 +1,31 @@
 //! `/v1/responses`: create a response (streamed or whole), retrieve or delete a stored one.
 
-use std::collections::HashMap;
-
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use utoipa::IntoParams;
 
 use crate::error::ApiError;
 use crate::fields::{self, struct_fields, Route};
 use crate::openai::ResponsesRequest;
-use crate::responses::wire::Deleted;
+use crate::openapi::ResponsesBody;
+use crate::responses::wire::{Deleted, ResponseObject, Status, StreamEvent};
 use crate::responses::{prepare, stream};
 use crate::run;
 use crate::state::AppState;
 use crate::validate::parse_body;
+use crate::{structured, tools};
 
-use super::body_bytes;
+use super::{body_bytes, param};
 
 /// `POST /v1/responses`.
+#[utoipa::path(post, path = "/v1/responses", tag = "openai",
+    request_body(content = ResponsesBody, content_type = "application/json"),
+    responses((status = 200, description = "The response, whole (JSON) or streamed \
+        (`stream: true`: one event per `event:`/`data:` pair, named by its `type`)",
+        content((ResponseObject = "application/json"), (StreamEvent = "text/event-stream")))))]
 pub async fn create(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -31,7 +38,8 @@ pub async fn create(
         Route::Responses,
         &[struct_fields::<ResponsesRequest>()],
     )?;
-    let prep = prepare(req, m, state.config(), state.responses())?;
+    let mut prep = prepare(req, m, state.config(), state.responses())?;
+    structured::attach(&mut prep.job, prep.asked.take(), m).await?;
     let choices = run::start(&prep.job, &m.engine).await?;
     if prep.job.stream {
         return Ok(stream::respond(run::merge(choices), prep, state.clone()));
@@ -40,18 +48,43 @@ pub async fn create(
         .await?
         .pop()
         .ok_or_else(|| ApiError::Internal("a response without its choice".into()))?;
-    let obj = prep.finish(out.text, out.reason, &out.usage);
+    let outs = match &prep.job.tools {
+        Some(parse) => tools::outcome_outs(parse, &out),
+        None => vec![tools::Out::Content(out.text.clone())],
+    };
+    let mut items = prep.items();
+    let mut changes = Vec::new();
+    for o in outs {
+        items.push(o, &mut changes);
+    }
+    items.finish(Status::of(out.reason).finished_item(), &mut changes);
+    let obj = prep.finish(items.items, out.reason, &out.usage);
     prep.keep(&obj, state.responses());
     Ok(axum::Json(obj).into_response())
 }
 
+/// The query of `GET /v1/responses/{id}`: any other parameter is a 400.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct RetrieveQuery {
+    /// Only `false`: a stored response is not streamed again.
+    stream: Option<bool>,
+}
+
 /// `GET /v1/responses/{id}`: a stored response (not re-streamed: `stream=true` is refused).
+#[utoipa::path(get, path = "/v1/responses/{id}", tag = "openai",
+    params(("id" = String, Path, description = "A stored response's id (`resp_…`)"),
+        RetrieveQuery),
+    responses((status = 200, description = "The stored response", body = ResponseObject)))]
 pub async fn retrieve(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
+    id: Result<Path<String>, PathRejection>,
+    query: Result<Query<RetrieveQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    if query.get("stream").is_some_and(|v| v == "true") {
+    let Path(id) = param(id, "id")?;
+    let Query(query) = param(query, "stream")?;
+    if query.stream == Some(true) {
         return Err(ApiError::invalid(
             "stream",
             "streaming a stored response again is not supported",
@@ -62,10 +95,14 @@ pub async fn retrieve(
 }
 
 /// `DELETE /v1/responses/{id}`.
+#[utoipa::path(delete, path = "/v1/responses/{id}", tag = "openai",
+    params(("id" = String, Path, description = "A stored response's id (`resp_…`)")),
+    responses((status = 200, description = "The response was removed", body = Deleted)))]
 pub async fn delete(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = param(id, "id")?;
     if !state.responses().remove(&id) {
         return Err(not_found(&id));
     }

@@ -16,9 +16,11 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::error::ApiError;
 use crate::state::{unix_now, AppState, Loaded};
@@ -28,17 +30,19 @@ use crate::validate::max_model_len;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// `GET /version`, as vLLM answers it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Version {
     version: &'static str,
 }
 
+#[utoipa::path(get, path = "/version", tag = "worker",
+    responses((status = 200, description = "The server's version", body = Version)))]
 pub async fn version() -> Response {
     axum::Json(Version { version: VERSION }).into_response()
 }
 
 /// `GET /v1/loads`: the load of each data-parallel rank (one here).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct Loads {
     /// When the snapshot was taken (RFC 3339, UTC).
     timestamp: String,
@@ -47,7 +51,7 @@ struct Loads {
 }
 
 /// One rank's scheduler load, in SGLang's field names.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct RankLoad {
     dp_rank: u32,
     num_running_reqs: u64,
@@ -69,16 +73,24 @@ struct RankLoad {
 /// `?include=core,disagg,...`: the sections asked for. Only `core` exists here; the others
 /// are PD-disaggregation and queue details a single engine has none of, so they are answered
 /// by their absence, as SGLang does for the sections it does not run.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct LoadsQuery {
+    /// Comma-separated sections: `core`, `disagg`, `queues`, `memory`, `all`.
     #[serde(default)]
+    #[param(
+        pattern = r"^ *((core|disagg|queues|memory|all) *)?(, *((core|disagg|queues|memory|all) *)?)*$"
+    )]
     include: Option<String>,
 }
 
+#[utoipa::path(get, path = "/v1/loads", tag = "worker", params(LoadsQuery),
+    responses((status = 200, description = "The scheduler load", body = Loads)))]
 pub async fn loads(
     State(state): State<AppState>,
-    Query(q): Query<LoadsQuery>,
+    q: Result<Query<LoadsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(q) = super::param(q, "include")?;
     const SECTIONS: [&str; 5] = ["core", "disagg", "queues", "memory", "all"];
     if let Some(include) = &q.include {
         if let Some(bad) = include
@@ -131,7 +143,7 @@ fn rank_load(m: &Loaded) -> RankLoad {
 
 /// `GET /server_info` (and `/get_server_info`): SGLang's server facts, the subset a gateway
 /// reads.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct ServerInfo {
     model_path: String,
     served_model_name: String,
@@ -151,6 +163,8 @@ struct ServerInfo {
     page_size: usize,
 }
 
+#[utoipa::path(get, path = "/server_info", tag = "worker",
+    responses((status = 200, description = "Server facts", body = ServerInfo)))]
 pub async fn server_info(State(state): State<AppState>) -> Result<Response, ApiError> {
     let m = state.model()?;
     let info = m.engine.info();
@@ -174,7 +188,7 @@ pub async fn server_info(State(state): State<AppState>) -> Result<Response, ApiE
 /// `GET /model_info` (and `/get_model_info`): SGLang's model facts. There is no
 /// `tokenizer_path`: the tokenizer lives inside the GGUF file, which a gateway cannot load;
 /// `/tokenize` and the render routes tokenize for it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 struct ModelInfo {
     model_path: String,
     is_generation: bool,
@@ -184,6 +198,8 @@ struct ModelInfo {
     architectures: Vec<String>,
 }
 
+#[utoipa::path(get, path = "/model_info", tag = "worker",
+    responses((status = 200, description = "Model facts", body = ModelInfo)))]
 pub async fn model_info(State(state): State<AppState>) -> Result<Response, ApiError> {
     let m = state.model()?;
     let body = ModelInfo {

@@ -19,8 +19,11 @@
 //! sees them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use tokenizer::Tokenizer;
+
+use crate::response::new_id;
 
 /// How a model writes tool calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,6 +116,16 @@ impl Family {
         }
     }
 
+    /// A fresh id for a call the model made, in the shape the family's templates accept when
+    /// the call comes back in a conversation: Mistral's templates raise on any id that is not
+    /// 9 letters or digits, so Mistral calls get exactly that; the others get OpenAI's `call_…`.
+    pub fn call_id(self) -> String {
+        match self {
+            Family::Mistral => alphanumeric_id(),
+            Family::Hermes | Family::Llama3Json => new_id("call_"),
+        }
+    }
+
     /// Every marker string of the family, openings and separators (for [`Markers`]).
     fn marker_texts(self) -> &'static [&'static str] {
         match self {
@@ -121,6 +134,30 @@ impl Family {
             Family::Mistral => &[MISTRAL_OPEN, MISTRAL_ARGS, MISTRAL_CALL_ID],
         }
     }
+}
+
+/// 9 letters or digits, unique per process for 62^9 ids: a counter and the clock mixed
+/// (splitmix64) so that ids do not look sequential, written in base 62.
+fn alphanumeric_id() -> String {
+    const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut z = nanos.wrapping_add(
+        NEXT.fetch_add(1, Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    );
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (0..9)
+        .map(|_| {
+            let d = DIGITS[(z % 62) as usize] as char;
+            z /= 62;
+            d
+        })
+        .collect()
 }
 
 /// Whether a call region opens where a call may stand bare.
@@ -221,5 +258,55 @@ mod tests {
             Family::detect("<|start_header_id|>{{ m.role }}<|end_header_id|>"),
             None
         );
+    }
+
+    /// The tool parts of a Mistral v0.3-style template: the calls written back after
+    /// `[TOOL_CALLS]`, each id checked as Mistral's templates check it (a string of length 9),
+    /// raising otherwise.
+    const MISTRAL_TOOLS: &str = "{%- for m in messages %}{%- if m.tool_calls %}[TOOL_CALLS][\
+        {%- for c in m.tool_calls %}{%- if c.id is not string or c.id|length != 9 %}\
+        {{- raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}\
+        {%- endif %}{\"name\": \"{{ c.function.name }}\", \"id\": \"{{ c.id }}\"}{%- endfor %}]\
+        {%- elif m.role == 'tool' %}{%- if m.tool_call_id|length != 9 %}\
+        {{- raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}\
+        {%- endif %}[TOOL_RESULTS]{{ m.content }}[/TOOL_RESULTS]\
+        {%- else %}[INST]{{ m.content }}[/INST]{%- endif %}{%- endfor %}";
+
+    fn round_trip(id: &str) -> Result<String, crate::chat_template::RenderError> {
+        use crate::chat_template::{ChatTemplate, Message};
+        let t = ChatTemplate::jinja(MISTRAL_TOOLS.into()).expect("compiles");
+        assert_eq!(t.tool_family(), Some(Family::Mistral));
+        let call = serde_json::json!({"id": id, "type": "function",
+            "function": {"name": "f", "arguments": {}}});
+        let messages = [
+            Message::text("user", "Weather?"),
+            Message {
+                tool_calls: Some(vec![call]),
+                ..Message::text("assistant", "")
+            },
+            Message {
+                tool_call_id: Some(id.into()),
+                ..Message::text("tool", "sunny")
+            },
+        ];
+        t.render(&messages, None, true, "", "")
+    }
+
+    #[test]
+    fn mistral_call_ids_are_what_its_templates_accept_back() {
+        let ids: Vec<String> = (0..1000).map(|_| Family::Mistral.call_id()).collect();
+        for id in &ids {
+            assert_eq!(id.len(), 9, "{id}");
+            assert!(id.chars().all(|c| c.is_ascii_alphanumeric()), "{id}");
+        }
+        let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "ids repeat");
+        let out = round_trip(&ids[0]).expect("a Mistral id renders");
+        assert!(out.contains(&format!("\"id\": \"{}\"", ids[0])), "{out}");
+        // OpenAI's shape, which the other families get, makes the template raise.
+        let hermes = Family::Hermes.call_id();
+        assert!(hermes.starts_with("call_"), "{hermes}");
+        let e = round_trip(&hermes).expect_err("raises");
+        assert!(e.0.contains("length 9"), "{e}");
     }
 }

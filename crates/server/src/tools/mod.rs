@@ -26,5 +26,5 @@ pub mod request;
 pub use call::ParsedCall;
 pub use family::{Family, Markers};
 pub use parser::{parse_whole, CallParser, Out};
-pub use reply::{read_outcome, ChoiceReader};
-pub use request::{setup, ToolParse, ToolSetup};
+pub use reply::{outcome_outs, read_outcome, ChoiceReader};
+pub use request::{setup, setup_fields, ToolFields, ToolParse, ToolSetup};

@@ -6,7 +6,7 @@
 
 use super::call::ParsedCall;
 use super::family::Markers;
-use super::parser::{parse_whole, CallParser, Out};
+use super::parser::{CallParser, Out};
 use super::request::ToolParse;
 use crate::run::Outcome;
 
@@ -48,15 +48,30 @@ impl ChoiceReader {
 
 /// A whole reply's content and calls.
 pub fn read_outcome(parse: &ToolParse, o: &Outcome) -> (String, Vec<ParsedCall>) {
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    for out in outcome_outs(parse, o) {
+        match out {
+            Out::Content(t) => content.push_str(&t),
+            Out::Call(c) => calls.push(c),
+        }
+    }
+    (content, calls)
+}
+
+/// A whole reply's content and calls in the order the model wrote them (what a stream's
+/// reader gives out, token by token, over the same reply).
+pub fn outcome_outs(parse: &ToolParse, o: &Outcome) -> Vec<Out> {
+    let mut reader = ChoiceReader::new(parse);
+    let mut outs = Vec::new();
     let mut from = 0;
-    let pieces = o.tokens.iter().map(|t| {
+    for t in &o.tokens {
         let text = o.text.get(from..t.text_end).unwrap_or_default();
         from = t.text_end;
-        parse.markers.piece(t.id, text)
-    });
-    let last = o.tokens.last().map_or(0, |t| t.text_end);
-    let tail = o.text.get(last..).unwrap_or_default();
-    parse_whole(parse.family, parse.max_calls, pieces.chain([tail]))
+        outs.extend(reader.token(t.id, text));
+    }
+    outs.extend(reader.end(o.text.get(from..).unwrap_or_default()));
+    outs
 }
 
 #[cfg(test)]

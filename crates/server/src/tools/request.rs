@@ -10,6 +10,9 @@
 //!   variable and the reply is parsed for the template's family of calls; a template of no
 //!   known family is a 400 (the tools could not be shown, or the calls not read).
 //! - `parallel_tool_calls: false` keeps at most one call per reply.
+//! - A tool with `strict: true` under `auto`: the reply is free text, and every call in it
+//!   is held to its tool's schema by a grammar (`constraint`). Llama 3's calls are bare JSON
+//!   with no marker to start the grammar at: refused there.
 
 use serde_json::{json, Value};
 
@@ -35,6 +38,8 @@ pub struct Tool {
     pub description: Option<String>,
     /// The arguments' JSON schema (an object), if given.
     pub parameters: Option<Value>,
+    /// `strict: true`: calls of it must follow `parameters`, also under `auto`.
+    pub strict: bool,
 }
 
 impl Tool {
@@ -76,8 +81,30 @@ pub fn setup(
     family: Option<Family>,
     tok: &tokenizer::Tokenizer,
 ) -> Result<ToolSetup, ApiError> {
-    let tools = tools(req.tools.as_deref())?;
-    let choice = choice(req.tool_choice.as_ref(), &tools)?;
+    let fields = ToolFields {
+        tools: req.tools.as_deref(),
+        choice: req.tool_choice.as_ref(),
+        parallel: req.parallel_tool_calls,
+    };
+    setup_fields(fields, family, tok)
+}
+
+/// The tool fields of a request, in chat's shape (`/v1/responses` converts its own to it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ToolFields<'a> {
+    pub tools: Option<&'a [ToolDef]>,
+    pub choice: Option<&'a ToolChoiceIn>,
+    pub parallel: Option<bool>,
+}
+
+/// [`setup`] over the fields themselves.
+pub fn setup_fields(
+    f: ToolFields<'_>,
+    family: Option<Family>,
+    tok: &tokenizer::Tokenizer,
+) -> Result<ToolSetup, ApiError> {
+    let tools = tools(f.tools)?;
+    let choice = choice(f.choice, &tools)?;
     if choice == Choice::None || tools.is_empty() {
         return Ok(ToolSetup::default());
     }
@@ -89,7 +116,17 @@ pub fn setup(
              start the server with --chat-template FILE",
         )
     })?;
-    let parallel = req.parallel_tool_calls.unwrap_or(true);
+    let strict_auto = choice == Choice::Auto && tools.iter().any(|t| t.strict);
+    if strict_auto && family == Family::Llama3Json {
+        let i = tools.iter().position(|t| t.strict).unwrap_or_default();
+        return Err(ApiError::invalid(
+            &format!("tools[{i}].function.strict"),
+            "strict tools under tool_choice \"auto\" are not supported for Llama 3 templates \
+             (their calls are bare JSON, with no marker to start the schema at); use \
+             \"required\" or a named tool_choice, which hold every call to its schema",
+        ));
+    }
+    let parallel = f.parallel.unwrap_or(true);
     let markers = Markers::new(family, tok);
     Ok(ToolSetup {
         rendered: Some(tools.iter().map(Tool::rendered).collect()),
@@ -157,17 +194,11 @@ fn tool(i: usize, d: &ToolDef) -> Result<Tool, ApiError> {
             "parameters must be a JSON schema object",
         ));
     }
-    if *strict == Some(true) {
-        return Err(ApiError::invalid(
-            &format!("tools[{i}].function.strict"),
-            "strict function schemas need grammar-constrained decoding, which this server \
-             does not have yet",
-        ));
-    }
     Ok(Tool {
         name: name.clone(),
         description: description.clone(),
         parameters: parameters.clone(),
+        strict: strict.unwrap_or(false),
     })
 }
 
@@ -286,10 +317,6 @@ mod tests {
             (
                 json!({"type": "function", "function": {"name": "f", "parameters": [1]}}),
                 "tools[0].function.parameters",
-            ),
-            (
-                json!({"type": "function", "function": {"name": "f", "strict": true}}),
-                "tools[0].function.strict",
             ),
         ];
         for (t, path) in cases {

@@ -1,0 +1,224 @@
+//! Speculative decoding, the engine's side: a `Drafter` proposes tokens likely to follow each
+//! decoding sequence, the step feeds them after the sequence's last token, and the draws keep
+//! the prefix the target model agrees with (`draw.rs`).
+//!
+//! Two kinds of drafts:
+//! - a *point* draft (tokens only: prompt lookup, or a draft model's greedy choices) is kept
+//!   while the token the sequence draws itself equals the drafted one, so the output is exactly
+//!   the output without speculation, greedy or seeded sampling alike;
+//! - a *sampled* draft (a draft model drawing from its own distribution `q` for a request that
+//!   samples) carries `q` at every drafted position, and the draws run speculative sampling:
+//!   a drafted `x` is kept with probability `min(1, p(x) / q(x))`, and on rejection the token
+//!   is drawn from `normalize(max(0, p - q))`, so every output token is distributed as `p`, the
+//!   target's own sampling distribution.
+//!
+//! How many tokens a sequence drafts (`draft_len`) follows its acceptance rate and what one
+//! more token costs: the extra share of a target step (`StepCost::extra_token_share`) plus the
+//! drafter's own measured time per drafted position (a draft model's forward pass) as a share
+//! of a decode step.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use model::SamplingParams;
+
+use crate::engine::{contain, Engine};
+use crate::runner::Runner;
+use crate::sequence::SeqId;
+
+/// A probability distribution over tokens: (token, probability) pairs, probabilities above 0.
+pub type Dist = Vec<(u32, f32)>;
+
+/// One sequence a drafter is asked to draft for.
+#[derive(Clone, Copy, Debug)]
+pub struct DraftAsk<'a> {
+    pub id: SeqId,
+    /// Prompt and output so far.
+    pub tokens: &'a [u32],
+    /// Most tokens to propose.
+    pub max: usize,
+    /// How the request samples (a drafter that draws may draw the same way).
+    pub sampling: &'a SamplingParams,
+}
+
+/// A drafter's proposal for one sequence.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Draft {
+    pub tokens: Vec<u32>,
+    /// For a sampled draft, the distribution each token was drawn from (one per token); `None`
+    /// for a point draft, kept only where the sequence's own draw agrees.
+    pub dists: Option<Vec<Dist>>,
+}
+
+/// Proposes tokens likely to follow a decoding sequence (speculative decoding's drafter).
+/// The engine feeds them after the sequence's last token and keeps what the target model's
+/// draws accept (see the module docs), so a proposal changes how many steps a reply takes,
+/// never the distribution of the reply.
+pub trait Drafter: Send {
+    /// Up to `max` tokens to follow `tokens` (prompt and output so far) of sequence `id`.
+    fn propose(&mut self, id: SeqId, tokens: &[u32], max: usize) -> Vec<u32>;
+
+    /// Drafts for every sequence of a step at once, one result per ask (`Err` fails that
+    /// request alone). The default asks `propose` sequence by sequence.
+    fn propose_all(&mut self, asks: &[DraftAsk]) -> Vec<Result<Draft, ()>> {
+        asks.iter()
+            .map(|a| {
+                contain(|| self.propose(a.id, a.tokens, a.max)).map(|tokens| Draft {
+                    tokens,
+                    dists: None,
+                })
+            })
+            .collect()
+    }
+
+    /// Sequence `id` ended or was preempted: whatever the drafter keeps for it can go.
+    fn release(&mut self, _id: SeqId) {}
+
+    /// Seconds one drafted position of a step costs, when the drafter measures it itself
+    /// (a draft model, apart from its one-off catch-up of new prompts); `None` lets the engine
+    /// time `propose_all` per position.
+    fn secs_per_position(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// How the engine drafts: the drafter, the most tokens per sequence and step, and whether the
+/// number follows measured costs and acceptance (`draft_len`) or is always the most.
+pub struct Speculation {
+    pub drafter: Box<dyn Drafter>,
+    pub max_tokens: usize,
+    pub adaptive: bool,
+}
+
+/// Drafted tokens worth feeding for a sequence whose drafted tokens are each accepted with
+/// probability about `acceptance` (given the ones before were): the j-th is accepted with
+/// probability `acceptance^j`, and it pays when that beats `share`, what one more token costs
+/// the step as a share of what the step produces (`StepCost::extra_token_share`, plus a draft
+/// model's own time per drafted token). At most `max`.
+pub fn draft_len(acceptance: f64, share: f64, max: usize) -> usize {
+    let mut p = 1.0;
+    (0..max)
+        .take_while(|_| {
+            p *= acceptance;
+            p > share
+        })
+        .count()
+}
+
+/// Weight of the newest step in the drafter's measured time per drafted position.
+const DRAFT_COST_ALPHA: f64 = 0.2;
+
+/// The engine's drafting state beside the drafter.
+#[derive(Default)]
+pub(crate) struct DraftState {
+    /// This step's sampled drafts' distributions, by sequence (consumed by the draws).
+    pub dists: HashMap<SeqId, Vec<Dist>>,
+    /// Moving average of the drafter's seconds per drafted position (all sequences of a step
+    /// draft a position together).
+    pub secs_per_position: Option<f64>,
+}
+
+impl<R: Runner> Engine<R> {
+    /// Asks the drafter, if any, for the next tokens of every decoding sequence, as many as
+    /// `draft_len` finds worth feeding.
+    pub(crate) fn propose_drafts(&mut self) {
+        self.drafts.dists.clear();
+        let Some(spec) = self.spec.as_mut() else {
+            return;
+        };
+        let ids = self.sched.decoding_ids();
+        let share = if spec.adaptive {
+            // Without a fresh decode-only baseline, this step measures one.
+            let Some(share) = self.cost.extra_token_share(ids.len()) else {
+                return;
+            };
+            let draft_share = match (self.drafts.secs_per_position, self.cost.decode_step_secs()) {
+                (Some(d), Some(t)) if t > 0.0 => d / t,
+                _ => 0.0,
+            };
+            share + draft_share
+        } else {
+            0.0
+        };
+        // How many tokens each sequence drafts (the request states are updated here), then
+        // the asks, which borrow the sequences' tokens.
+        let mut wanted = Vec::new();
+        for id in ids {
+            let (Some(s), Some(r)) = (self.sched.get(id), self.reqs.get_mut(&id)) else {
+                continue;
+            };
+            if r.req.no_speculation {
+                continue;
+            }
+            let room = s.max_total_len.saturating_sub(s.tokens.len() + 1);
+            let k = if spec.adaptive {
+                draft_len(r.spec.acceptance, share, spec.max_tokens)
+            } else {
+                spec.max_tokens
+            };
+            if k == 0 {
+                // Not drafting, nothing is measured: drift back towards trying again.
+                r.spec.forget();
+                continue;
+            }
+            if k.min(room) > 0 {
+                wanted.push((id, k.min(room)));
+            }
+        }
+        let asks: Vec<DraftAsk> = wanted
+            .iter()
+            .filter_map(|&(id, max)| {
+                let (s, r) = (self.sched.get(id)?, self.reqs.get(&id)?);
+                Some(DraftAsk {
+                    id,
+                    tokens: &s.tokens,
+                    max,
+                    sampling: &r.req.sampling,
+                })
+            })
+            .collect();
+        if asks.is_empty() {
+            return;
+        }
+        let positions = asks.iter().map(|a| a.max).max().unwrap_or(0);
+        let t0 = Instant::now();
+        let drafter = &mut spec.drafter;
+        let out =
+            contain(|| drafter.propose_all(&asks)).unwrap_or_else(|()| vec![Err(()); asks.len()]);
+        let secs = t0.elapsed().as_secs_f64();
+        self.stats
+            .spec_draft_micros
+            .fetch_add((secs * 1e6) as u64, Relaxed);
+        let secs = secs / positions.max(1) as f64;
+        let old = self.drafts.secs_per_position;
+        self.drafts.secs_per_position = spec
+            .drafter
+            .secs_per_position()
+            .or_else(|| Some(old.map_or(secs, |o| o + DRAFT_COST_ALPHA * (secs - o))));
+        let ids: Vec<SeqId> = asks.iter().map(|a| a.id).collect();
+        let mut failed = Vec::new();
+        for (id, d) in ids.into_iter().zip(out) {
+            match d {
+                Ok(d) => {
+                    if let Some(dists) = d.dists {
+                        self.drafts.dists.insert(id, dists);
+                    }
+                    self.sched.set_draft(id, d.tokens);
+                }
+                Err(()) => failed.push(id),
+            }
+        }
+        for id in failed {
+            self.fail_one(id, "drafting panicked");
+        }
+    }
+
+    /// Tells the drafter, if any, that `id` ended or was preempted.
+    pub(crate) fn release_draft(&mut self, id: SeqId) {
+        if let Some(spec) = self.spec.as_mut() {
+            let drafter = &mut spec.drafter;
+            let _ = contain(|| drafter.release(id));
+        }
+    }
+}
