@@ -373,7 +373,10 @@ impl Drafter for DraftModel {
     }
 
     fn secs_per_position(&self) -> Option<f64> {
-        self.pass_secs
+        // Zero until a drafting pass is measured: timing `propose_all` instead would count a
+        // new prompt's catch-up as drafting cost, and a stream that then stops drafting never
+        // measures a pass to correct it.
+        Some(self.pass_secs.unwrap_or(0.0))
     }
 }
 

@@ -49,6 +49,8 @@ pub(crate) struct SpecState {
     pub acceptance: f64,
     pub drafted: u64,
     pub accepted: u64,
+    /// Steps in a row it has not drafted (see `SpecState::probe_due`).
+    pub idle: u32,
 }
 
 impl SpecState {
@@ -64,6 +66,7 @@ impl SpecState {
         let tried = (accepted + 1).min(drafted);
         let rate = accepted as f64 / tried as f64;
         self.acceptance += Self::ALPHA * (rate - self.acceptance);
+        self.idle = 0;
         self.drafted += drafted as u64;
         self.accepted += accepted as u64;
     }
@@ -76,9 +79,24 @@ impl SpecState {
     /// that stopped drafting tries again (its text may have come to a part that repeats).
     const FORGET: f64 = 0.02;
 
+    /// Steps without a draft after which a stream drafts a few tokens anyway when drafting
+    /// could pay at all (`probe_due`).
+    const PROBE_EVERY: u32 = 8;
+
     /// A step without a draft.
     pub fn forget(&mut self) {
         self.acceptance += Self::FORGET * (Self::PRIOR - self.acceptance);
+        self.idle = self.idle.saturating_add(1);
+    }
+
+    /// Whether a stream that has not drafted for a while should draft a few tokens to measure
+    /// its acceptance again. Without this, a stream whose estimate (the prior, or an old
+    /// measurement) is below what a drafted token costs never drafts, so never learns that its
+    /// text is now easy to draft (a draft model whose passes cost more than the prior's worth,
+    /// a stream that came to a part it repeats). Probing is pointless when even a token sure to
+    /// be accepted would not pay (`share` >= 1: a compute-bound step).
+    pub fn probe_due(&self, share: f64) -> bool {
+        self.idle >= Self::PROBE_EVERY && share < 1.0
     }
 }
 
@@ -89,6 +107,7 @@ impl Default for SpecState {
             acceptance: Self::PRIOR,
             drafted: 0,
             accepted: 0,
+            idle: 0,
         }
     }
 }

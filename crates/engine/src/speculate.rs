@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use model::SamplingParams;
 
+use crate::emit::SpecState;
 use crate::engine::{contain, Engine};
 use crate::runner::Runner;
 use crate::sequence::SeqId;
@@ -106,6 +107,25 @@ pub fn draft_len(acceptance: f64, share: f64, max: usize) -> usize {
         .count()
 }
 
+/// How many tokens a stream drafts this step under the adaptive rule: `draft_len` from its
+/// acceptance estimate, or a short probe when it has not drafted for a while and drafting could
+/// pay at all (`SpecState::probe_due`). A step it does not draft in is counted (`forget`).
+pub(crate) fn planned_len(spec: &mut SpecState, share: f64, max: usize) -> usize {
+    let mut k = draft_len(spec.acceptance, share, max);
+    if k == 0 && spec.probe_due(share) {
+        k = PROBE_TOKENS.min(max);
+    }
+    if k == 0 {
+        // Not drafting, nothing is measured: drift back towards trying again.
+        spec.forget();
+    }
+    k
+}
+
+/// Tokens a stream that stopped drafting drafts now and then to measure its acceptance again
+/// (`SpecState::probe_due`): enough for an accepted run to show, few enough to cost little.
+const PROBE_TOKENS: usize = 3;
+
 /// Weight of the newest step in the drafter's measured time per drafted position.
 const DRAFT_COST_ALPHA: f64 = 0.2;
 
@@ -137,6 +157,11 @@ impl<R: Runner> Engine<R> {
                 (Some(d), Some(t)) if t > 0.0 => d / t,
                 _ => 0.0,
             };
+            tracing::debug!(
+                share,
+                draft_share,
+                "drafting cost as a share of a decode step"
+            );
             share + draft_share
         } else {
             0.0
@@ -153,13 +178,12 @@ impl<R: Runner> Engine<R> {
             }
             let room = s.max_total_len.saturating_sub(s.tokens.len() + 1);
             let k = if spec.adaptive {
-                draft_len(r.spec.acceptance, share, spec.max_tokens)
+                planned_len(&mut r.spec, share, spec.max_tokens)
             } else {
                 spec.max_tokens
             };
+            tracing::trace!(seq = ?id, acceptance = r.spec.acceptance, k, "draft length");
             if k == 0 {
-                // Not drafting, nothing is measured: drift back towards trying again.
-                r.spec.forget();
                 continue;
             }
             if k.min(room) > 0 {
@@ -220,5 +244,55 @@ impl<R: Runner> Engine<R> {
             let drafter = &mut spec.drafter;
             let _ = contain(|| drafter.release(id));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draft_len_feeds_tokens_while_their_chance_beats_their_cost() {
+        assert_eq!(draft_len(0.9, 0.5, 8), 6); // 0.9^6 = 0.53 > 0.5 > 0.9^7
+        assert_eq!(draft_len(0.9, 0.5, 3), 3);
+        assert_eq!(draft_len(0.7, 0.8, 5), 0);
+        assert_eq!(draft_len(1.0, 1.0, 5), 0);
+    }
+
+    #[test]
+    fn a_stream_that_stopped_drafting_probes_and_takes_up_drafting_when_probes_are_accepted() {
+        // Each drafted token costs 0.8 of what it could bring: the prior (0.7) says never.
+        let mut s = SpecState::default();
+        let mut lens = Vec::new();
+        for _ in 0..40 {
+            let k = planned_len(&mut s, 0.8, 5);
+            lens.push(k);
+            if k > 0 {
+                s.record(k, k); // every drafted token accepted
+            }
+        }
+        let first = lens.iter().position(|&k| k > 0);
+        assert_eq!(first, Some(8), "a probe after 8 idle steps: {lens:?}");
+        assert_eq!(lens[8], PROBE_TOKENS);
+        // Accepted probes raise the estimate until drafting pays on its own, every step.
+        assert!(lens[30..].iter().all(|&k| k > 0), "{lens:?}");
+        assert!(s.acceptance > 0.95);
+    }
+
+    #[test]
+    fn rejected_probes_stay_rare_and_nothing_is_probed_when_no_token_could_pay() {
+        let mut s = SpecState::default();
+        let mut drafted = 0;
+        for _ in 0..90 {
+            let k = planned_len(&mut s, 0.8, 5);
+            if k > 0 {
+                s.record(k, 0);
+                drafted += 1;
+            }
+        }
+        assert_eq!(drafted, 10, "one probe per 9 steps");
+        // A compute-bound step: even a token sure to be accepted costs what it brings.
+        let mut s = SpecState::default();
+        assert!((0..100).all(|_| planned_len(&mut s, 1.0, 5) == 0));
     }
 }

@@ -250,3 +250,33 @@ fn a_draft_model_of_another_vocabulary_is_refused_naming_both_files() {
     );
     assert!(err.contains("token 40"), "{err}");
 }
+
+#[test]
+fn the_draft_cost_counts_drafting_passes_only_never_a_prompt_catch_up() {
+    let d = draft_model(11, 64);
+    let mut m = d.0.lock().expect("draft model lock");
+    // Unmeasured: zero, so the engine's adaptive rule drafts and measures it.
+    assert_eq!(m.secs_per_position(), Some(0.0));
+    let prompt: Vec<u32> = (0..40).map(|i| 3 + i % 20).collect();
+    let greedy = SamplingParams::default();
+    let ask = |max| DraftAsk {
+        id: SeqId(1),
+        tokens: &prompt,
+        max,
+        sampling: &greedy,
+    };
+    // One position: the pass that catches the 40-token prompt up, which is not a drafting cost.
+    let out = m.propose_all(&[ask(1)]);
+    assert!(
+        matches!(&out[..], [Ok(d)] if d.tokens.len() == 1),
+        "{out:?}"
+    );
+    assert_eq!(m.secs_per_position(), Some(0.0));
+    // Three positions: the later two feed one token each and are measured.
+    let out = m.propose_all(&[ask(3)]);
+    assert!(
+        matches!(&out[..], [Ok(d)] if d.tokens.len() == 3),
+        "{out:?}"
+    );
+    assert!(m.secs_per_position().is_some_and(|s| s > 0.0));
+}
