@@ -472,6 +472,13 @@ impl<R: Runner> Engine<R> {
         if plan.draft_tokens() == 0 {
             self.cost
                 .observe(plan.decode_tokens(), plan.prefill_tokens(), secs);
+        } else {
+            self.cost.observe_draft(
+                plan.decode_tokens(),
+                plan.draft_tokens(),
+                plan.prefill_tokens(),
+                secs,
+            );
         }
         tracing::trace!(
             decode = plan.decode_tokens(),

@@ -26,6 +26,11 @@ pub struct StepCost {
     /// took `y` seconds more than the baseline: their ratio is the per-token cost fitted by
     /// least squares, which large chunks dominate.
     prefill_fit: Option<(f64, f64)>,
+    /// The same fit over steps that verified drafted tokens: `x` drafted tokens, `y` seconds
+    /// over the baseline (and over the prefill tokens the step also carried). A handful of
+    /// drafted tokens beside the decoders cost far less each than a prefill chunk's tokens (the
+    /// weights are read once either way), so drafting plans with this once it is measured.
+    draft_fit: Option<(f64, f64)>,
     /// Decoding steps that carried prefill since the last decode-only one.
     since_decode_only: u32,
 }
@@ -48,6 +53,7 @@ impl StepCost {
             slowdown,
             decode_step: None,
             prefill_fit: None,
+            draft_fit: None,
             since_decode_only: 0,
         }
     }
@@ -81,6 +87,35 @@ impl StepCost {
         let (x, y) = (prefill as f64, (secs - base).max(0.0));
         let old = self.prefill_fit;
         self.prefill_fit = Some((ema(old.map(|f| f.0), x * y), ema(old.map(|f| f.1), x * x)));
+    }
+
+    /// Records a step of `decode` decode tokens that also verified `draft` drafted tokens and
+    /// carried `prefill` prefill tokens, and took `secs`. Skipped without a baseline for that
+    /// many decoders (or a prefill estimate, when it carried prefill).
+    pub fn observe_draft(&mut self, decode: usize, draft: usize, prefill: usize, secs: f64) {
+        if !secs.is_finite() || secs < 0.0 || draft == 0 || decode == 0 {
+            return;
+        }
+        let Some((base, _)) = self
+            .decode_step
+            .filter(|&(_, d)| !self.stale_for(d, decode))
+        else {
+            return;
+        };
+        let prefill_secs = match (prefill, self.per_prefill_token()) {
+            (0, _) => 0.0,
+            (n, Some(p)) => n as f64 * p,
+            (_, None) => return,
+        };
+        let (x, y) = (draft as f64, (secs - base - prefill_secs).max(0.0));
+        let old = self.draft_fit;
+        self.draft_fit = Some((ema(old.map(|f| f.0), x * y), ema(old.map(|f| f.1), x * x)));
+    }
+
+    /// Seconds per drafted token verified beside the decoders (`observe_draft`).
+    pub fn per_draft_token(&self) -> Option<f64> {
+        self.draft_fit
+            .and_then(|(xy, xx)| (xx > 0.0).then_some(xy / xx))
     }
 
     /// Seconds per prefill token: the least-squares slope of extra step time on prefill tokens
@@ -132,15 +167,17 @@ impl StepCost {
     }
 
     /// What one more token in a step with `decoders` decoders costs, as a share of the tokens
-    /// that step produces per unit of time: (seconds per extra token) × decoders / (seconds per
-    /// decode-only step). A drafted token is worth feeding when the chance that it is accepted
-    /// exceeds this. `None` without a fresh baseline or a per-token estimate.
+    /// that step produces per unit of time: (seconds per extra token: per drafted token once
+    /// measured, else per prefill token) × decoders / (seconds per decode-only step). A drafted
+    /// token is worth feeding when the chance that it is accepted exceeds this. `None` without a fresh baseline or a per-token estimate.
     pub fn extra_token_share(&self, decoders: usize) -> Option<f64> {
         if self.wants_baseline(decoders) {
             return None;
         }
         let (t, _) = self.decode_step?;
-        let p = self.per_prefill_token()?;
+        let p = self
+            .per_draft_token()
+            .or_else(|| self.per_prefill_token())?;
         (t > 0.0).then(|| p * decoders.max(1) as f64 / t)
     }
 
@@ -284,5 +321,25 @@ mod tests {
         train(&mut c, 30, 8, 0.030, 10, 0.003);
         let after = c.cap(8, 1, 1, 512).unwrap_or(0);
         assert!(after < before / 2, "cap {before} -> {after}");
+    }
+
+    #[test]
+    fn drafted_tokens_once_measured_set_the_extra_token_share() {
+        // Decode-only 40 ms for 1 decoder, prefill 5 ms a token; drafted tokens 2 ms each.
+        let mut c = StepCost::new(2.0);
+        train(&mut c, 20, 1, 0.040, 100, 0.005);
+        let before = c.extra_token_share(1).expect("share");
+        assert!((before - 0.125).abs() < 1e-6, "{before}");
+        for k in [1usize, 3, 5, 2, 4].iter().cycle().take(40) {
+            c.observe_draft(1, *k, 0, 0.040 + *k as f64 * 0.002);
+        }
+        let after = c.extra_token_share(1).expect("share");
+        assert!((after - 0.05).abs() < 1e-6, "{after}");
+        // A draft step that also carried prefill: the prefill's own cost is taken off.
+        c.observe_draft(1, 2, 10, 0.040 + 2.0 * 0.002 + 10.0 * 0.005);
+        assert!((c.extra_token_share(1).expect("share") - 0.05).abs() < 1e-6);
+        // No baseline for 8 decoders: not recorded.
+        c.observe_draft(8, 4, 0, 1.0);
+        assert!((c.extra_token_share(1).expect("share") - 0.05).abs() < 1e-6);
     }
 }
