@@ -80,7 +80,7 @@ impl Parts {
 pub const MODELS: &[KnownModel] = &[
     KnownModel {
         name: "gemma-3-270m",
-        about: "Gemma 3 270M instruct (gemma3, Q4_K_M mix); the default",
+        about: "Gemma 3 270M base (gemma3, Q4_K_M mix, no chat template); the default",
         file: "gemma-3-270m-q4_k_m.gguf",
         size: 253_113_024,
         sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
