@@ -102,12 +102,21 @@ def curl_json(url, api_key, payload, *extra):
     return status, json.loads(body)
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
+    """A loopback port free now and not handed out before in this run (the kernel may give the
+    same ephemeral port to two binds in a row once the first socket is closed)."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class Server:

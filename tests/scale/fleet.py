@@ -22,10 +22,20 @@ from pathlib import Path
 KV_MEMORY = os.environ.get("SCALE_KV_MEMORY", "24MiB")
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before in this process: the kernel may give
+    the same ephemeral port to two binds in a row once the first socket is closed (two listeners
+    of one smg got the same port that way)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def http(method, url, payload=None, timeout=60, headers=None):
