@@ -148,6 +148,14 @@ impl<R: Runner> Engine<R> {
             return;
         };
         let ids = self.sched.decoding_ids();
+        if spec.adaptive && self.sched.prefill_backlog() > 0 {
+            // Prompts are waiting for compute, so every step is compute-bound: a drafted token
+            // would take the place of a prompt token that must be computed anyway, saving
+            // nothing when accepted and wasting its share when not (and a draft model would
+            // compute each new prompt a second time).
+            tracing::trace!("no drafts while prompts wait for prefill");
+            return;
+        }
         let share = if spec.adaptive {
             // Without a fresh decode-only baseline, this step measures one.
             let Some(share) = self.cost.extra_token_share(ids.len()) else {

@@ -331,3 +331,83 @@ fn drafts_leave_logprobs_stop_strings_and_forked_choices_as_they_were() {
     }
     assert_eq!(drafted[1].1.finish.map(|f| f.0), Some(FinishReason::Stop));
 }
+
+#[test]
+fn adaptive_drafting_stops_while_a_prompt_waits_for_prefill_and_resumes_after() {
+    // A pass costs 5 ms plus 100 µs a token: an extra token in a decode step is cheap, so a
+    // lone decoding stream drafts; a long prompt arriving makes the steps compute-bound.
+    let mut m = model();
+    m.delay = std::time::Duration::from_millis(5);
+    m.per_token = std::time::Duration::from_micros(100);
+    let mut cfg = fake_config(&m, TS, 256);
+    cfg.max_batch_tokens = 16;
+    let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
+    let (pa, pb) = (prompt(21, 6), prompt(22, 120));
+    let truth: HashMap<SeqId, Vec<u32>> = HashMap::new();
+    let proposed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    struct Counting {
+        inner: TestDrafter,
+        calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+    impl Drafter for Counting {
+        fn propose(&mut self, id: SeqId, tokens: &[u32], max: usize) -> Vec<u32> {
+            self.calls
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.propose(id, tokens, max)
+        }
+    }
+    h.engine.set_speculation(Speculation {
+        drafter: Box::new(Counting {
+            inner: TestDrafter {
+                rng: Rng(9),
+                truth,
+                right_pct: 100,
+                max_len: 3,
+                proposed: proposed.clone(),
+            },
+            calls: calls.clone(),
+        }),
+        max_tokens: 3,
+        adaptive: true,
+    });
+    let calls_now = || calls.load(std::sync::atomic::Ordering::Relaxed);
+    let a = h.submit(greedy(pa.clone(), 200));
+    // The lone stream measures its costs, then drafts.
+    let mut guard = 0;
+    while calls_now() == 0 {
+        h.step();
+        guard += 1;
+        assert!(
+            guard < 150,
+            "a lone stream with cheap extra tokens never drafted"
+        );
+    }
+    let b = h.submit(greedy(pb.clone(), 60));
+    let mut waiting_steps = 0;
+    while h.engine.scheduler().prefill_backlog() > 0 {
+        let before = calls_now();
+        h.step();
+        assert_eq!(
+            calls_now(),
+            before,
+            "drafted while a prompt waited for prefill"
+        );
+        waiting_steps += 1;
+    }
+    assert!(
+        waiting_steps >= 2,
+        "the long prompt took {waiting_steps} steps"
+    );
+    let resumed = calls_now();
+    h.run();
+    assert!(
+        calls_now() > resumed,
+        "drafting did not resume once the prompt was computed"
+    );
+    assert_eq!(
+        h.outcome(a).tokens,
+        solo(model, TS, &greedy(pa, 200)).tokens
+    );
+    assert_eq!(h.outcome(b).tokens, solo(model, TS, &greedy(pb, 60)).tokens);
+}
