@@ -46,6 +46,17 @@ fn ema(old: Option<f64>, new: f64) -> f64 {
     old.map_or(new, |o| o + ALPHA * (new - o))
 }
 
+/// Folds the point (`x` tokens, `y` seconds) into a moving least-squares fit through the
+/// origin, kept as the averages of `x * y` and `x * x`.
+fn fold(fit: Option<(f64, f64)>, x: f64, y: f64) -> Option<(f64, f64)> {
+    Some((ema(fit.map(|f| f.0), x * y), ema(fit.map(|f| f.1), x * x)))
+}
+
+/// The slope of a `fold`ed fit: seconds per token.
+fn slope(fit: Option<(f64, f64)>) -> Option<f64> {
+    fit.and_then(|(xy, xx)| (xx > 0.0).then_some(xy / xx))
+}
+
 impl StepCost {
     /// `slowdown` <= 0 turns the cap off.
     pub fn new(slowdown: f64) -> StepCost {
@@ -66,10 +77,7 @@ impl StepCost {
         if prefill == 0 {
             if decode > 0 {
                 // A different batch is a different baseline: restart the average.
-                let old = self
-                    .decode_step
-                    .filter(|&(_, d)| !self.stale_for(d, decode))
-                    .map(|(t, _)| t);
+                let old = self.baseline(decode);
                 self.decode_step = Some((ema(old, secs), decode));
                 self.since_decode_only = 0;
             }
@@ -77,16 +85,14 @@ impl StepCost {
         }
         let base = if decode > 0 {
             self.since_decode_only = self.since_decode_only.saturating_add(1);
-            match self.decode_step {
-                Some((t, d)) if !self.stale_for(d, decode) => t,
-                _ => return, // no baseline for this batch to take off
+            match self.baseline(decode) {
+                Some(t) => t,
+                None => return, // no baseline for this batch to take off
             }
         } else {
             0.0
         };
-        let (x, y) = (prefill as f64, (secs - base).max(0.0));
-        let old = self.prefill_fit;
-        self.prefill_fit = Some((ema(old.map(|f| f.0), x * y), ema(old.map(|f| f.1), x * x)));
+        self.prefill_fit = fold(self.prefill_fit, prefill as f64, (secs - base).max(0.0));
     }
 
     /// Records a step of `decode` decode tokens that also verified `draft` drafted tokens and
@@ -96,10 +102,7 @@ impl StepCost {
         if !secs.is_finite() || secs < 0.0 || draft == 0 || decode == 0 {
             return;
         }
-        let Some((base, _)) = self
-            .decode_step
-            .filter(|&(_, d)| !self.stale_for(d, decode))
-        else {
+        let Some(base) = self.baseline(decode) else {
             return;
         };
         let prefill_secs = match (prefill, self.per_prefill_token()) {
@@ -107,15 +110,13 @@ impl StepCost {
             (n, Some(p)) => n as f64 * p,
             (_, None) => return,
         };
-        let (x, y) = (draft as f64, (secs - base - prefill_secs).max(0.0));
-        let old = self.draft_fit;
-        self.draft_fit = Some((ema(old.map(|f| f.0), x * y), ema(old.map(|f| f.1), x * x)));
+        let y = (secs - base - prefill_secs).max(0.0);
+        self.draft_fit = fold(self.draft_fit, draft as f64, y);
     }
 
     /// Seconds per drafted token verified beside the decoders (`observe_draft`).
     pub fn per_draft_token(&self) -> Option<f64> {
-        self.draft_fit
-            .and_then(|(xy, xx)| (xx > 0.0).then_some(xy / xx))
+        slope(self.draft_fit)
     }
 
     /// Seconds per prefill token: the least-squares slope of extra step time on prefill tokens
@@ -123,8 +124,15 @@ impl StepCost {
     /// (cheap per token while a small batch still waits on memory) hide what the large ones
     /// cost, and steps at the cap ran well over `slowdown`.
     pub fn per_prefill_token(&self) -> Option<f64> {
-        self.prefill_fit
-            .and_then(|(xy, xx)| (xx > 0.0).then_some(xy / xx))
+        slope(self.prefill_fit)
+    }
+
+    /// Seconds of the decode-only step baseline, if one was measured with about `decoders`
+    /// decoders.
+    fn baseline(&self, decoders: usize) -> Option<f64> {
+        self.decode_step
+            .filter(|&(_, d)| !self.stale_for(d, decoders))
+            .map(|(t, _)| t)
     }
 
     /// Whether a baseline measured with `measured` decoders does not describe `now` decoders.
@@ -169,7 +177,8 @@ impl StepCost {
     /// What one more token in a step with `decoders` decoders costs, as a share of the tokens
     /// that step produces per unit of time: (seconds per extra token: per drafted token once
     /// measured, else per prefill token) × decoders / (seconds per decode-only step). A drafted
-    /// token is worth feeding when the chance that it is accepted exceeds this. `None` without a fresh baseline or a per-token estimate.
+    /// token is worth feeding when the chance that it is accepted exceeds this. `None` without
+    /// a fresh baseline or a per-token estimate.
     pub fn extra_token_share(&self, decoders: usize) -> Option<f64> {
         if self.wants_baseline(decoders) {
             return None;
