@@ -134,7 +134,7 @@ fn model(threads: &Threads, runs: usize) {
     let bytes: usize = mats.iter().map(|m| m.3.as_bytes().len()).sum();
     let all: Vec<&[u8]> = mats.iter().map(|m| m.3.as_bytes()).collect();
     let mut scratch = MatmulScratch::new();
-    for m in [1usize, 16] {
+    for m in [1usize, 2, 4, 16] {
         let x: Vec<f32> = (0..m * 8960)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
             .collect();

@@ -3,9 +3,16 @@
 //! (weight row, activation row) pair as the AVX-512 VNNI kernels and the scalar reference, so
 //! all three give the same bits.
 //!
-//! A 256-bit vector holds eight of a record's sixteen row lanes, so a pass runs the record's two
-//! halves one after the other (rows `0..8`, then `8..16`; the second half finds the group's
-//! records in cache). Without VNNI, the products go through `maddubs` (unsigned weight bytes
+//! A 256-bit vector holds eight of a record's sixteen row lanes, so a pass runs each record's two
+//! halves back to back (rows `0..8`, then `8..16`, from L1) and keeps both halves' float sums.
+//! While a record is computed, the record [`PREFETCH_BYTES`] on is asked for into L2 a slice at
+//! a time (one slice per sub-block or chunk pair): a core on its own keeps too few misses in
+//! flight to stream weights at the memory's rate, and with the requests spread over the compute
+//! the memory works while the core multiplies. On an AVX2-only AMD EPYC (Zen 3) this took one
+//! decode step's matmuls of Qwen2.5-Coder-1.5B from 1.6x a plain read of the same bytes to 1.1x
+//! (`examples/kquant_speed`, docs/BENCHMARKS.md); a burst of a whole record's prefetches at its
+//! start, or the second half run from cache after the whole group's first, left the memory idle
+//! for half the compute. Without VNNI, the products go through `maddubs` (unsigned weight bytes
 //! times signed activation bytes, adjacent pairs summed to i16) and `madd` (i16 pairs to i32):
 //! - Q4_0 / Q5_0 / Q4_K quants are small enough that the i16 pair sums of all eight chunks of a
 //!   block (Q4: 8 x 2 x 15 x 127) or of four (Q5: 4 x 2 x 31 x 127) add up without saturating
@@ -23,7 +30,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::high_bits_x16;
-use super::{drive_passes, legacy_format, prefetch_record, Pass, Q4, Q41, Q5, Q51, Q8};
+use super::{drive_passes, legacy_format, Pass, Q4, Q41, Q5, Q51, Q8};
 use crate::dtype::Format;
 use crate::packed::{
     quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS,
@@ -34,9 +41,88 @@ use crate::quant::{ActQ8_0, BlockQ8K};
 /// Row lanes per vector.
 const HALF: usize = PACK_ROWS / 2;
 
-/// Passes over this many activation rows or more prefetch ahead (legacy records two ahead,
-/// Q4_K / Q6_K one); fewer rows stream at the memory's rate with the hardware prefetchers alone.
-const PREFETCH_MIN_ROWS: usize = 4;
+/// How far ahead of the record being computed its prefetches point, in bytes (rounded up to
+/// whole records): four Q4_K records, 24 Q5_0. Two to eight Q4_K records measured alike.
+const PREFETCH_BYTES: usize = 9216;
+
+/// The prefetches of the record [`PREFETCH_BYTES`] after `r`, in `2 * per_half` slices: slice
+/// `h * per_half + k` is asked for by half `h`'s slot `k`.
+#[derive(Clone, Copy)]
+struct Ahead {
+    next: *const u8,
+    rec: usize,
+    per_half: usize,
+    h: usize,
+}
+
+impl Ahead {
+    /// Asks for slice `k` of this half into L2 (`prefetcht1`; past the weights' end the
+    /// addresses are only hints: a prefetch never faults).
+    #[inline(always)]
+    fn slot(self, k: usize) {
+        let parts = 2 * self.per_half;
+        let part = self.h * self.per_half + k;
+        let (lo, hi) = (self.rec * part / parts, self.rec * (part + 1) / parts);
+        for off in (lo..hi).step_by(64) {
+            // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.next.wrapping_add(off).cast()) };
+        }
+    }
+}
+
+/// Runs `half` over both halves of each of group `g`'s records in turn, for activation rows
+/// `i..i + N` (activation blocks `all`, `blocks` per row), and stores the sixteen rows' sums.
+///
+/// # Safety
+/// `half` computes one half of a record of `rec` bytes; records of group `g` lie in
+/// `job.data` and `all` holds rows `i..i + N` (checked by the matmul); AVX2 enabled by the
+/// entry point.
+#[inline(always)]
+unsafe fn records<A, const N: usize>(
+    job: &PackedJob,
+    g: usize,
+    i: usize,
+    all: &[A],
+    rec: usize,
+    per_half: usize,
+    half: impl Fn(*const u8, &[&A; N], usize, &mut [__m256; N], Ahead),
+) {
+    let blocks = job.blocks;
+    let ahead = PREFETCH_BYTES.div_ceil(rec) * rec;
+    // SAFETY: the caller's contract.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts: [*const A; N] = std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
+        let mut acc = [[_mm256_setzero_ps(); N]; 2];
+        for b in 0..blocks {
+            let r = base.add(b * rec);
+            let next = r.wrapping_add(ahead);
+            let xs: [&A; N] = std::array::from_fn(|j| &*acts[j].add(b));
+            for (h, acc) in acc.iter_mut().enumerate() {
+                half(
+                    r,
+                    &xs,
+                    h,
+                    acc,
+                    Ahead {
+                        next,
+                        rec,
+                        per_half,
+                        h,
+                    },
+                );
+            }
+        }
+        for (h, acc) in acc.iter().enumerate() {
+            for j in 0..N {
+                _mm256_storeu_ps(
+                    job.out.add((i + j) * job.rows + g * PACK_ROWS + HALF * h),
+                    acc[j],
+                );
+            }
+        }
+    }
+}
 
 /// Four activation bytes broadcast to every i32 lane.
 #[inline(always)]
@@ -134,94 +220,149 @@ unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i
     }
 }
 
-/// Legacy formats: rows `16g + 8h..+8` for activation rows `i..i + N`, both halves.
+/// Half `h` (rows `8h..8h + 8`) of one legacy record `r` against activation blocks `xs`,
+/// accumulated into `acc`; prefetch slot `k` comes with chunk pair `k`.
 #[inline(always)]
-unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
+unsafe fn legacy_half<const F: u8, const N: usize>(
+    r: *const u8,
+    xs: &[&ActQ8_0; N],
+    h: usize,
+    acc: &mut [__m256; N],
+    pf: Ahead,
+) {
     let format = legacy_format(F);
     let with_min = F == Q41 || F == Q51;
-    let rec = record_bytes(format);
-    let blocks = job.blocks;
+    // SAFETY: the caller passes a record of format `F`; AVX2/FMA/F16C enabled by the entry point.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        // Q8_0 multiplies signed quants; the 4/5-bit formats take the offset off here.
+        let mut isum: [__m256i; N] = std::array::from_fn(|j| {
+            _mm256_set1_epi32(if F == Q8 || with_min {
+                0
+            } else {
+                xs[j].neg_offset_sums[usize::from(F)]
+            })
+        });
+        let q = r.add(quants_at(format));
+        if F == Q8 {
+            let flip = _mm256_set1_epi8(-128);
+            for k in 0..8 {
+                if k % 2 == 0 {
+                    pf.slot(k / 2);
+                }
+                let w = _mm256_xor_si256(_mm256_loadu_si256(q.add(64 * k + 32 * h).cast()), flip);
+                let aw = _mm256_abs_epi8(w);
+                for j in 0..N {
+                    let sx = _mm256_sign_epi8(bcast(xs[j].qs.as_ptr(), k), w);
+                    let p = _mm256_maddubs_epi16(aw, sx);
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, ones));
+                }
+            }
+        } else {
+            // Chunks per i16 sum: all eight for 4-bit quants, four for 5-bit.
+            let per = if F == Q4 || F == Q41 { 4 } else { 2 };
+            for v0 in (0..4).step_by(per) {
+                let mut p = [_mm256_setzero_si256(); N];
+                for v in v0..v0 + per {
+                    pf.slot(v);
+                    let w = nibble_pair::<F>(q, v, h);
+                    for t in 0..2 {
+                        for j in 0..N {
+                            let x = bcast(xs[j].qs.as_ptr(), 2 * v + t);
+                            p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(w[t], x));
+                        }
+                    }
+                }
+                for j in 0..N {
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], ones));
+                }
+            }
+        }
+        let dw = half_scales(r, h);
+        let mw = if with_min {
+            Some(half_scales(r.add(32), h))
+        } else {
+            None
+        };
+        for j in 0..N {
+            let dx = _mm256_set1_ps(xs[j].d);
+            let scale = _mm256_mul_ps(dw, dx);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
+            if let Some(mw) = mw {
+                let xsum = _mm256_set1_ps(xs[j].sum as f32);
+                acc[j] = _mm256_fmadd_ps(xsum, _mm256_mul_ps(mw, dx), acc[j]);
+            }
+        }
+    }
+}
+
+/// Legacy formats: rows `16g..16g + 16` for activation rows `i..i + N`.
+#[inline(always)]
+unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
     let PackedActs::Q8_0(all) = job.acts else {
         unreachable!("legacy packed kernel with Q8_K activations")
     };
-    // SAFETY: records of group g lie in `data` and activation rows i..i+N hold `blocks` blocks
-    // (checked by the matmul); AVX2/FMA/F16C enabled by the entry point.
+    let rec = record_bytes(legacy_format(F));
+    // SAFETY: as `records`: `legacy_half` computes half a record of format `F`.
     unsafe {
-        let base = job.data.as_ptr().add(g * blocks * rec);
-        let acts: [*const ActQ8_0; N] = std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
-        let ones = _mm256_set1_epi16(1);
-        for h in 0..2 {
-            let mut acc = [_mm256_setzero_ps(); N];
-            for b in 0..blocks {
-                let r = base.add(b * rec);
-                if h == 0 && N >= PREFETCH_MIN_ROWS {
-                    prefetch_record(r, rec, 2);
-                }
-                let xs: [&ActQ8_0; N] = std::array::from_fn(|j| &*acts[j].add(b));
-                // Q8_0 multiplies signed quants; the 4/5-bit formats take the offset off here.
-                let mut isum: [__m256i; N] = std::array::from_fn(|j| {
-                    _mm256_set1_epi32(if F == Q8 || with_min {
-                        0
-                    } else {
-                        xs[j].neg_offset_sums[usize::from(F)]
-                    })
-                });
-                let q = r.add(quants_at(format));
-                if F == Q8 {
-                    let flip = _mm256_set1_epi8(-128);
-                    for k in 0..8 {
-                        let w = _mm256_xor_si256(
-                            _mm256_loadu_si256(q.add(64 * k + 32 * h).cast()),
-                            flip,
-                        );
-                        let aw = _mm256_abs_epi8(w);
-                        for j in 0..N {
-                            let sx = _mm256_sign_epi8(bcast(xs[j].qs.as_ptr(), k), w);
-                            let p = _mm256_maddubs_epi16(aw, sx);
-                            isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, ones));
-                        }
-                    }
-                } else {
-                    // Chunks per i16 sum: all eight for 4-bit quants, four for 5-bit.
-                    let per = if F == Q4 || F == Q41 { 4 } else { 2 };
-                    for v0 in (0..4).step_by(per) {
-                        let mut p = [_mm256_setzero_si256(); N];
-                        for v in v0..v0 + per {
-                            let w = nibble_pair::<F>(q, v, h);
-                            for t in 0..2 {
-                                for j in 0..N {
-                                    let x = bcast(xs[j].qs.as_ptr(), 2 * v + t);
-                                    p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(w[t], x));
-                                }
-                            }
-                        }
-                        for j in 0..N {
-                            isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], ones));
-                        }
-                    }
-                }
-                let dw = half_scales(r, h);
-                let mw = if with_min {
-                    Some(half_scales(r.add(32), h))
-                } else {
-                    None
-                };
-                for j in 0..N {
-                    let dx = _mm256_set1_ps(xs[j].d);
-                    let scale = _mm256_mul_ps(dw, dx);
-                    acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), scale, acc[j]);
-                    if let Some(mw) = mw {
-                        let xsum = _mm256_set1_ps(xs[j].sum as f32);
-                        acc[j] = _mm256_fmadd_ps(xsum, _mm256_mul_ps(mw, dx), acc[j]);
+        records::<_, N>(job, g, i, all, rec, 4, |r, xs, h, acc, pf| {
+            legacy_half::<F, N>(r, xs, h, acc, pf)
+        })
+    }
+}
+
+/// Half `h` (rows `8h..8h + 8`) of one Q4_K record `r` against activation blocks `xs`,
+/// accumulated into `acc`; prefetch slot `sj` comes with sub-block `sj`.
+#[inline(always)]
+unsafe fn q4k_half<const N: usize>(
+    r: *const u8,
+    xs: &[&BlockQ8K; N],
+    h: usize,
+    acc: &mut [__m256; N],
+    pf: Ahead,
+) {
+    // SAFETY: the caller passes a Q4_K record; AVX2/FMA/F16C enabled by the entry point.
+    unsafe {
+        let (sp, mp) = q4k_pairs(r, h);
+        let mut isum = [_mm256_setzero_si256(); N];
+        for sj in 0..8 {
+            pf.slot(sj);
+            let sc = if sj % 2 == 0 {
+                splat_pair::<0>(sp[sj / 2])
+            } else {
+                splat_pair::<1>(sp[sj / 2])
+            };
+            let q = r.add(Q4K_QUANTS + 256 * sj);
+            let mut p = [_mm256_setzero_si256(); N];
+            for v in 0..4 {
+                let w = nibble_pair::<Q4>(q, v, h);
+                for t in 0..2 {
+                    for j in 0..N {
+                        let x = bcast(xs[j].qs.as_ptr().add(32 * sj), 2 * v + t);
+                        p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(w[t], x));
                     }
                 }
             }
             for j in 0..N {
-                _mm256_storeu_ps(
-                    job.out.add((i + j) * job.rows + g * PACK_ROWS + HALF * h),
-                    acc[j],
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], sc));
+            }
+        }
+        let d = half_scales(r, h);
+        let dmin = half_scales(r.add(32), h);
+        for j in 0..N {
+            let bs = &xs[j].bsums;
+            let mut msum = _mm256_setzero_si256();
+            for k in 0..4 {
+                let lo = bs[4 * k].wrapping_add(bs[4 * k + 1]) as u16 as u32;
+                let hi = bs[4 * k + 2].wrapping_add(bs[4 * k + 3]) as u16 as u32;
+                msum = _mm256_add_epi32(
+                    msum,
+                    _mm256_madd_epi16(mp[k], _mm256_set1_epi32((lo | (hi << 16)) as i32)),
                 );
             }
+            let dx = _mm256_set1_ps(xs[j].d);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(d, dx), acc[j]);
+            acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), acc[j]);
         }
     }
 }
@@ -229,73 +370,72 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
 /// Q4_K rows `16g..16g + 16` for activation rows `i..i + N`.
 #[inline(always)]
 unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-    let rec = record_bytes(Format::Q4_K);
-    let blocks = job.blocks;
     let PackedActs::Q8K(all) = job.acts else {
         unreachable!("Q4_K packed kernel with Q8_0 activations")
     };
-    // SAFETY: as `pass`.
+    let rec = record_bytes(Format::Q4_K);
+    // SAFETY: as `records`: `q4k_half` computes half a Q4_K record.
     unsafe {
-        let base = job.data.as_ptr().add(g * blocks * rec);
-        let acts: [*const BlockQ8K; N] =
-            std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
-        for h in 0..2 {
-            let mut acc = [_mm256_setzero_ps(); N];
-            for b in 0..blocks {
-                let r = base.add(b * rec);
-                if h == 0 && N >= PREFETCH_MIN_ROWS {
-                    prefetch_record(r, rec, 1);
-                }
-                let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
-                let (sp, mp) = q4k_pairs(r, h);
-                let mut isum = [_mm256_setzero_si256(); N];
-                for sj in 0..8 {
-                    let sc = if sj % 2 == 0 {
-                        splat_pair::<0>(sp[sj / 2])
-                    } else {
-                        splat_pair::<1>(sp[sj / 2])
-                    };
-                    let q = r.add(Q4K_QUANTS + 256 * sj);
-                    let mut p = [_mm256_setzero_si256(); N];
-                    for v in 0..4 {
-                        let w = nibble_pair::<Q4>(q, v, h);
-                        for t in 0..2 {
-                            for j in 0..N {
-                                let x = bcast(xs[j].qs.as_ptr().add(32 * sj), 2 * v + t);
-                                p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(w[t], x));
-                            }
-                        }
-                    }
-                    for j in 0..N {
-                        isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], sc));
-                    }
-                }
-                let d = half_scales(r, h);
-                let dmin = half_scales(r.add(32), h);
+        records::<_, N>(job, g, i, all, rec, 8, |r, xs, h, acc, pf| {
+            q4k_half::<N>(r, xs, h, acc, pf)
+        })
+    }
+}
+
+/// Half `h` (rows `8h..8h + 8`) of one Q6_K record `r` against activation blocks `xs`,
+/// accumulated into `acc`; prefetch slot `sb` comes with sub-block `sb`.
+#[inline(always)]
+unsafe fn q6k_half<const N: usize>(
+    r: *const u8,
+    xs: &[&BlockQ8K; N],
+    h: usize,
+    acc: &mut [__m256; N],
+    pf: Ahead,
+) {
+    // SAFETY: the caller passes a Q6_K record; AVX2/FMA/F16C enabled by the entry point.
+    unsafe {
+        // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
+        let sp: [__m256i; 8] = std::array::from_fn(|k| {
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(r.add(Q6K_SCALES + 32 * k + 16 * h).cast()))
+        });
+        let mut isum = [_mm256_setzero_si256(); N];
+        for sb in 0..16 {
+            pf.slot(sb);
+            let sc = if sb % 2 == 0 {
+                splat_pair::<0>(sp[sb / 2])
+            } else {
+                splat_pair::<1>(sp[sb / 2])
+            };
+            let low = r.add(Q6K_LOW + 128 * sb + 32 * h);
+            let w = merge6(
+                _mm256_loadu_si256(low.cast()),
+                _mm256_loadu_si256(low.add(64).cast()),
+                _mm256_loadu_si256(r.add(Q6K_HIGH + 64 * sb + 32 * h).cast()),
+            );
+            // Two chunks per i16 sum (2 x 2 x 63 x 127 fits).
+            for c0 in [0, 2] {
                 for j in 0..N {
-                    let bs = &xs[j].bsums;
-                    let mut msum = _mm256_setzero_si256();
-                    for k in 0..4 {
-                        let lo = bs[4 * k].wrapping_add(bs[4 * k + 1]) as u16 as u32;
-                        let hi = bs[4 * k + 2].wrapping_add(bs[4 * k + 3]) as u16 as u32;
-                        msum = _mm256_add_epi32(
-                            msum,
-                            _mm256_madd_epi16(mp[k], _mm256_set1_epi32((lo | (hi << 16)) as i32)),
-                        );
-                    }
-                    let dx = _mm256_set1_ps(xs[j].d);
-                    acc[j] =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(d, dx), acc[j]);
-                    acc[j] =
-                        _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), acc[j]);
+                    let x = xs[j].qs.as_ptr().add(16 * sb);
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w[c0], bcast(x, c0)),
+                        _mm256_maddubs_epi16(w[c0 + 1], bcast(x, c0 + 1)),
+                    );
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, sc));
                 }
             }
-            for j in 0..N {
-                _mm256_storeu_ps(
-                    job.out.add((i + j) * job.rows + g * PACK_ROWS + HALF * h),
-                    acc[j],
-                );
+        }
+        let d = half_scales(r, h);
+        for j in 0..N {
+            // bsums 2k and 2k + 1 as one i32 (little-endian i16 pair).
+            let pairs = xs[j].bsums.as_ptr().cast::<i32>();
+            let mut corr = _mm256_setzero_si256();
+            for k in 0..8 {
+                let pair = std::ptr::read_unaligned(pairs.add(k));
+                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(sp[k], _mm256_set1_epi32(pair)));
             }
+            let total = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(corr));
+            let dx = _mm256_set1_ps(xs[j].d);
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, dx), acc[j]);
         }
     }
 }
@@ -303,80 +443,15 @@ unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
 /// Q6_K rows `16g..16g + 16` for activation rows `i..i + N`.
 #[inline(always)]
 unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-    let rec = record_bytes(Format::Q6_K);
-    let blocks = job.blocks;
     let PackedActs::Q8K(all) = job.acts else {
         unreachable!("Q6_K packed kernel with Q8_0 activations")
     };
-    // SAFETY: as `pass`.
+    let rec = record_bytes(Format::Q6_K);
+    // SAFETY: as `records`: `q6k_half` computes half a Q6_K record.
     unsafe {
-        let base = job.data.as_ptr().add(g * blocks * rec);
-        let acts: [*const BlockQ8K; N] =
-            std::array::from_fn(|j| all.as_ptr().add((i + j) * blocks));
-        for h in 0..2 {
-            let mut acc = [_mm256_setzero_ps(); N];
-            for b in 0..blocks {
-                let r = base.add(b * rec);
-                if h == 0 && N >= PREFETCH_MIN_ROWS {
-                    prefetch_record(r, rec, 1);
-                }
-                let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
-                // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
-                let sp: [__m256i; 8] = std::array::from_fn(|k| {
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                        r.add(Q6K_SCALES + 32 * k + 16 * h).cast(),
-                    ))
-                });
-                let mut isum = [_mm256_setzero_si256(); N];
-                for sb in 0..16 {
-                    let sc = if sb % 2 == 0 {
-                        splat_pair::<0>(sp[sb / 2])
-                    } else {
-                        splat_pair::<1>(sp[sb / 2])
-                    };
-                    let low = r.add(Q6K_LOW + 128 * sb + 32 * h);
-                    let w = merge6(
-                        _mm256_loadu_si256(low.cast()),
-                        _mm256_loadu_si256(low.add(64).cast()),
-                        _mm256_loadu_si256(r.add(Q6K_HIGH + 64 * sb + 32 * h).cast()),
-                    );
-                    // Two chunks per i16 sum (2 x 2 x 63 x 127 fits).
-                    for c0 in [0, 2] {
-                        for j in 0..N {
-                            let x = xs[j].qs.as_ptr().add(16 * sb);
-                            let p = _mm256_add_epi16(
-                                _mm256_maddubs_epi16(w[c0], bcast(x, c0)),
-                                _mm256_maddubs_epi16(w[c0 + 1], bcast(x, c0 + 1)),
-                            );
-                            isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, sc));
-                        }
-                    }
-                }
-                let d = half_scales(r, h);
-                for j in 0..N {
-                    // bsums 2k and 2k + 1 as one i32 (little-endian i16 pair).
-                    let pairs = xs[j].bsums.as_ptr().cast::<i32>();
-                    let mut corr = _mm256_setzero_si256();
-                    for k in 0..8 {
-                        let pair = std::ptr::read_unaligned(pairs.add(k));
-                        corr = _mm256_add_epi32(
-                            corr,
-                            _mm256_madd_epi16(sp[k], _mm256_set1_epi32(pair)),
-                        );
-                    }
-                    let total = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(corr));
-                    let dx = _mm256_set1_ps(xs[j].d);
-                    acc[j] =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(d, dx), acc[j]);
-                }
-            }
-            for j in 0..N {
-                _mm256_storeu_ps(
-                    job.out.add((i + j) * job.rows + g * PACK_ROWS + HALF * h),
-                    acc[j],
-                );
-            }
-        }
+        records::<_, N>(job, g, i, all, rec, 16, |r, xs, h, acc, pf| {
+            q6k_half::<N>(r, xs, h, acc, pf)
+        })
     }
 }
 
