@@ -1,7 +1,7 @@
 //! Packed Q4_K / Q6_K matmuls at the shapes of Qwen2.5-Coder-1.5B, timed by minimum over many
 //! runs (robust on a shared machine where criterion's means drift with the load).
 //!
-//! `cargo run --release -p tessera-kernels --example kquant_speed -- [THREADS] [RUNS] [model]`
+//! `cargo run --release -p tessera-kernels --example kquant_speed -- [THREADS] [RUNS] [model | TYPE:M]`
 //!
 //! - Without `model`: each shape (the MLP's 8960x1536 and 1536x8960, attention's 1536x1536 and
 //!   256x1536) at 1 and 16 activation rows: minimum, first quartile and median of `RUNS` calls.
@@ -10,6 +10,8 @@
 //!   every other layer, the Q6_K output projection; 981 MB, more than the caches) at 1 and 16
 //!   activation rows, each run followed by a plain read of the same bytes on the same threads:
 //!   the matmuls against the memory's rate at that moment.
+//!
+//! - With `TYPE:M` (say `Q4_K:16`): only that type's shapes at `M` rows (twice), for a profiler.
 //!
 //! `TESSERA_ISA=avx512` compares the VNNI passes with the AMX ones on a CPU that has both.
 
@@ -51,17 +53,23 @@ fn sorted(mut t: Vec<f64>) -> Vec<f64> {
     t
 }
 
-fn shapes(threads: &Threads, runs: usize) {
+fn shapes(threads: &Threads, runs: usize, only: Option<&str>) {
+    // `only` = `TYPE:M` (say `Q4_K:16`) keeps that type's shapes at that many rows.
+    let only = only.and_then(|o| o.split_once(':'));
     for (ty, rows, cols) in [
         (GgmlType::Q4_K, 8960, 1536),
         (GgmlType::Q6_K, 1536, 8960),
         (GgmlType::Q4_K, 1536, 1536),
         (GgmlType::Q6_K, 256, 1536),
     ] {
+        if only.is_some_and(|(t, _)| t != format!("{ty:?}")) {
+            continue;
+        }
         let p = packed(ty, rows, cols);
         let w = Weights::packed(ty, p.as_bytes(), rows, cols).expect("valid packed weights");
         let mut scratch = MatmulScratch::new();
         for m in [1usize, 16] {
+            let m = only.map_or(m, |(_, m)| m.parse().expect("M is a number"));
             let x: Vec<f32> = (0..m * cols)
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                 .collect();
@@ -177,9 +185,8 @@ fn main() {
     let threads = Threads::new(num(0, 2));
     let runs = num(1, 100).max(1);
     println!("isa {:?}", kernels::isa());
-    if args.get(2).map(String::as_str) == Some("model") {
-        model(&threads, runs);
-    } else {
-        shapes(&threads, runs);
+    match args.get(2).map(String::as_str) {
+        Some("model") => model(&threads, runs),
+        only => shapes(&threads, runs, only),
     }
 }

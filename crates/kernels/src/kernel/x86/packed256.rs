@@ -323,7 +323,8 @@ unsafe fn q4k_half<const N: usize>(
 ) {
     // SAFETY: the caller passes a Q4_K record; AVX2/FMA/F16C enabled by the entry point.
     unsafe {
-        let (sp, mp) = q4k_pairs(r, h);
+        // The mins are widened after the sub-block loop, which keeps their registers free.
+        let (sp, _) = q4k_pairs(r, h);
         let mut isum = [_mm256_setzero_si256(); N];
         for sj in 0..8 {
             pf.slot(sj);
@@ -347,18 +348,23 @@ unsafe fn q4k_half<const N: usize>(
                 isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], sc));
             }
         }
+        let (_, mp) = q4k_pairs(r, h);
         let d = half_scales(r, h);
         let dmin = half_scales(r.add(32), h);
         for j in 0..N {
-            let bs = &xs[j].bsums;
+            // The activation's sixteen block sums summed in adjacent pairs (each |sum| <= 4064,
+            // exact in i16) and packed: i32 `k` of `pairs` is (pair 2k, pair 2k + 1) as i16s.
+            let sums = _mm256_madd_epi16(
+                _mm256_loadu_si256(xs[j].bsums.as_ptr().cast()),
+                _mm256_set1_epi16(1),
+            );
+            let packed = _mm256_packs_epi32(sums, sums);
+            // Lane 0 holds pairs 0..4 (dwords 0, 1), lane 1 pairs 4..8 (dwords 4, 5).
+            let at = |k: usize| _mm256_set1_epi32([0, 1, 4, 5][k]);
             let mut msum = _mm256_setzero_si256();
             for k in 0..4 {
-                let lo = bs[4 * k].wrapping_add(bs[4 * k + 1]) as u16 as u32;
-                let hi = bs[4 * k + 2].wrapping_add(bs[4 * k + 3]) as u16 as u32;
-                msum = _mm256_add_epi32(
-                    msum,
-                    _mm256_madd_epi16(mp[k], _mm256_set1_epi32((lo | (hi << 16)) as i32)),
-                );
+                let pair = _mm256_permutevar8x32_epi32(packed, at(k));
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mp[k], pair));
             }
             let dx = _mm256_set1_ps(xs[j].d);
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(d, dx), acc[j]);
@@ -394,17 +400,18 @@ unsafe fn q6k_half<const N: usize>(
 ) {
     // SAFETY: the caller passes a Q6_K record; AVX2/FMA/F16C enabled by the entry point.
     unsafe {
-        // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
-        let sp: [__m256i; 8] = std::array::from_fn(|k| {
+        // Scales in pair order, sign-extended: lane i of `sp(k)` is (s[2k], s[2k + 1]). Widened
+        // where they are used rather than held in eight registers through the loop.
+        let sp = |k: usize| {
             _mm256_cvtepi8_epi16(_mm_loadu_si128(r.add(Q6K_SCALES + 32 * k + 16 * h).cast()))
-        });
+        };
         let mut isum = [_mm256_setzero_si256(); N];
         for sb in 0..16 {
             pf.slot(sb);
             let sc = if sb % 2 == 0 {
-                splat_pair::<0>(sp[sb / 2])
+                splat_pair::<0>(sp(sb / 2))
             } else {
-                splat_pair::<1>(sp[sb / 2])
+                splat_pair::<1>(sp(sb / 2))
             };
             let low = r.add(Q6K_LOW + 128 * sb + 32 * h);
             let w = merge6(
@@ -431,7 +438,7 @@ unsafe fn q6k_half<const N: usize>(
             let mut corr = _mm256_setzero_si256();
             for k in 0..8 {
                 let pair = std::ptr::read_unaligned(pairs.add(k));
-                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(sp[k], _mm256_set1_epi32(pair)));
+                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(sp(k), _mm256_set1_epi32(pair)));
             }
             let total = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(corr));
             let dx = _mm256_set1_ps(xs[j].d);
