@@ -176,7 +176,7 @@ unsafe fn splat_pair<const T: usize>(pairs: __m256i) -> __m256i {
 /// The scale pairs (`T == 0`) or min pairs of a Q4_K record's half `h`: lane `i` of element `k`
 /// is row `8h + i`'s `(v[2k], v[2k + 1])`, widened from the pair-order 6-bit values.
 #[inline(always)]
-unsafe fn q4k_pairs(r: *const u8, h: usize) -> ([__m256i; 4], [__m256i; 4]) {
+unsafe fn q4k_pairs<const T: usize>(r: *const u8, h: usize) -> [__m256i; 4] {
     // SAFETY: the caller passes a Q4_K record; AVX2 enabled by the entry point.
     unsafe {
         // Bytes 32k' + 16h..+16 of the three 64-byte areas hold positions 32k' + 16h (low
@@ -184,17 +184,16 @@ unsafe fn q4k_pairs(r: *const u8, h: usize) -> ([__m256i; 4], [__m256i; 4]) {
         let part = |area: usize, k: usize| {
             _mm256_castsi128_si256(_mm_loadu_si128(r.add(area + 32 * k + 16 * h).cast()))
         };
-        let mut sp = [_mm256_setzero_si256(); 4];
-        let mut mp = [_mm256_setzero_si256(); 4];
+        // `merge6` gives the scales as its values 0 and 1, the mins as 2 and 3; the other two
+        // are left unused (and not computed once inlined).
+        let mut pairs = [_mm256_setzero_si256(); 4];
         for k in 0..2 {
             let v = merge6(part(Q4K_SCALES, k), part(Q4K_MINS, k), part(Q4K_HIGH, k));
             let widen = |x: __m256i| _mm256_cvtepu8_epi16(_mm256_castsi256_si128(x));
-            sp[k] = widen(v[0]);
-            sp[k + 2] = widen(v[1]);
-            mp[k] = widen(v[2]);
-            mp[k + 2] = widen(v[3]);
+            pairs[k] = widen(v[2 * T]);
+            pairs[k + 2] = widen(v[2 * T + 1]);
         }
-        (sp, mp)
+        pairs
     }
 }
 
@@ -296,21 +295,6 @@ unsafe fn legacy_half<const F: u8, const N: usize>(
     }
 }
 
-/// Legacy formats: rows `16g..16g + 16` for activation rows `i..i + N`.
-#[inline(always)]
-unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
-    let PackedActs::Q8_0(all) = job.acts else {
-        unreachable!("legacy packed kernel with Q8_K activations")
-    };
-    let rec = record_bytes(legacy_format(F));
-    // SAFETY: as `records`: `legacy_half` computes half a record of format `F`.
-    unsafe {
-        records::<_, N>(job, g, i, all, rec, 4, |r, xs, h, acc, pf| {
-            legacy_half::<F, N>(r, xs, h, acc, pf)
-        })
-    }
-}
-
 /// Half `h` (rows `8h..8h + 8`) of one Q4_K record `r` against activation blocks `xs`,
 /// accumulated into `acc`; prefetch slot `sj` comes with sub-block `sj`.
 #[inline(always)]
@@ -324,7 +308,7 @@ unsafe fn q4k_half<const N: usize>(
     // SAFETY: the caller passes a Q4_K record; AVX2/FMA/F16C enabled by the entry point.
     unsafe {
         // The mins are widened after the sub-block loop, which keeps their registers free.
-        let (sp, _) = q4k_pairs(r, h);
+        let sp = q4k_pairs::<0>(r, h);
         let mut isum = [_mm256_setzero_si256(); N];
         for sj in 0..8 {
             pf.slot(sj);
@@ -348,12 +332,13 @@ unsafe fn q4k_half<const N: usize>(
                 isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], sc));
             }
         }
-        let (_, mp) = q4k_pairs(r, h);
+        let mp = q4k_pairs::<1>(r, h);
         let d = half_scales(r, h);
         let dmin = half_scales(r.add(32), h);
         for j in 0..N {
             // The activation's sixteen block sums summed in adjacent pairs (each |sum| <= 4064,
-            // exact in i16) and packed: i32 `k` of `pairs` is (pair 2k, pair 2k + 1) as i16s.
+            // exact in i16) and packed: the i32 that `at(k)` picks from `packed` is
+            // (pair 2k, pair 2k + 1) as i16s.
             let sums = _mm256_madd_epi16(
                 _mm256_loadu_si256(xs[j].bsums.as_ptr().cast()),
                 _mm256_set1_epi16(1),
@@ -370,21 +355,6 @@ unsafe fn q4k_half<const N: usize>(
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(d, dx), acc[j]);
             acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dx), acc[j]);
         }
-    }
-}
-
-/// Q4_K rows `16g..16g + 16` for activation rows `i..i + N`.
-#[inline(always)]
-unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-    let PackedActs::Q8K(all) = job.acts else {
-        unreachable!("Q4_K packed kernel with Q8_0 activations")
-    };
-    let rec = record_bytes(Format::Q4_K);
-    // SAFETY: as `records`: `q4k_half` computes half a Q4_K record.
-    unsafe {
-        records::<_, N>(job, g, i, all, rec, 8, |r, xs, h, acc, pf| {
-            q4k_half::<N>(r, xs, h, acc, pf)
-        })
     }
 }
 
@@ -447,21 +417,6 @@ unsafe fn q6k_half<const N: usize>(
     }
 }
 
-/// Q6_K rows `16g..16g + 16` for activation rows `i..i + N`.
-#[inline(always)]
-unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-    let PackedActs::Q8K(all) = job.acts else {
-        unreachable!("Q6_K packed kernel with Q8_0 activations")
-    };
-    let rec = record_bytes(Format::Q6_K);
-    // SAFETY: as `records`: `q6k_half` computes half a Q6_K record.
-    unsafe {
-        records::<_, N>(job, g, i, all, rec, 16, |r, xs, h, acc, pf| {
-            q6k_half::<N>(r, xs, h, acc, pf)
-        })
-    }
-}
-
 /// Activation rows per pass (`Pass::GROUP`), measured: 8 for Q8_0, whose chunk loop keeps only
 /// the integer sums in registers; 4 for the formats that unpack weights or keep i16 partial
 /// sums per row.
@@ -469,30 +424,57 @@ struct LegacyPass<const F: u8>;
 struct Q4KPass;
 struct Q6KPass;
 
+/// Legacy formats: rows `16g..16g + 16` for activation rows `i..i + N`.
 impl<const F: u8> Pass for LegacyPass<F> {
     const GROUP: usize = if F == Q8 { 8 } else { 4 };
     #[inline(always)]
     unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-        // SAFETY: forwarded.
-        unsafe { pass::<F, N>(job, g, i) }
+        let PackedActs::Q8_0(all) = job.acts else {
+            unreachable!("legacy packed kernel with Q8_K activations")
+        };
+        let rec = record_bytes(legacy_format(F));
+        // SAFETY: as `records`: `legacy_half` computes half a record of format `F`.
+        unsafe {
+            records::<_, N>(job, g, i, all, rec, 4, |r, xs, h, acc, pf| {
+                legacy_half::<F, N>(r, xs, h, acc, pf)
+            })
+        }
     }
 }
 
+/// Q4_K rows `16g..16g + 16` for activation rows `i..i + N`.
 impl Pass for Q4KPass {
     const GROUP: usize = 4;
     #[inline(always)]
     unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-        // SAFETY: forwarded.
-        unsafe { pass_q4k::<N>(job, g, i) }
+        let PackedActs::Q8K(all) = job.acts else {
+            unreachable!("Q4_K packed kernel with Q8_0 activations")
+        };
+        let rec = record_bytes(Format::Q4_K);
+        // SAFETY: as `records`: `q4k_half` computes half a Q4_K record.
+        unsafe {
+            records::<_, N>(job, g, i, all, rec, 8, |r, xs, h, acc, pf| {
+                q4k_half::<N>(r, xs, h, acc, pf)
+            })
+        }
     }
 }
 
+/// Q6_K rows `16g..16g + 16` for activation rows `i..i + N`.
 impl Pass for Q6KPass {
     const GROUP: usize = 4;
     #[inline(always)]
     unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-        // SAFETY: forwarded.
-        unsafe { pass_q6k::<N>(job, g, i) }
+        let PackedActs::Q8K(all) = job.acts else {
+            unreachable!("Q6_K packed kernel with Q8_0 activations")
+        };
+        let rec = record_bytes(Format::Q6_K);
+        // SAFETY: as `records`: `q6k_half` computes half a Q6_K record.
+        unsafe {
+            records::<_, N>(job, g, i, all, rec, 16, |r, xs, h, acc, pf| {
+                q6k_half::<N>(r, xs, h, acc, pf)
+            })
+        }
     }
 }
 
