@@ -40,8 +40,16 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::packed512::{self, merge6, pick, unpack, widen_u8, KQUANT_PREFETCH_RECORDS};
+use super::packed512::{self, merge6, pick, unpack, widen_u8};
 use super::{prefetch_record, Pass, Q4};
+
+/// How many records ahead the AMX Q4_K / Q6_K passes prefetch (a burst of the whole record at
+/// its start). On the 1.5B Qwen's matmuls (980 MB of Q4_K / Q6_K records per token, 2 threads,
+/// an Intel Xeon), one record ahead took a token's VNNI matmuls from 279 to 220 ms on a loaded
+/// machine (10 alternated rounds, minimums; 2, 4 and 8 ahead were no better); the AMX passes
+/// took the same distance. The VNNI passes now spread their requests (`Ahead`); the AMX ones
+/// have not been measured that way (no AMX machine since).
+const KQUANT_PREFETCH_RECORDS: usize = 1;
 use crate::dtype::Format;
 use crate::packed::{
     record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,

@@ -60,20 +60,72 @@ const fn legacy_format(f: u8) -> Format {
 }
 
 /// Asks for the record `ahead` records after `r` (of `rec` bytes) to be brought into L2 while
-/// this one is computed. Every matmul of a step streams its weights from memory (the model is
-/// larger than the caches), and a pass spends long enough on each record that the hardware
-/// prefetchers alone left the next one late (criterion, Q8_0 262144x640 at m = 16: -18% time).
+/// this one is computed, in one burst (the AMX passes; the others spread theirs, [`Ahead`]).
 /// L2 rather than L1 (`prefetcht1`): a prefetch into L1 holds one of its few miss buffers for
-/// the whole trip from memory. With eight records ahead at m = 16 (`packed512`), the
-/// throughput example's batch 16 went 643 -> 734 tok/s and batch 4 292 -> 342 (4 alternated
-/// runs, medians); the AVX2 path was unchanged.
-/// Past the last record the addresses are only hints: a prefetch never faults.
+/// the whole trip from memory. Past the last record the addresses are only hints: a prefetch
+/// never faults.
 #[inline(always)]
 pub(super) fn prefetch_record(r: *const u8, rec: usize, ahead: usize) {
     let next = r.wrapping_add(ahead * rec);
     for line in (0..rec).step_by(64) {
         // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T1>(next.wrapping_add(line).cast()) };
+    }
+}
+
+/// How far ahead of the record being computed the packed passes' prefetches point, in bytes
+/// (rounded up to whole records): four Q4_K records, 17 Q8_0, 26 Q5_0. On an AVX2-only Zen 3
+/// two to eight Q4_K records measured alike; on an AVX-512 Zen 5 (one decode step of the 1.5B
+/// Qwen's matmuls, `examples/kquant_speed -- 2 7 model`, alternated) one record ahead left the
+/// matmuls 0.94-1.16x a plain read of the same bytes at one activation row, 9216 bytes
+/// 0.91-1.01x, 18432 and 36864 no better.
+pub(super) const PREFETCH_BYTES: usize = 9216;
+
+/// The prefetches of the record about `distance` bytes (rounded up to whole records) after the
+/// one being computed, asked for into L2 in `parts` slices spread over the record's compute: a
+/// core on its own keeps too few misses in flight to stream weights at the memory's rate, and
+/// with the requests spread over the compute the memory works while the core multiplies (a burst
+/// of a whole record's prefetches at its start leaves it idle between bursts). Slot `k` asks for
+/// slice `first + k`.
+#[derive(Clone, Copy)]
+pub(super) struct Ahead {
+    next: *const u8,
+    rec: usize,
+    parts: usize,
+    first: usize,
+}
+
+impl Ahead {
+    /// The slices of the record about `distance` bytes after `r` (records of `rec` bytes).
+    #[inline(always)]
+    pub(super) fn new(
+        r: *const u8,
+        rec: usize,
+        distance: usize,
+        parts: usize,
+        first: usize,
+    ) -> Self {
+        Ahead {
+            next: r.wrapping_add(distance.div_ceil(rec) * rec),
+            rec,
+            parts,
+            first,
+        }
+    }
+
+    /// Asks for slice `first + k` into L2 (`prefetcht1`; past the weights' end the addresses are
+    /// only hints: a prefetch never faults).
+    #[inline(always)]
+    pub(super) fn slot(self, k: usize) {
+        let part = self.first + k;
+        let (lo, hi) = (
+            self.rec * part / self.parts,
+            self.rec * (part + 1) / self.parts,
+        );
+        for off in (lo..hi).step_by(64) {
+            // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.next.wrapping_add(off).cast()) };
+        }
     }
 }
 

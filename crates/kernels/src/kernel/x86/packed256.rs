@@ -30,7 +30,7 @@
 use std::arch::x86_64::*;
 
 use super::legacy::high_bits_x16;
-use super::{drive_passes, legacy_format, Pass, Q4, Q41, Q5, Q51, Q8};
+use super::{drive_passes, legacy_format, Ahead, Pass, PREFETCH_BYTES, Q4, Q41, Q5, Q51, Q8};
 use crate::dtype::Format;
 use crate::packed::{
     quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS,
@@ -40,35 +40,6 @@ use crate::quant::{ActQ8_0, BlockQ8K};
 
 /// Row lanes per vector.
 const HALF: usize = PACK_ROWS / 2;
-
-/// How far ahead of the record being computed its prefetches point, in bytes (rounded up to
-/// whole records): four Q4_K records, 24 Q5_0. Two to eight Q4_K records measured alike.
-const PREFETCH_BYTES: usize = 9216;
-
-/// The prefetches of the record [`PREFETCH_BYTES`] after `r`, in `2 * per_half` slices: slice
-/// `h * per_half + k` is asked for by half `h`'s slot `k`.
-#[derive(Clone, Copy)]
-struct Ahead {
-    next: *const u8,
-    rec: usize,
-    per_half: usize,
-    h: usize,
-}
-
-impl Ahead {
-    /// Asks for slice `k` of this half into L2 (`prefetcht1`; past the weights' end the
-    /// addresses are only hints: a prefetch never faults).
-    #[inline(always)]
-    fn slot(self, k: usize) {
-        let parts = 2 * self.per_half;
-        let part = self.h * self.per_half + k;
-        let (lo, hi) = (self.rec * part / parts, self.rec * (part + 1) / parts);
-        for off in (lo..hi).step_by(64) {
-            // SAFETY: a prefetch is a hint and cannot fault, whatever the address.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(self.next.wrapping_add(off).cast()) };
-        }
-    }
-}
 
 /// Runs `half` over both halves of each of group `g`'s records in turn, for activation rows
 /// `i..i + N` (activation blocks `all`, `blocks` per row), and stores the sixteen rows' sums.
@@ -88,7 +59,6 @@ unsafe fn records<A, const N: usize>(
     half: impl Fn(*const u8, &[&A; N], usize, &mut [__m256; N], Ahead),
 ) {
     let blocks = job.blocks;
-    let ahead = PREFETCH_BYTES.div_ceil(rec) * rec;
     // SAFETY: the caller's contract.
     unsafe {
         let base = job.data.as_ptr().add(g * blocks * rec);
@@ -96,7 +66,6 @@ unsafe fn records<A, const N: usize>(
         let mut acc = [[_mm256_setzero_ps(); N]; 2];
         for b in 0..blocks {
             let r = base.add(b * rec);
-            let next = r.wrapping_add(ahead);
             let xs: [&A; N] = std::array::from_fn(|j| &*acts[j].add(b));
             for (h, acc) in acc.iter_mut().enumerate() {
                 half(
@@ -104,12 +73,7 @@ unsafe fn records<A, const N: usize>(
                     &xs,
                     h,
                     acc,
-                    Ahead {
-                        next,
-                        rec,
-                        per_half,
-                        h,
-                    },
+                    Ahead::new(r, rec, PREFETCH_BYTES, 2 * per_half, h * per_half),
                 );
             }
         }

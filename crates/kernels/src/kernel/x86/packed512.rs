@@ -5,6 +5,9 @@
 //! sub-block) are merged from their nibbles and high bits in registers (`merge6`) and the
 //! pair-order scales widened to i16 pairs once, then reused for every activation row of the pass.
 //!
+//! While a record is computed, the record [`PREFETCH_BYTES`] on is asked for into L2 a slice at
+//! a time ([`Ahead`]): one slice per sub-block (Q4_K, Q6_K) or per activation row (legacy).
+//!
 //! Legacy formats: per record (sixteen rows by one block) the eight chunks of unsigned quants are
 //! loaded (and, for 4/5-bit formats, unpacked) into registers once and reused for up to
 //! `Pass::GROUP` activation rows.
@@ -19,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{drive_passes, legacy_format, prefetch_record, Pass, Q4, Q41, Q5, Q51, Q8};
+use super::{drive_passes, legacy_format, Ahead, Pass, PREFETCH_BYTES, Q4, Q41, Q5, Q51, Q8};
 use crate::dtype::Format;
 use crate::packed::{
     offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS,
@@ -150,31 +153,6 @@ pub(super) unsafe fn q6k_offset_sum(sp: &[__m512i; 8], bsums: &[i16; 16]) -> __m
     }
 }
 
-/// How many records ahead the legacy passes prefetch: a pass over sixteen activation rows spends
-/// long enough on a record that two ahead is a memory latency too few. Into L2, eight ahead:
-/// Q8_0 262144x640 at m = 16, 5 alternated runs, 11.2 -> 9.8 ms (12 and 16 ahead gave the
-/// same). Over 4 or 8 rows four ahead was no better than two, nor two ahead for Q4_K/Q6_K's
-/// larger records than one.
-const fn prefetch_records(n: usize) -> usize {
-    if n >= 16 {
-        8
-    } else {
-        2
-    }
-}
-
-/// Legacy passes over fewer activation rows spend too little time per record for a prefetch to
-/// pay (single-sequence decode streams their weights at the memory's rate already).
-const PREFETCH_MIN_ROWS: usize = 4;
-
-/// How many records ahead the Q4_K / Q6_K passes prefetch, whatever the number of activation
-/// rows: their records (2304 / 3360 bytes) take long enough to unpack that at one activation row
-/// the hardware prefetchers alone left the stream waiting on memory. On the 1.5B Qwen's matmuls
-/// (980 MB of Q4_K / Q6_K records per token, 2 threads, an Intel Xeon), one record ahead took a
-/// token's matmuls from 279 to 220 ms on a loaded machine (10 alternated rounds, minimums; 2, 4
-/// and 8 ahead were no better than one).
-pub(super) const KQUANT_PREFETCH_RECORDS: usize = 1;
-
 /// Rows `16g..16g + 16` for activation rows `i..i + N`.
 #[inline(always)]
 unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
@@ -194,9 +172,8 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
-            if N >= PREFETCH_MIN_ROWS {
-                prefetch_record(r, rec, prefetch_records(N));
-            }
+            // The record's unpacked quants serve every row: slot `j` comes with row `j`.
+            let pf = Ahead::new(r, rec, PREFETCH_BYTES, N, 0);
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
             let mw = if with_min {
                 _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()))
@@ -214,6 +191,7 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
                     debug_assert_eq!(x.neg_offset_sums[k], -off * x.sum);
                     _mm512_set1_epi32(x.neg_offset_sums[k])
                 };
+                pf.slot(j);
                 let isum = dot_chunks(corr, &w, x.qs.as_ptr().cast::<i32>());
                 let dx = _mm512_set1_ps(x.d);
                 let scale = _mm512_mul_ps(dw, dx);
@@ -247,7 +225,8 @@ pub(super) unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usiz
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
-            prefetch_record(r, rec, KQUANT_PREFETCH_RECORDS);
+            // Slot `sj` comes with sub-block `sj`.
+            let pf = Ahead::new(r, rec, PREFETCH_BYTES, 8, 0);
             let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
             // Scales and mins in pair order: positions 0..64 and 64..128 of each.
             let [s01, s23, m01, m23] = merge6(
@@ -267,6 +246,7 @@ pub(super) unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usiz
                 let scs = [pick::<0>(sp[k]), pick::<1>(sp[k])];
                 for t in 0..2 {
                     let sj = 2 * k + t;
+                    pf.slot(sj);
                     let w = unpack::<Q4>(r.add(Q4K_QUANTS + 256 * sj));
                     for j in 0..N {
                         let qs = xs[j].qs.as_ptr().add(32 * sj).cast::<i32>();
@@ -314,7 +294,8 @@ pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usiz
         let mut acc = [_mm512_setzero_ps(); N];
         for b in 0..blocks {
             let r = base.add(b * rec);
-            prefetch_record(r, rec, KQUANT_PREFETCH_RECORDS);
+            // Slot `sb` comes with sub-block `sb`.
+            let pf = Ahead::new(r, rec, PREFETCH_BYTES, 16, 0);
             let xs: [&BlockQ8K; N] = std::array::from_fn(|j| &*acts[j].add(b));
             // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
             let sp: [__m512i; 8] = std::array::from_fn(|k| {
@@ -326,6 +307,7 @@ pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usiz
                 let scs = [pick::<0>(sp[k]), pick::<1>(sp[k])];
                 for t in 0..2 {
                     let sb = 2 * k + t;
+                    pf.slot(sb);
                     let low = r.add(Q6K_LOW + 128 * sb);
                     let w = merge6(
                         _mm512_loadu_si512(low.cast()),
