@@ -203,11 +203,59 @@ pub(crate) fn gelu_with_table(x: &mut [f32], table: &[u16]) {
     }
 }
 
-/// In-place SiLU: `x * sigmoid(x)`.
+/// In-place SiLU: `x / (1 + e^-x)`, with [`exp_poly`]'s `e^-x` (the same bits on every path).
 pub fn silu(x: &mut [f32]) {
-    for v in x.iter_mut() {
-        *v /= 1.0 + (-*v).exp();
+    silu_mul_with(x, None);
+}
+
+/// `gate[i] = silu(gate[i]) * up[i]`: [`silu`] then [`mul`], in one sweep, the same bits.
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    assert_eq!(gate.len(), up.len(), "silu_mul: length mismatch");
+    silu_mul_with(gate, Some(up));
+}
+
+fn silu_mul_with(x: &mut [f32], up: Option<&[f32]>) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: AVX2/FMA detected; `up`, when given, is as long as `x` (checked by the callers).
+        done = unsafe { crate::kernel::x86::ops::silu_mul(x, up) };
     }
+    for (i, v) in x.iter_mut().enumerate().skip(done) {
+        *v /= 1.0 + exp_poly(-*v);
+        if let Some(up) = up {
+            *v *= up[i];
+        }
+    }
+}
+
+/// `ln 2` split so that `n * LN2_HI` is exact for the `n` of [`exp_poly`].
+pub(crate) const LN2_HI: f32 = 0.693_145_75;
+pub(crate) const LN2_LO: f32 = 1.428_606_8e-6;
+/// Where [`exp_poly`] clamps its argument: `2^n` stays a normal float down to `EXP_MIN`; from
+/// about 88.4 up `n` is 128, whose exponent bits make `2^n` infinite (as `e^x` is, in f32, from
+/// 88.73), so SiLU of a large negative input is `-0`.
+pub(crate) const EXP_MIN: f32 = -87.0;
+pub(crate) const EXP_MAX: f32 = 89.0;
+/// Taylor coefficients `1/6!` .. `1/2!` of [`exp_poly`]'s polynomial (then `r + 1`).
+pub(crate) const EXP_POLY: [f32; 5] = [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5];
+
+/// `e^x` within ~2 ulp for x in [-87, 88.4] (clamped to [-87, 89], infinite from ~88.4), as SIMD lanes compute it: `n` the
+/// nearest integer to `x / ln 2`, `r = x - n ln 2` (|r| <= ln 2 / 2) by two fused steps, a
+/// degree-6 Taylor polynomial of `e^r` by fused multiply-adds, times `2^n` built in the exponent
+/// bits. Every operation is one the AVX2 lanes do alike (fma, round to nearest even), so the
+/// scalar and SIMD forms give the same bits; llama.cpp also uses a polynomial `exp` for SiLU.
+#[inline]
+pub(crate) fn exp_poly(x: f32) -> f32 {
+    let x = x.clamp(EXP_MIN, EXP_MAX);
+    let n = (x * std::f32::consts::LOG2_E).round_ties_even();
+    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
+    let mut p = EXP_POLY[0];
+    for c in &EXP_POLY[1..] {
+        p = p.mul_add(r, *c);
+    }
+    let p = p.mul_add(r, 1.0).mul_add(r, 1.0);
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
 }
 
 /// `a[i] *= b[i]`.

@@ -112,6 +112,45 @@ fn gelu_table_version_stays_within_f16_precision_of_exact_gelu() {
 }
 
 #[test]
+fn silu_is_within_a_few_ulp_of_libm_and_the_same_bits_in_lanes_and_alone() {
+    let mut rng = Rng::new(31);
+    let mut x = rng.activations(1001);
+    x.iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v *= 1.0 + (i % 40) as f32);
+    x.extend([
+        0.0, -0.0, 90.0, -90.0, 87.5, -87.5, 1e-30, -1e-30, 200.0, -200.0,
+    ]);
+    let up = rng.activations(x.len());
+    let mut lanes = x.clone();
+    silu(&mut lanes);
+    let mut fused = x.clone();
+    silu_mul(&mut fused, &up);
+    for (i, &v) in x.iter().enumerate() {
+        // One element alone takes the scalar path; in the vector it went through the lanes.
+        let mut alone = [v];
+        silu(&mut alone);
+        assert_eq!(
+            alone[0].to_bits(),
+            lanes[i].to_bits(),
+            "silu({v}) lanes vs alone"
+        );
+        assert_eq!(
+            (lanes[i] * up[i]).to_bits(),
+            fused[i].to_bits(),
+            "silu_mul({v})"
+        );
+        let exact = f64::from(v) / (1.0 + (-f64::from(v)).exp());
+        let err = (f64::from(lanes[i]) - exact).abs();
+        assert!(
+            err <= 4.0 * f64::from(f32::EPSILON) * exact.abs() + 1e-35,
+            "silu({v}) = {} vs {exact}",
+            lanes[i]
+        );
+    }
+}
+
+#[test]
 fn silu_mul_add_scale_follow_their_definitions() {
     let mut x = vec![-2.0f32, 0.0, 3.0];
     silu(&mut x);

@@ -275,12 +275,15 @@ impl Transformer {
             let (gr, up) = (rows.cut(gate, ff), &*up);
             rows.run(th, &|r| {
                 let gate = gr.take_rows(&r);
+                let up = &up[r.start * ff..r.end * ff];
                 match cfg.activation {
-                    Activation::Silu => kernels::silu(gate),
-                    // ggml's f16 table, as llama.cpp computes it.
-                    Activation::GeluTanh => kernels::gelu_tanh(gate),
+                    Activation::Silu => kernels::silu_mul(gate, up),
+                    Activation::GeluTanh => {
+                        // ggml's f16 table, as llama.cpp computes it.
+                        kernels::gelu_tanh(gate);
+                        kernels::mul(gate, up);
+                    }
                 }
-                kernels::mul(gate, &up[r.start * ff..r.end * ff]);
             });
         }
         let o = sized(&mut ws.o, n * d);

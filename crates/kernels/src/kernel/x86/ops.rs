@@ -327,6 +327,49 @@ pub(crate) unsafe fn quantize_row_q8_k(x: &[f32], out: &mut [crate::quant::Block
     }
 }
 
+/// [`crate::ops::silu_mul`]'s lanes: eight at a time, the scalar `exp_poly` operation by
+/// operation (same bits); returns how many leading elements it wrote (the rest are the caller's).
+///
+/// # Safety
+/// AVX2 and FMA must be available; `up`, when given, at least as long as `x`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn silu_mul(x: &mut [f32], up: Option<&[f32]>) -> usize {
+    use crate::ops::{EXP_MAX, EXP_MIN, EXP_POLY, LN2_HI, LN2_LO};
+    let n = x.len() / 8 * 8;
+    let one = _mm256_set1_ps(1.0);
+    for i in (0..n).step_by(8) {
+        // SAFETY: i + 8 <= n <= x.len() (and <= up.len()); AVX2/FMA enabled.
+        unsafe {
+            let v = _mm256_loadu_ps(x.as_ptr().add(i));
+            let t = _mm256_sub_ps(_mm256_setzero_ps(), v);
+            let t = _mm256_min_ps(
+                _mm256_max_ps(t, _mm256_set1_ps(EXP_MIN)),
+                _mm256_set1_ps(EXP_MAX),
+            );
+            let k = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(t, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+            );
+            let r = _mm256_fmadd_ps(k, _mm256_set1_ps(-LN2_HI), t);
+            let r = _mm256_fmadd_ps(k, _mm256_set1_ps(-LN2_LO), r);
+            let mut p = _mm256_set1_ps(EXP_POLY[0]);
+            for c in &EXP_POLY[1..] {
+                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(*c));
+            }
+            let p = _mm256_fmadd_ps(_mm256_fmadd_ps(p, r, one), r, one);
+            let pow2 = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                _mm256_cvtps_epi32(k),
+                _mm256_set1_epi32(127),
+            )));
+            let mut y = _mm256_div_ps(v, _mm256_add_ps(one, _mm256_mul_ps(p, pow2)));
+            if let Some(up) = up {
+                y = _mm256_mul_ps(y, _mm256_loadu_ps(up.as_ptr().add(i)));
+            }
+            _mm256_storeu_ps(x.as_mut_ptr().add(i), y);
+        }
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use crate::quant::{
