@@ -253,6 +253,9 @@ fn q8_k_quantization_matches_scale_bound_and_block_sums() {
         for (s, g) in b.bsums.iter().zip(b.qs.chunks(16)) {
             assert_eq!(i32::from(*s), g.iter().map(|&q| i32::from(q)).sum::<i32>());
         }
+        for (s, g) in b.sub_sums.iter().zip(b.qs.chunks(32)) {
+            assert_eq!(i32::from(*s), g.iter().map(|&q| i32::from(q)).sum::<i32>());
+        }
         for (&a, &y) in xs.iter().zip(ys) {
             assert!(
                 (a - y).abs() <= b.d.abs() * 0.5001,

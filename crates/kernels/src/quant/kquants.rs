@@ -48,13 +48,16 @@ pub struct BlockQ6K {
     pub d: [u8; 2],
 }
 
-/// Q8_K activation block (292 bytes), as ggml's `block_q8_K`.
+/// Q8_K activation block (308 bytes): ggml's `block_q8_K` and the sums of each 32 quants.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[repr(C)]
 pub struct BlockQ8K {
     pub d: f32,
     pub qs: [i8; QK_K],
     pub bsums: [i16; QK_K / 16],
+    /// `bsums[2j] + bsums[2j + 1]` (at most 32 x 127 in magnitude): the sums Q4_K's mins
+    /// multiply, formed once per activation block rather than once per weight record.
+    pub sub_sums: [i16; QK_K / 32],
 }
 
 impl Default for BlockQ8K {
@@ -63,6 +66,7 @@ impl Default for BlockQ8K {
             d: 0.0,
             qs: [0; QK_K],
             bsums: [0; QK_K / 16],
+            sub_sums: [0; QK_K / 32],
         }
     }
 }
@@ -70,7 +74,7 @@ impl Default for BlockQ8K {
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
 const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
-const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 292);
+const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 308);
 
 // SAFETY: repr(C) structs of byte arrays: alignment 1, no padding, any bit pattern valid.
 unsafe impl PodBlock for BlockQ4K {}
@@ -117,6 +121,9 @@ pub(crate) fn quantize_row_q8_k_scalar(x: &[f32], out: &mut [BlockQ8K]) {
         }
         for (s, group) in block.bsums.iter_mut().zip(block.qs.chunks_exact(16)) {
             *s = group.iter().map(|&q| i16::from(q)).sum();
+        }
+        for (j, s) in block.sub_sums.iter_mut().enumerate() {
+            *s = block.bsums[2 * j] + block.bsums[2 * j + 1];
         }
         block.d = 1.0 / iscale;
     }

@@ -292,7 +292,7 @@ unsafe fn pass_q4k(job: &PackedJob, g: usize, i: usize) {
                 for sj in 0..8 {
                     isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sums_of(sums, sj, j), sc[sj]));
                 }
-                let msum = packed512::q4k_min_sum(&mp, &x.bsums);
+                let msum = packed512::q4k_min_sum(&mp, &x.sub_sums);
                 let dx = _mm512_set1_ps(x.d);
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc[j]);
                 acc[j] =

@@ -321,6 +321,7 @@ pub(crate) unsafe fn quantize_row_q8_k(x: &[f32], out: &mut [crate::quant::Block
                 block.qs[32 * g..32 * g + 32].copy_from_slice(&pack_i8(q));
                 block.bsums[2 * g] = hsum_epi32(_mm256_add_epi32(q[0], q[1])) as i16;
                 block.bsums[2 * g + 1] = hsum_epi32(_mm256_add_epi32(q[2], q[3])) as i16;
+                block.sub_sums[g] = block.bsums[2 * g] + block.bsums[2 * g + 1];
             }
             block.d = 1.0 / iscale;
         }
@@ -420,8 +421,8 @@ mod tests {
             unsafe { super::quantize_row_q8_k(&x, &mut b) };
             for (p, q) in a.iter().zip(&b) {
                 assert_eq!(
-                    (p.d.to_bits(), p.qs, p.bsums),
-                    (q.d.to_bits(), q.qs, q.bsums)
+                    (p.d.to_bits(), p.qs, p.bsums, p.sub_sums),
+                    (q.d.to_bits(), q.qs, q.bsums, q.sub_sums)
                 );
             }
         }

@@ -300,19 +300,11 @@ unsafe fn q4k_half<const N: usize>(
         let d = half_scales(r, h);
         let dmin = half_scales(r.add(32), h);
         for j in 0..N {
-            // The activation's sixteen block sums summed in adjacent pairs (each |sum| <= 4064,
-            // exact in i16) and packed: the i32 that `at(k)` picks from `packed` is
-            // (pair 2k, pair 2k + 1) as i16s.
-            let sums = _mm256_madd_epi16(
-                _mm256_loadu_si256(xs[j].bsums.as_ptr().cast()),
-                _mm256_set1_epi16(1),
-            );
-            let packed = _mm256_packs_epi32(sums, sums);
-            // Lane 0 holds pairs 0..4 (dwords 0, 1), lane 1 pairs 4..8 (dwords 4, 5).
-            let at = |k: usize| _mm256_set1_epi32([0, 1, 4, 5][k]);
+            // The activation's sums of 32 (sub-blocks 2k, 2k + 1 as one little-endian i32).
+            let pairs = xs[j].sub_sums.as_ptr().cast::<i32>();
             let mut msum = _mm256_setzero_si256();
             for k in 0..4 {
-                let pair = _mm256_permutevar8x32_epi32(packed, at(k));
+                let pair = _mm256_set1_epi32(std::ptr::read_unaligned(pairs.add(k)));
                 msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mp[k], pair));
             }
             let dx = _mm256_set1_ps(xs[j].d);

@@ -121,16 +121,17 @@ pub(super) unsafe fn widen_u8<const HALF: i32>(v: __m512i) -> __m512i {
 }
 
 /// A Q4_K record's `sum_j m_j * sum(x_j)` per row lane: `mp[k]` holds the lanes' min pairs of
-/// sub-blocks `2k`, `2k + 1`, `bsums` the activation block's sums of 16.
+/// sub-blocks `2k`, `2k + 1`, `sub_sums` the activation block's sums of 32.
 #[inline(always)]
-pub(super) unsafe fn q4k_min_sum(mp: &[__m512i; 4], bsums: &[i16; 16]) -> __m512i {
-    // SAFETY: register-only; AVX-512 F/VNNI enabled by the entry point.
+pub(super) unsafe fn q4k_min_sum(mp: &[__m512i; 4], sub_sums: &[i16; 8]) -> __m512i {
+    // SAFETY: reads the 16 bytes of `sub_sums`; AVX-512 F/VNNI enabled by the entry point.
     unsafe {
+        // Sums 2k and 2k + 1 as one i32 (little-endian i16 pair), broadcast from memory.
+        let pairs = sub_sums.as_ptr().cast::<i32>();
         let mut msum = _mm512_setzero_si512();
         for k in 0..4 {
-            let lo = bsums[4 * k].wrapping_add(bsums[4 * k + 1]) as u16 as u32;
-            let hi = bsums[4 * k + 2].wrapping_add(bsums[4 * k + 3]) as u16 as u32;
-            msum = _mm512_dpwssd_epi32(msum, mp[k], _mm512_set1_epi32((lo | (hi << 16)) as i32));
+            let pair = _mm512_set1_epi32(std::ptr::read_unaligned(pairs.add(k)));
+            msum = _mm512_dpwssd_epi32(msum, mp[k], pair);
         }
         msum
     }
@@ -264,7 +265,7 @@ pub(super) unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usiz
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()));
             for j in 0..N {
-                let msum = q4k_min_sum(&mp, &xs[j].bsums);
+                let msum = q4k_min_sum(&mp, &xs[j].sub_sums);
                 let dx = _mm512_set1_ps(xs[j].d);
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(d, dx), acc[j]);
                 acc[j] =
