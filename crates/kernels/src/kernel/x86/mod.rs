@@ -74,7 +74,7 @@ pub(super) fn prefetch_record(r: *const u8, rec: usize, ahead: usize) {
 }
 
 /// How far ahead of the record being computed the packed passes' prefetches point, in bytes
-/// (rounded up to whole records): four Q4_K records, 17 Q8_0, 26 Q5_0. On an AVX2-only Zen 3
+/// (rounded up to whole records): four Q4_K records, 17 Q8_0, 27 Q5_0. On an AVX2-only Zen 3
 /// two to eight Q4_K records measured alike; on an AVX-512 Zen 5 (one decode step of the 1.5B
 /// Qwen's matmuls, `examples/kquant_speed -- 2 7 model`, alternated) one record ahead left the
 /// matmuls 0.94-1.16x a plain read of the same bytes at one activation row, 9216 bytes
