@@ -11,7 +11,8 @@
 //!   activation rows, each run followed by a plain read of the same bytes on the same threads:
 //!   the matmuls against the memory's rate at that moment.
 //!
-//! - With `TYPE:M` (say `Q4_K:16`): only that type's shapes at `M` rows (twice), for a profiler.
+//! - With `TYPE:M` (say `Q4_K:16`): only that type's shapes at `M` rows (twice), for a profiler;
+//!   `Q5_0`, `Q5_1` and `Q8_0` (at Gemma 3 270M's shapes) only this way.
 //!
 //! `TESSERA_ISA=avx512` compares the VNNI passes with the AMX ones on a CPU that has both.
 
@@ -21,7 +22,7 @@ use kernels::{matmul, pack, Format, GgmlType, MatmulScratch, PackedBytes, Thread
 
 /// Deterministic pseudo-random blocks with sane f16 scales (xorshift).
 fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
-    let f = Format::from_ggml(ty).expect("K-quant types are supported");
+    let f = Format::from_ggml(ty).expect("the listed types are supported");
     let bb = f.block_bytes();
     let mut s = 0x2545_F491_4F6C_DD1Du64;
     let mut data: Vec<u8> = (0..rows * cols / f.block_size() * bb)
@@ -61,8 +62,14 @@ fn shapes(threads: &Threads, runs: usize, only: Option<&str>) {
         (GgmlType::Q6_K, 1536, 8960),
         (GgmlType::Q4_K, 1536, 1536),
         (GgmlType::Q6_K, 256, 1536),
+        // Legacy formats at Gemma 3 270M's MLP shape and a slice of its Q8_0 output projection
+        // (only when asked for by `TYPE:M`).
+        (GgmlType::Q5_0, 2048, 640),
+        (GgmlType::Q5_1, 2048, 640),
+        (GgmlType::Q8_0, 16384, 640),
     ] {
-        if only.is_some_and(|(t, _)| t != format!("{ty:?}")) {
+        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
+        if only.map_or(!k_quant, |(t, _)| t != format!("{ty:?}")) {
             continue;
         }
         let p = packed(ty, rows, cols);

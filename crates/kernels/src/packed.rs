@@ -32,8 +32,10 @@
 //! - quants in eight chunks `k = 0..8` of 64 bytes, byte `4i + t` of chunk `k` holding row `i`'s
 //!   element `4k + t`, stored *unsigned*: Q8_0 as `q + 128` (512 bytes); Q4_0 / Q5_0 as their raw
 //!   4-bit values (offset 8 / 16), two chunks per 64 bytes (chunk `2v` in the low nibbles and
-//!   `2v + 1` in the high nibbles of bytes `64v..64v + 64`, 256 bytes); Q5_0 then adds eight
-//!   little-endian u64 masks, bit `4i + t` of mask `k` being the fifth bit of that quant (64 bytes).
+//!   `2v + 1` in the high nibbles of bytes `64v..64v + 64`, 256 bytes); Q5_0 then adds the fifth
+//!   bits as 64 bytes laid out like a chunk, bit `k` of byte `4i + t` being chunk `k`'s (row `i`,
+//!   element `4k + t`): one vector load holds every chunk's fifth bits, and a shift and a mask put
+//!   chunk `k`'s at bit 4 of each byte (as Q6_K's high bits, below).
 //!
 //! Q4_1 / Q5_1 records are Q4_0 / Q5_0 records with the sixteen f16 minimums after the scales
 //! (32 more bytes, the quants then start at 64): 320 and 384 bytes, again exactly the sixteen
@@ -297,10 +299,7 @@ fn put_legacy(format: Format, r: &mut [u8], i: usize, src: &[u8]) {
     put_nibbles(quants, i, &u);
     if five_bits(format) {
         for (e, &q) in u.iter().enumerate() {
-            let byte = 4 * i + e % 4;
-            if q & 0x10 != 0 {
-                quants[256 + 8 * (e / 4) + byte / 8] |= 1 << (byte % 8);
-            }
+            quants[256 + 4 * i + e % 4] |= ((q >> 4) & 1) << (e / 4);
         }
     }
 }
@@ -357,7 +356,7 @@ fn put_q6k(r: &mut [u8], i: usize, blk: &BlockQ6K) {
     }
 }
 
-/// Whether a legacy record holds a fifth-bit mask per chunk (Q5_0, Q5_1).
+/// Whether a legacy record holds the quants' fifth bits (Q5_0, Q5_1).
 fn five_bits(format: Format) -> bool {
     matches!(format, Format::Q5_0 | Format::Q5_1)
 }
@@ -383,7 +382,7 @@ fn record_quant(format: Format, q: &[u8], i: usize, e: usize) -> i32 {
             } else {
                 packed >> 4
             };
-            if five_bits(format) && q[256 + 8 * k + byte / 8] >> (byte % 8) & 1 == 1 {
+            if five_bits(format) && (q[256 + byte] >> k) & 1 == 1 {
                 v |= 0x10;
             }
             i32::from(v)

@@ -29,7 +29,6 @@
 
 use std::arch::x86_64::*;
 
-use super::legacy::high_bits_x16;
 use super::{drive_passes, legacy_format, Ahead, Pass, PREFETCH_BYTES, Q4, Q41, Q5, Q51, Q8};
 use crate::dtype::Format;
 use crate::packed::{
@@ -173,10 +172,22 @@ unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i
             _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
         ];
         if F == Q5 || F == Q51 {
+            // Bit k of each byte is chunk k's fifth bit: a shift moves it to bit 4 (what a
+            // 16-bit shift carries over from the next byte lands elsewhere and is masked off).
+            let bits = _mm256_loadu_si256(q.add(256 + 32 * h).cast());
+            let five = _mm256_set1_epi8(0x10);
             for (t, wt) in w.iter_mut().enumerate() {
-                let k = 2 * v + t;
-                let mask = std::ptr::read_unaligned(q.add(256 + 8 * k).cast::<u64>());
-                *wt = _mm256_or_si256(*wt, high_bits_x16((mask >> (32 * h)) as u32));
+                let at4 = match 2 * v + t {
+                    0 => _mm256_slli_epi16::<4>(bits),
+                    1 => _mm256_slli_epi16::<3>(bits),
+                    2 => _mm256_slli_epi16::<2>(bits),
+                    3 => _mm256_slli_epi16::<1>(bits),
+                    4 => bits,
+                    5 => _mm256_srli_epi16::<1>(bits),
+                    6 => _mm256_srli_epi16::<2>(bits),
+                    _ => _mm256_srli_epi16::<3>(bits),
+                };
+                *wt = _mm256_or_si256(*wt, _mm256_and_si256(at4, five));
             }
         }
         w

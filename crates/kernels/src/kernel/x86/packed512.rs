@@ -50,11 +50,22 @@ pub(super) unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
                 w[2 * v + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
             }
             if F == Q5 || F == Q51 {
+                // Bit k of each byte is chunk k's fifth bit: moved to bit 4 and merged,
+                // `w | (bits & 0x10)` in one ternary-logic operation.
+                let bits = _mm512_loadu_si512(q.add(256).cast());
                 let five = _mm512_set1_epi8(0x10);
                 for k in 0..8 {
-                    let mask =
-                        u64::from_le_bytes(std::ptr::read_unaligned(q.add(256 + 8 * k).cast()));
-                    w[k] = _mm512_or_si512(w[k], _mm512_maskz_mov_epi8(mask, five));
+                    let at4 = match k {
+                        0 => _mm512_slli_epi16::<4>(bits),
+                        1 => _mm512_slli_epi16::<3>(bits),
+                        2 => _mm512_slli_epi16::<2>(bits),
+                        3 => _mm512_slli_epi16::<1>(bits),
+                        4 => bits,
+                        5 => _mm512_srli_epi16::<1>(bits),
+                        6 => _mm512_srli_epi16::<2>(bits),
+                        _ => _mm512_srli_epi16::<3>(bits),
+                    };
+                    w[k] = _mm512_ternarylogic_epi32::<0xF8>(w[k], at4, five);
                 }
             }
         }
