@@ -62,6 +62,15 @@ pub struct ServeArgs {
     /// ratio of the two. 0 = no cap (only --max-batch-tokens limits prefill).
     #[arg(long, default_value_t = 1.5)]
     max_itl_slowdown: f64,
+    /// Time-to-first-token target (ms) the scheduler aims at: prompts that can still meet it
+    /// are prefilled first, earliest deadline first; those that cannot go after them.
+    #[arg(long, value_name = "MS")]
+    slo_ttft_ms: Option<f64>,
+    /// Time-per-output-token target (ms) the scheduler aims at: each step that decodes
+    /// carries as much prefill as the streams' pace leaves room for under this target (it
+    /// replaces --max-itl-slowdown).
+    #[arg(long, value_name = "MS")]
+    slo_tpot_ms: Option<f64>,
     /// Most requests allowed to wait; beyond it requests get 429 with Retry-After.
     #[arg(long, default_value_t = 256)]
     max_waiting: usize,
@@ -379,6 +388,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         prefix_caching: !args.no_prefix_cache,
         max_waiting: args.max_waiting,
         itl_slowdown: args.max_itl_slowdown,
+        slo: slo_targets(&args)?,
         kv_tiers: kv_tiers(&args, &path)?,
         kv_events: kv_events(&args)?,
         speculative: speculative(&args, &path, kv_bytes)?,
@@ -602,4 +612,21 @@ mod tests {
         assert!(parse_size("0").is_err());
         assert!(parse_size("").is_err());
     }
+}
+
+/// `--slo-ttft-ms` / `--slo-tpot-ms` as the engine's latency targets.
+fn slo_targets(args: &ServeArgs) -> Result<engine::SloTargets> {
+    let ms = |flag: &str, v: Option<f64>| -> Result<Option<Duration>> {
+        v.map(|ms| {
+            Duration::try_from_secs_f64(ms / 1e3)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| anyhow::anyhow!("--{flag} must be a positive number, not {ms}"))
+        })
+        .transpose()
+    };
+    Ok(engine::SloTargets {
+        ttft: ms("slo-ttft-ms", args.slo_ttft_ms)?,
+        tpot: ms("slo-tpot-ms", args.slo_tpot_ms)?,
+    })
 }

@@ -28,6 +28,10 @@ pub struct EngineConfig {
     /// decode-only step (the prefill cap follows from measured step times, see `step_cost`);
     /// 0 turns the cap off, leaving `max_batch_tokens` as the only limit.
     pub itl_slowdown: f64,
+    /// Latency targets the scheduler aims at (`slo`): with a TPOT target it sizes each
+    /// decoding step's prefill from the streams' pace instead of `itl_slowdown`; with a TTFT
+    /// target prompts that can still make their deadline go first. None by default.
+    pub slo: crate::slo::SloTargets,
     /// Fault the KV storage in while idle (`Runner::idle`). Off leaves its pages to be faulted
     /// in as tiles are first written: for a pool larger than the memory there is to back it.
     pub warm_kv: bool,
@@ -87,6 +91,7 @@ impl Default for EngineConfig {
             release_window_tiles: true,
             kv_dtype: KvDtype::F16,
             itl_slowdown: 1.5,
+            slo: crate::slo::SloTargets::default(),
             warm_kv: true,
             speculative: None,
             kv_tiers: None,
@@ -106,6 +111,11 @@ impl EngineConfig {
         if !(self.itl_slowdown == 0.0 || self.itl_slowdown >= 1.0) || !self.itl_slowdown.is_finite()
         {
             return Err(ConfigError::ItlSlowdown(self.itl_slowdown));
+        }
+        for (name, target) in [("ttft", self.slo.ttft), ("tpot", self.slo.tpot)] {
+            if target.is_some_and(|t| t.is_zero()) {
+                return Err(ConfigError::SloTarget(name));
+            }
         }
         if self.max_batch_tokens < self.max_seqs {
             return Err(ConfigError::BatchTokens {

@@ -138,6 +138,7 @@ impl RequestState {
         decoder: IncrementalDecoder,
         events: UnboundedSender<Event>,
         arrival: u64,
+        arrived: Instant,
     ) -> RequestState {
         RequestState {
             req,
@@ -147,7 +148,7 @@ impl RequestState {
             stopped_by_string: false,
             events,
             arrival,
-            arrived: Instant::now(),
+            arrived,
             scheduled_at: None,
             first_token_at: None,
             last_token_at: None,
@@ -255,7 +256,14 @@ mod tests {
         let (tx, rx) = unbounded_channel();
         let sampler = Sampler::new(req.sampling.clone(), 1);
         (
-            RequestState::new(req, sampler, t.incremental_decoder(true), tx, 1),
+            RequestState::new(
+                req,
+                sampler,
+                t.incremental_decoder(true),
+                tx,
+                1,
+                Instant::now(),
+            ),
             rx,
             t,
         )

@@ -19,6 +19,7 @@ use tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::admission::WaitSlot;
+use crate::clock::{Clock, SystemClock};
 use crate::config::{EngineConfig, SpeculativeConfig};
 use crate::draft_model::DraftModel;
 use crate::emit::RequestState;
@@ -30,6 +31,7 @@ use crate::request::{EngineError, Event, FinishReason, GenerateRequest, Timings,
 use crate::runner::{KvSpec, Runner};
 use crate::scheduler::{AddError, Scheduler, StepPlan};
 use crate::sequence::{SeqId, Sequence};
+use crate::slo::{SloTargets, Starvation};
 use crate::speculate::{DraftState, Speculation};
 use crate::stats::EngineStats;
 use crate::step_cost::StepCost;
@@ -44,10 +46,17 @@ const PREFILL_CAP_FLOOR: usize = 8;
 pub type Member = (SeqId, GenerateRequest, UnboundedSender<Event>);
 
 /// The scheduler's view of a new request (checked: the prompt is shorter than the context).
-fn new_sequence(id: SeqId, req: &GenerateRequest, arrival: u64, context: usize) -> Sequence {
+fn new_sequence(
+    id: SeqId,
+    req: &GenerateRequest,
+    arrival: u64,
+    context: usize,
+    deadline: Option<Instant>,
+) -> Sequence {
     let max_new = req.max_tokens.min(context - req.prompt.len());
     let mut seq = Sequence::new(id, req.prompt.clone(), max_new, req.priority, arrival);
     seq.wants_prompt_logits = req.prompt_logprobs.is_some();
+    seq.ttft_deadline = deadline;
     seq
 }
 
@@ -118,6 +127,11 @@ pub struct Engine<R: Runner> {
     pub(crate) vocab_size: usize,
     arrivals: u64,
     pub(crate) cost: StepCost,
+    /// Latency targets, and the count of prefill-less steps they caused (`slo`).
+    pub(crate) slo: SloTargets,
+    pub(crate) starvation: Starvation,
+    /// Where the time is read (`clock`).
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) forks: Forks,
     pub(crate) spec: Option<Speculation>,
     /// This step's sampled drafts and the drafter's measured cost (`speculate`).
@@ -187,6 +201,9 @@ impl<R: Runner> Engine<R> {
             vocab_size: facts.vocab_size,
             arrivals: 0,
             cost: StepCost::new(cfg.itl_slowdown),
+            slo: cfg.slo,
+            starvation: Starvation::default(),
+            clock: Arc::new(SystemClock),
             forks: Forks::default(),
             spec,
             drafts: DraftState::default(),
@@ -200,6 +217,12 @@ impl<R: Runner> Engine<R> {
     /// configured drafter if any.
     pub fn set_speculation(&mut self, spec: Speculation) {
         self.spec = Some(spec);
+    }
+
+    /// Reads the time from `clock` from now on (a simulation's `ManualClock`). Call before
+    /// submitting anything.
+    pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.clock = clock;
     }
 
     /// Computes prefix keys with `f` (see `KvManager::with_key_fn`): for tests of colliding
@@ -329,7 +352,8 @@ impl<R: Runner> Engine<R> {
             return;
         }
         let arrival = self.next_arrival();
-        let seq = new_sequence(id, &req, arrival, self.context_length);
+        let deadline = self.slo.deadline(self.clock.now());
+        let seq = new_sequence(id, &req, arrival, self.context_length, deadline);
         if let Err(e) = self.add_via_tiers(seq) {
             let _ = events.send(Event::Error(add_error(e)));
             return;
@@ -356,7 +380,8 @@ impl<R: Runner> Engine<R> {
             sampler.push_processor(Box::new(c.processor()));
         }
         let decoder = self.tokenizer.incremental_decoder(true);
-        let mut state = RequestState::new(req, sampler, decoder, events, arrival);
+        let arrived = self.clock.now();
+        let mut state = RequestState::new(req, sampler, decoder, events, arrival, arrived);
         state.admission = slot;
         self.reqs.insert(id, state);
     }
@@ -364,7 +389,14 @@ impl<R: Runner> Engine<R> {
     /// The scheduler's view of a choice that waited to fork.
     pub(crate) fn pending_sequence(&self, id: SeqId) -> Option<Sequence> {
         let r = self.reqs.get(&id)?;
-        Some(new_sequence(id, &r.req, r.arrival, self.context_length))
+        let deadline = self.slo.deadline(r.arrived);
+        Some(new_sequence(
+            id,
+            &r.req,
+            r.arrival,
+            self.context_length,
+            deadline,
+        ))
     }
 
     /// `id` ends: it leaves any `n` > 1 group it waits in, and the choices waiting on it run as
@@ -437,17 +469,52 @@ impl<R: Runner> Engine<R> {
         }
     }
 
+    /// The prefill cap of the next step if it decodes: from the streams' pace with a TPOT
+    /// target (`slo`), else a few prefill tokens at least (but for the occasional decode-only
+    /// step that measures the baseline), so a prompt always progresses.
+    fn prefill_cap(&mut self) -> Option<usize> {
+        let floor = PREFILL_CAP_FLOOR;
+        let max = self.sched.max_batch_tokens();
+        let Some(tpot) = self.slo.tpot else {
+            let backlog = self.sched.prefill_backlog();
+            return self.cost.cap(self.sched.decoders(), backlog, floor, max);
+        };
+        let now = self.clock.now();
+        let ids = self.sched.decoding_ids();
+        let backlog = self.sched.prefill_backlog();
+        let paces = ids.iter().filter_map(|id| {
+            let since_first = now - self.reqs.get(id)?.first_token_at?;
+            let s = self.sched.get(*id)?;
+            Some(crate::slo::Pace {
+                sent: s.output().len().max(1),
+                since_first: since_first.as_secs_f64(),
+                remaining: s.max_total_len.saturating_sub(s.tokens.len()),
+            })
+        });
+        let decode_step = self.cost.decode_step_secs();
+        let Some(budget) = crate::slo::step_budget(tpot, decode_step, paces) else {
+            // No stream left that a plan could keep on target (or none decodes): as without
+            // a target.
+            return self.cost.cap(ids.len(), backlog, floor, max);
+        };
+        let cap = self.cost.cap_within(ids.len(), budget, floor, max);
+        Some(self.starvation.cap(cap, floor, backlog > 0))
+    }
+
+    /// What the scheduler orders prompts by with a TTFT target (`Scheduler::set_deadline_clock`).
+    fn deadline_clock(&self) -> Option<crate::scheduler::DeadlineClock> {
+        self.slo.ttft?;
+        Some(crate::scheduler::DeadlineClock {
+            now: self.clock.now(),
+            per_token: self.cost.per_prefill_token().unwrap_or(0.0),
+        })
+    }
+
     /// Runs one step. Returns the number of tokens processed (0 when idle).
     pub fn step(&mut self) -> Result<usize, ModelError> {
-        // A few prefill tokens per decoding step at least (but for the occasional decode-only
-        // step that measures the baseline), so a prompt always progresses.
-        let cap = self.cost.cap(
-            self.sched.decoders(),
-            self.sched.prefill_backlog(),
-            PREFILL_CAP_FLOOR,
-            self.sched.max_batch_tokens(),
-        );
+        let cap = self.prefill_cap();
         self.sched.set_prefill_cap(cap);
+        self.sched.set_deadline_clock(self.deadline_clock());
         self.poll_tiers();
         self.propose_drafts();
         let plan = self.sched.plan();
@@ -464,10 +531,10 @@ impl<R: Runner> Engine<R> {
             return Ok(0);
         }
         self.note_scheduled(&plan);
-        let t0 = Instant::now();
+        let t0 = self.clock.now();
         self.execute(&plan)?;
         self.postprocess(&plan);
-        let secs = t0.elapsed().as_secs_f64();
+        let secs = (self.clock.now() - t0).as_secs_f64();
         // A step that verified drafts is neither a decode-only baseline nor a prefill sample.
         if plan.draft_tokens() == 0 {
             self.cost
@@ -520,7 +587,7 @@ impl<R: Runner> Engine<R> {
 
     /// Records queue time for requests scheduled for the first time.
     fn note_scheduled(&mut self, plan: &StepPlan) {
-        let now = Instant::now();
+        let now = self.clock.now();
         for c in &plan.chunks {
             if let Some(r) = self.reqs.get_mut(&c.seq) {
                 if r.scheduled_at.is_none() {
@@ -545,6 +612,7 @@ impl<R: Runner> Engine<R> {
         let Some(mut r) = self.reqs.remove(&id) else {
             return;
         };
+        let now = self.clock.now();
         let (prompt_tokens, completion_tokens, cached_tokens) =
             seq.as_ref().map_or((0, 0, 0), |s| {
                 (s.prompt_len, s.output().len(), s.cached_prompt_tokens)
@@ -561,7 +629,7 @@ impl<R: Runner> Engine<R> {
             completion_tokens,
             cached_tokens,
             preemptions: seq.as_ref().map_or(0, |s| s.preemptions),
-            timings: Timings::until_now(r.arrived, r.scheduled_at, r.first_token_at),
+            timings: Timings::until_now(now, r.arrived, r.scheduled_at, r.first_token_at),
         };
         let st = &self.stats;
         st.prompt_tokens.fetch_add(prompt_tokens as u64, Relaxed);
@@ -573,7 +641,7 @@ impl<R: Runner> Engine<R> {
             FinishReason::Length => st.finished_length.fetch_add(1, Relaxed),
             FinishReason::Abort => st.finished_abort.fetch_add(1, Relaxed),
         };
-        st.e2e.observe(r.arrived.elapsed().as_secs_f64());
+        st.e2e.observe((now - r.arrived).as_secs_f64());
         if r.spec.drafted > 0 {
             st.spec_acceptance
                 .observe(r.spec.accepted as f64 / r.spec.drafted as f64);

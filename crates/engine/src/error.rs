@@ -12,6 +12,8 @@ pub enum ConfigError {
     MaxSeqs,
     #[error("max-itl-slowdown must be 0 (off) or at least 1, not {0}")]
     ItlSlowdown(f64),
+    #[error("slo-{0}-ms must be a positive number of milliseconds")]
+    SloTarget(&'static str),
     #[error("max-batch-tokens ({max_batch_tokens}) must be at least max-seqs ({max_seqs}): every decoder needs a slot")]
     BatchTokens {
         max_batch_tokens: usize,

@@ -11,11 +11,17 @@
 //! - `draw` / `emit` / `forks`: the draws (drafts verified), token → events (stop conditions),
 //!   the choices of `n` > 1 requests waiting to fork.
 //! - `tier`: KV tiers (disk, Redis) beside the pool, and the I/O thread that reads and writes them.
+//! - `sim`: open-loop traffic through the real engine on a modelled clock (`SimRunner`), for
+//!   comparing scheduling policies.
+//! - `clock`: where the engine reads the time (the system's, or a simulation's).
 //! - `step_cost`: measured step costs, from which the prefill cap of decoding steps follows.
+//! - `slo`: latency targets (TTFT, TPOT): the prefill budget of a step from the streams' pace,
+//!   and first-token deadlines that order the prompts.
 //! - `admission` / `handle`: the waiting-line limit, the engine thread and the cloneable
 //!   `EngineHandle` the server talks to.
 
 pub mod admission;
+pub mod clock;
 pub mod config;
 pub mod constraint;
 pub mod cpu_runner;
@@ -33,6 +39,8 @@ pub mod request;
 pub mod runner;
 pub mod scheduler;
 pub mod sequence;
+pub mod sim;
+pub mod slo;
 pub mod speculate;
 pub mod stats;
 mod step;
@@ -52,6 +60,7 @@ pub use request::{
 };
 pub use runner::{kv_pool, IntoRunner, KvSpec, Runner, RunnerFacts};
 pub use sequence::SeqId;
+pub use slo::SloTargets;
 pub use speculate::{draft_len, Dist, Draft, DraftAsk, Drafter, Speculation};
 pub use stats::EngineStats;
 pub use tiering::TierConfig;

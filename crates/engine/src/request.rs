@@ -95,8 +95,9 @@ pub struct Timings {
 }
 
 impl Timings {
-    /// The timings of a request that arrived at `arrived` and finishes now.
+    /// The timings of a request that arrived at `arrived` and finishes at `now`.
     pub fn until_now(
+        now: Instant,
         arrived: Instant,
         scheduled: Option<Instant>,
         first_token: Option<Instant>,
@@ -104,7 +105,7 @@ impl Timings {
         Timings {
             queue: scheduled.map(|t| t.saturating_duration_since(arrived)),
             first_token: first_token.map(|t| t.saturating_duration_since(arrived)),
-            total: arrived.elapsed(),
+            total: now.saturating_duration_since(arrived),
         }
     }
 

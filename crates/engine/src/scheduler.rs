@@ -21,6 +21,7 @@
 //! counts as one priority level, so none starves.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use model::{KvLayout, LogitsWanted, TileId};
 
@@ -94,6 +95,24 @@ impl StepPlan {
     }
 }
 
+/// What the scheduler needs to tell a prompt that can still meet its first-token deadline
+/// from one that cannot (`Scheduler::set_deadline_clock`).
+#[derive(Clone, Copy, Debug)]
+pub struct DeadlineClock {
+    pub now: Instant,
+    /// Estimated seconds per prompt token still to compute.
+    pub per_token: f64,
+}
+
+/// Which prompts get the step's prefill first, before the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lane {
+    /// Those with at most `LONG_PREFILL` tokens left (the prefill cap spreads long ones).
+    Short,
+    /// Those that can still meet their first-token deadline (`DeadlineClock`).
+    OnTime,
+}
+
 /// Why a sequence cannot be added.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AddError {
@@ -117,6 +136,8 @@ pub struct Scheduler {
     /// Prefill tokens allowed in a step that also decodes (set by the engine from measured step
     /// times, see `engine::StepCost`); `None` leaves only `max_batch_tokens`.
     prefill_cap: Option<usize>,
+    /// Set with a TTFT target: prompts still on time go first (see `Lane::OnTime`).
+    deadline_clock: Option<DeadlineClock>,
 }
 
 impl Scheduler {
@@ -129,6 +150,7 @@ impl Scheduler {
             running: Vec::new(),
             preemptions_total: 0,
             prefill_cap: None,
+            deadline_clock: None,
             cfg,
         }
     }
@@ -163,6 +185,32 @@ impl Scheduler {
     /// prompt runs whole.
     pub fn set_prefill_cap(&mut self, cap: Option<usize>) {
         self.prefill_cap = cap;
+    }
+
+    /// Plans the next steps with first-token deadlines (`Sequence::ttft_deadline`): prompts
+    /// that can still meet theirs at `per_token` seconds per remaining token get the prefill
+    /// budget before those that cannot. `None` plans without them.
+    pub fn set_deadline_clock(&mut self, clock: Option<DeadlineClock>) {
+        self.deadline_clock = clock;
+    }
+
+    /// Whether sequence `s` belongs in `lane`.
+    fn in_lane(&self, s: &Sequence, lane: Lane) -> bool {
+        match lane {
+            Lane::Short => s.uncomputed() <= LONG_PREFILL,
+            Lane::OnTime => {
+                let (Some(clock), Some(deadline)) = (self.deadline_clock, s.ttft_deadline) else {
+                    return true;
+                };
+                // A resumed stream sent its first token long ago: no deadline left to miss.
+                if !s.output().is_empty() {
+                    return true;
+                }
+                let secs = s.uncomputed() as f64 * clock.per_token.max(0.0);
+                let done = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
+                clock.now.checked_add(done).is_some_and(|t| t <= deadline)
+            }
+        }
     }
 
     /// Running sequences whose next step is a decode token.
@@ -310,32 +358,38 @@ impl Scheduler {
             .iter()
             .partition(|id| self.seqs[id].is_decoding());
         self.schedule_running(dec, &mut plan, max_seqs);
-        // With the prefill cap in force, short prompts (running or waiting) go before long
-        // ones, so a request of a few dozen tokens does not queue behind a 2,000-token prompt
-        // that the cap spreads over many steps (vLLM's long-prefill threshold, in spirit).
-        let short_first =
-            self.prefill_cap.is_some() && self.cfg.chunked_prefill && plan.decode_tokens() > 0;
-        let (short, long): (Vec<SeqId>, Vec<SeqId>) = if short_first {
-            pre.into_iter()
-                .partition(|id| self.seqs[id].uncomputed() <= LONG_PREFILL)
+        // With first-token deadlines, prompts still on time go first. Otherwise, with the
+        // prefill cap in force, short prompts (running or waiting) go before long ones, so a
+        // request of a few dozen tokens does not queue behind a 2,000-token prompt that the cap
+        // spreads over many steps (vLLM's long-prefill threshold, in spirit).
+        let lane = if self.deadline_clock.is_some() {
+            Some(Lane::OnTime)
         } else {
-            (pre, Vec::new())
+            let short_first =
+                self.prefill_cap.is_some() && self.cfg.chunked_prefill && plan.decode_tokens() > 0;
+            short_first.then_some(Lane::Short)
         };
-        self.schedule_running(short, &mut plan, max_seqs);
+        let (first, second): (Vec<SeqId>, Vec<SeqId>) = match lane {
+            Some(l) => pre
+                .into_iter()
+                .partition(|id| self.in_lane(&self.seqs[id], l)),
+            None => (pre, Vec::new()),
+        };
+        self.schedule_running(first, &mut plan, max_seqs);
         // A sequence preempted now would be admitted right back, recomputing what it just
         // gave up (vLLM also admits nothing in a step that preempts).
-        let admit = |this: &mut Self, plan: &mut StepPlan, only_short: bool| {
+        let admit = |this: &mut Self, plan: &mut StepPlan, lane: Option<Lane>| {
             if plan.preempted.is_empty() {
                 let budget = this.budget_left(plan, false);
                 let seats = max_seqs.saturating_sub(plan.chunks.len());
-                this.admit_waiting(plan, budget, seats, only_short);
+                this.admit_waiting(plan, budget, seats, lane);
             }
         };
-        if short_first {
-            admit(self, &mut plan, true);
-            self.schedule_running(long, &mut plan, max_seqs);
+        if lane.is_some() {
+            admit(self, &mut plan, lane);
+            self.schedule_running(second, &mut plan, max_seqs);
         }
-        admit(self, &mut plan, false);
+        admit(self, &mut plan, None);
         self.age_waiting();
         // A draft lives for one step: one that found no room in this plan is dropped.
         for id in &self.running {
@@ -491,15 +545,14 @@ impl Scheduler {
         s.priority as i64 - aged as i64
     }
 
-    /// Admits waiting sequences in order while budget, seats and tiles last; with `only_short`,
-    /// only those whose uncomputed prompt is at most `LONG_PREFILL` (the others are skipped, not
-    /// blocking).
+    /// Admits waiting sequences in order while budget, seats and tiles last; with a `lane`,
+    /// only those in it (the others are skipped, not blocking).
     fn admit_waiting(
         &mut self,
         plan: &mut StepPlan,
         mut budget: usize,
         mut seats: usize,
-        only_short: bool,
+        lane: Option<Lane>,
     ) {
         let mut order = self.waiting.clone();
         // Preempted sequences first (they were running), then by aged priority and arrival.
@@ -512,7 +565,7 @@ impl Scheduler {
             if blocked || seats == 0 || budget == 0 {
                 break;
             }
-            if only_short && self.seqs[&id].uncomputed() > LONG_PREFILL {
+            if lane.is_some_and(|l| !self.in_lane(&self.seqs[&id], l)) {
                 continue;
             }
             let n_groups = self.kv.n_groups();

@@ -2,6 +2,8 @@
 //! where it stands in line. Sampling, stop conditions and the client channel live with the
 //! engine (`request.rs`), so the scheduler stays pure logic.
 
+use std::time::Instant;
+
 use crate::kv_manager::SeqTiles;
 
 /// Identifies a sequence for its whole life (across preemptions).
@@ -50,6 +52,8 @@ pub struct Sequence {
     /// Started as a fork of another sequence's computed prompt (`n` > 1): its prompt was
     /// neither looked up in the prefix cache nor computed for it.
     pub forked: bool,
+    /// When its first token is due (arrival plus the TTFT target, `slo`), if there is one.
+    pub ttft_deadline: Option<Instant>,
 }
 
 impl Sequence {
@@ -72,6 +76,7 @@ impl Sequence {
             wants_prompt_logits: false,
             max_total_len: prompt_len + max_new,
             forked: false,
+            ttft_deadline: None,
         }
     }
 

@@ -13,7 +13,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
-use std::time::Instant;
 
 use model::{Batch, ModelError, SeqChunk};
 
@@ -214,7 +213,7 @@ impl<R: Runner> Engine<R> {
                     self.flush_tier_writes(); // tiles the fork evicted, before the copies
                     self.runner.copy_tiles(&copies);
                     if let Some(r) = self.reqs.get_mut(&id) {
-                        let now = Instant::now();
+                        let now = self.clock.now();
                         r.scheduled_at = Some(now);
                         r.admission = None;
                         self.stats
@@ -284,7 +283,7 @@ impl<R: Runner> Engine<R> {
             let Some(r) = self.reqs.get_mut(&id) else {
                 return;
             };
-            let now = Instant::now();
+            let now = self.clock.now();
             match r.last_token_at {
                 None => {
                     r.first_token_at = Some(now);

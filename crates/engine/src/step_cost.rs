@@ -31,8 +31,53 @@ pub struct StepCost {
     /// drafted tokens beside the decoders cost far less each than a prefill chunk's tokens (the
     /// weights are read once either way), so drafting plans with this once it is measured.
     draft_fit: Option<(f64, f64)>,
+    /// The same steps' extra time fitted as `intercept + slope * x` (`AffineFit`): what the
+    /// latency targets plan with (`cap_within`), since the first prefill token of a decoding
+    /// step costs far more than the next ones (the batch leaves the few-row kernels).
+    prefill_affine: AffineFit,
     /// Decoding steps that carried prefill since the last decode-only one.
     since_decode_only: u32,
+}
+
+/// A moving least-squares line `y = intercept + slope * x`, kept as moving averages of `x`,
+/// `y`, `x * y` and `x * x`. While the points' `x` barely vary the intercept cannot be told
+/// from the slope, and the line goes through the origin instead (the cost of a chunk larger
+/// than those seen is then overestimated, never under).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AffineFit {
+    /// Moving averages of x, y, xy, xx; `None` before the first point.
+    m: Option<[f64; 4]>,
+}
+
+impl AffineFit {
+    /// Folds in the point (`x`, `y`).
+    pub fn observe(&mut self, x: f64, y: f64) {
+        let new = [x, y, x * y, x * x];
+        self.m = Some(match self.m {
+            None => new,
+            Some(old) => std::array::from_fn(|i| old[i] + ALPHA * (new[i] - old[i])),
+        });
+    }
+
+    /// `(intercept, slope)`, both at least 0; `None` before any point with `x > 0`.
+    pub fn line(&self) -> Option<(f64, f64)> {
+        let [x, y, xy, xx] = self.m?;
+        if xx <= 0.0 {
+            return None;
+        }
+        let var = xx - x * x;
+        let through_origin = Some((0.0, (xy / xx).max(0.0)));
+        // Relative spread of x under 10%: the slope is not determined.
+        if var <= 0.01 * xx {
+            return through_origin;
+        }
+        let slope = (xy - x * y) / var;
+        let intercept = y - slope * x;
+        if slope <= 0.0 || intercept < 0.0 {
+            return through_origin;
+        }
+        Some((intercept, slope))
+    }
 }
 
 /// Weight of the newest observation.
@@ -65,6 +110,7 @@ impl StepCost {
             decode_step: None,
             prefill_fit: None,
             draft_fit: None,
+            prefill_affine: AffineFit::default(),
             since_decode_only: 0,
         }
     }
@@ -92,7 +138,13 @@ impl StepCost {
         } else {
             0.0
         };
-        self.prefill_fit = fold(self.prefill_fit, prefill as f64, (secs - base).max(0.0));
+        let extra = (secs - base).max(0.0);
+        self.prefill_fit = fold(self.prefill_fit, prefill as f64, extra);
+        if decode > 0 {
+            // A step without decoders has no baseline to take off: its whole time is not the
+            // extra a decoding step pays.
+            self.prefill_affine.observe(prefill as f64, extra);
+        }
     }
 
     /// Records a step of `decode` decode tokens that also verified `draft` drafted tokens and
@@ -164,6 +216,35 @@ impl StepCost {
             max
         };
         Some(tokens.clamp(min.min(max), max))
+    }
+
+    /// Prefill tokens a step with `decoders` decoders can carry and still take at most
+    /// `budget` seconds, within `min..=max`, from the affine fit of what prefill adds to a
+    /// decoding step: 0 when even the first prefill token would overrun it (the step then
+    /// decodes only, and the streams gain the time it saves). 0 also asks for a decode-only
+    /// step to measure the baseline, as `cap` does. `min` applies once the budget leaves room
+    /// for any prefill (small chunks pay the intercept for little progress).
+    pub fn cap_within(&self, decoders: usize, budget: f64, min: usize, max: usize) -> usize {
+        let fresh = self.decode_step.filter(|&(_, d)| {
+            !self.stale_for(d, decoders) && self.since_decode_only < REFRESH_STEPS
+        });
+        let Some((d, _)) = fresh else {
+            return 0;
+        };
+        let left = budget - d;
+        let Some((intercept, slope)) = self.prefill_affine.line() else {
+            return if left > 0.0 { min.min(max) } else { 0 };
+        };
+        if left <= intercept {
+            return 0;
+        }
+        let tokens = (left - intercept) / slope.max(1e-9);
+        let tokens = if tokens.is_finite() && tokens < max as f64 {
+            tokens.floor() as usize
+        } else {
+            max
+        };
+        tokens.clamp(min.min(max), max)
     }
 
     /// Whether a step with `decoders` decoders would have no fresh decode-only baseline to
@@ -350,5 +431,40 @@ mod tests {
         // No baseline for 8 decoders: not recorded.
         c.observe_draft(8, 4, 0, 1.0);
         assert!((c.extra_token_share(1).expect("share") - 0.05).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_affine_fit_recovers_a_steps_fixed_and_per_token_prefill_cost() {
+        // Prefill adds 20 ms plus 1.5 ms a token to a 40 ms decode-only step.
+        let mut c = StepCost::new(1.5);
+        for x in [8usize, 40, 16, 64, 24].iter().cycle().take(60) {
+            c.observe(8, 0, 0.040);
+            c.observe(8, *x, 0.040 + 0.020 + 0.0015 * *x as f64);
+        }
+        let (a, b) = c.prefill_affine.line().expect("fitted");
+        assert!(
+            (a - 0.020).abs() < 1e-6 && (b - 0.0015).abs() < 1e-8,
+            "{a} {b}"
+        );
+        // 100 ms of budget: 60 ms left after decoding, 40 after the fixed part: 26 tokens.
+        assert_eq!(c.cap_within(8, 0.100, 4, 512), 26);
+        // Under the fixed part: decode only; no baseline for 16 decoders: decode only.
+        assert_eq!(c.cap_within(8, 0.055, 4, 512), 0);
+        assert_eq!(c.cap_within(16, 1.0, 4, 512), 0);
+        assert_eq!(
+            c.cap_within(8, 10.0, 4, 512),
+            512,
+            "bounded by the step's tokens"
+        );
+    }
+
+    #[test]
+    fn chunks_all_of_one_size_fit_a_line_through_the_origin() {
+        let mut c = StepCost::new(1.5);
+        for _ in 0..20 {
+            c.observe(4, 0, 0.030);
+            c.observe(4, 10, 0.030 + 0.030);
+        }
+        assert_eq!(c.prefill_affine.line(), Some((0.0, 0.003)));
     }
 }

@@ -153,3 +153,38 @@ fn the_backlog_counts_prompts_in_progress_and_waiting_requests_that_have_a_seat(
         "the running prompt, and one waiting per free seat"
     );
 }
+
+#[test]
+fn with_first_token_deadlines_prompts_still_on_time_are_prefilled_before_late_ones() {
+    use engine::scheduler::DeadlineClock;
+    use std::time::{Duration, Instant};
+    let now = Instant::now();
+    let mut s = scheduler(true);
+    // Request 1 arrived long ago and cannot make its deadline; request 2 can.
+    let late = |id: u64, deadline: Instant| {
+        let prompt: Vec<u32> = (0..200u32).map(|t| 10 + (t + id as u32) % 50).collect();
+        let mut q = Sequence::new(SeqId(id), prompt, 64, 0, id);
+        q.ttft_deadline = Some(deadline);
+        q
+    };
+    s.add(late(1, now - Duration::from_secs(1))).expect("fits");
+    s.add(late(2, now + Duration::from_secs(2))).expect("fits");
+    s.set_deadline_clock(Some(DeadlineClock {
+        now,
+        per_token: 0.001,
+    }));
+    let p = s.plan();
+    assert_eq!(
+        p.chunks[0].seq,
+        SeqId(2),
+        "the one on time first: {:?}",
+        p.chunks
+    );
+    assert_eq!(p.chunks[0].len, 200);
+    // Without deadlines, arrival order.
+    let mut s = scheduler(true);
+    s.add(late(1, now - Duration::from_secs(1))).expect("fits");
+    s.add(late(2, now + Duration::from_secs(2))).expect("fits");
+    let p = s.plan();
+    assert_eq!(p.chunks[0].seq, SeqId(1));
+}
