@@ -597,23 +597,6 @@ async fn wait_for_signal() {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse_with_binary_and_decimal_units() {
-        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
-        assert_eq!(parse_size("300MB"), Ok(300_000_000));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("1.5KiB"), Ok(1536));
-        assert!(parse_size("12 parsecs").is_err());
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("").is_err());
-    }
-}
-
 /// `--slo-ttft-ms` / `--slo-tpot-ms` as the engine's latency targets.
 fn slo_targets(args: &ServeArgs) -> Result<engine::SloTargets> {
     let ms = |flag: &str, v: Option<f64>| -> Result<Option<Duration>> {
@@ -629,4 +612,21 @@ fn slo_targets(args: &ServeArgs) -> Result<engine::SloTargets> {
         ttft: ms("slo-ttft-ms", args.slo_ttft_ms)?,
         tpot: ms("slo-tpot-ms", args.slo_tpot_ms)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_and_decimal_units() {
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("300MB"), Ok(300_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("").is_err());
+    }
 }
