@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{random_weights, Rng, ALL_TYPES};
+use common::{random_weights, Rng, ALL_TYPES, BIT_EXACT_TYPES};
 use kernels::dtype::ActKind;
 use kernels::quant::{kquants, legacy, ActQ8_0, BlockQ8K, QK8_0, QK_K};
 use kernels::{
@@ -176,8 +176,8 @@ fn weights_new_validates_type_shape_and_size() {
         Err(KernelError::RaggedRow { .. })
     ));
     assert!(matches!(
-        Weights::new(GgmlType::Q2_K, &data, 2, 256),
-        Err(KernelError::UnsupportedType { ty: GgmlType::Q2_K })
+        Weights::new(GgmlType::Q8_1, &data, 2, 32),
+        Err(KernelError::UnsupportedType { ty: GgmlType::Q8_1 })
     ));
 }
 
@@ -251,6 +251,42 @@ fn simd_kernels_agree_with_scalar_and_avx2_equals_vnni_bitwise() {
                     bits(&simd[0]),
                     bits(&simd[1]),
                     "{ty:?}: AVX2 and VNNI differ"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn new_block_formats_give_the_scalar_bits_on_every_isa() {
+    // MXFP4 / IQ4_NL (blocks of 32) and Q2_K / Q3_K / IQ4_XS (256): every kernel forms the
+    // scalar reference's exact integers and its float steps, so the outputs are equal bit for
+    // bit, at every batch size (groups of 16, 8, 4 and the remainder).
+    let mut rng = Rng::new(17);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    let all = isas();
+    assert!(all.len() >= 2 || detect_isa() == Isa::Scalar);
+    for ty in BIT_EXACT_TYPES {
+        for &(rows, cols, m) in &[(9usize, QK_K, 1usize), (21, 3 * QK_K, 7), (5, 2 * QK_K, 19)] {
+            let data = random_weights(&mut rng, ty, rows, cols);
+            let w = Weights::new(ty, &data, rows, cols).expect("valid weights");
+            let x = rng.activations(m * cols);
+            let bits = |isa: Isa, scratch: &mut MatmulScratch| {
+                let mut out = vec![f32::NAN; m * rows];
+                matmul_with_isa(isa, &threads, &w, &x, m, &mut out, scratch);
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let scalar = bits(Isa::Scalar, &mut scratch);
+            assert!(
+                scalar.iter().all(|&b| f32::from_bits(b).is_finite()),
+                "{ty:?}"
+            );
+            for &isa in &all[1..] {
+                assert_eq!(
+                    bits(isa, &mut scratch),
+                    scalar,
+                    "{ty:?} {isa:?} vs scalar, m {m}"
                 );
             }
         }

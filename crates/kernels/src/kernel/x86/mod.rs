@@ -26,7 +26,8 @@ use super::{rows_loop, DotKernel, Isa, KernelVisitor, RowDot, RowsJob};
 use crate::act::Activation;
 use crate::dtype::Format;
 use crate::quant::{
-    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ8_0, PodBlock,
+    BlockIq4Nl, BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+    BlockQ8_0, PodBlock,
 };
 
 pub(crate) mod amx;
@@ -34,9 +35,11 @@ pub(crate) mod attn;
 mod float;
 mod kquants;
 mod kquants512;
+mod kquants_low;
 mod legacy;
 mod legacy512;
 mod legacy_min;
+mod nonlinear;
 pub(crate) mod ops;
 /// Packed legacy formats, as const parameters of the packed passes (`packed256`, `packed512`).
 const Q8: u8 = 0;
@@ -458,6 +461,11 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<
             visit_body_512::<kquants::Q5KBody, kquants512::ScaleMinBody<BlockQ5K>, V>(isa, v)
         }
         Format::Q6_K => visit_body_512::<kquants::Q6KBody, kquants512::Q6KBody, V>(isa, v),
+        Format::Q2_K => visit_body_vnni::<kquants_low::Q2KBody, V>(isa, v),
+        Format::Q3_K => visit_body_vnni::<kquants_low::Q3KBody, V>(isa, v),
+        Format::MXFP4 => visit_body_vnni::<nonlinear::TableBody<BlockMxfp4>, V>(isa, v),
+        Format::IQ4_NL => visit_body_vnni::<nonlinear::TableBody<BlockIq4Nl>, V>(isa, v),
+        Format::IQ4_XS => visit_body_vnni::<nonlinear::Iq4XsBody, V>(isa, v),
     }
 }
 
