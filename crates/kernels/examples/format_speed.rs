@@ -56,10 +56,7 @@ fn weights(f: Format, rows: usize, cols: usize) -> Vec<u8> {
             Format::Q3_K => b[108..110].copy_from_slice(&h),
             _ => {
                 b[..2].copy_from_slice(&h);
-                if matches!(
-                    f,
-                    Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K
-                ) {
+                if matches!(f, Format::Q4_1 | Format::Q5_1 | Format::Q4_K | Format::Q5_K) {
                     b[2..4].copy_from_slice(&h);
                 }
             }

@@ -245,13 +245,9 @@ fn simd_kernels_agree_with_scalar_and_avx2_equals_vnni_bitwise() {
                     );
                 }
             }
-            if simd.len() == 2 {
-                let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&simd[0]),
-                    bits(&simd[1]),
-                    "{ty:?}: AVX2 and VNNI differ"
-                );
+            let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            for other in simd.iter().skip(1) {
+                assert_eq!(bits(&simd[0]), bits(other), "{ty:?}: AVX2 and VNNI differ");
             }
         }
     }
@@ -295,23 +291,36 @@ fn new_block_formats_give_the_scalar_bits_on_every_isa() {
 
 #[test]
 fn float_formats_handle_rows_that_are_not_a_multiple_of_eight() {
+    // Column counts around the 256-bit bodies' steps of 8 and the 512-bit bodies' 16 (a last
+    // run of eight, a tail shorter than eight); batches of 2 and 19 (16-row passes and the
+    // rest). The SIMD paths agree bit for bit, and all with the decoded reference.
     let mut rng = Rng::new(15);
     let threads = Threads::new(1);
     let mut scratch = MatmulScratch::new();
     for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
-        for cols in [1usize, 7, 13, 29] {
-            let data = random_weights(&mut rng, ty, 3, cols);
-            let w = Weights::new(ty, &data, 3, cols).expect("valid weights");
-            let x = rng.activations(2 * cols);
-            let (want, scale) = reference(&w, &x, 2);
-            for isa in isas() {
-                let mut out = vec![0f32; 6];
-                matmul_with_isa(isa, &threads, &w, &x, 2, &mut out, &mut scratch);
-                for k in 0..6 {
-                    assert!(
-                        (f64::from(out[k]) - want[k]).abs() <= 3e-6 * scale[k] + 1e-9,
-                        "{ty:?} {isa:?} cols {cols}"
-                    );
+        for cols in [1usize, 7, 13, 24, 29, 40, 57] {
+            for m in [2usize, 19] {
+                let data = random_weights(&mut rng, ty, 3, cols);
+                let w = Weights::new(ty, &data, 3, cols).expect("valid weights");
+                let x = rng.activations(m * cols);
+                let (want, scale) = reference(&w, &x, m);
+                let mut simd_bits: Option<Vec<u32>> = None;
+                for isa in isas() {
+                    let mut out = vec![0f32; 3 * m];
+                    matmul_with_isa(isa, &threads, &w, &x, m, &mut out, &mut scratch);
+                    for k in 0..out.len() {
+                        assert!(
+                            (f64::from(out[k]) - want[k]).abs() <= 3e-6 * scale[k] + 1e-9,
+                            "{ty:?} {isa:?} cols {cols}"
+                        );
+                    }
+                    if isa > Isa::Scalar {
+                        let bits: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                        match &simd_bits {
+                            Some(first) => assert_eq!(&bits, first, "{ty:?} {isa:?} cols {cols}"),
+                            None => simd_bits = Some(bits),
+                        }
+                    }
                 }
             }
         }

@@ -9,8 +9,10 @@
 //! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
 //! detection has confirmed the entry point's features, and only their `rows` calls the entries.
 //!
-//! With AVX-512 VNNI every quantized format uses a 512-bit body (`legacy512`: two blocks per
-//! vector; `kquants512`: 64 quants per vector); float formats keep the 256-bit bodies.
+//! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, Q4_K / Q5_K / Q6_K and the float formats use a 512-bit
+//! body (`legacy512`: two blocks per vector; `kquants512`: 64 quants per vector; `float512`:
+//! sixteen columns per vector, sixteen activation rows per pass); Q4_1 / Q5_1, Q2_K / Q3_K and
+//! the table formats (`nonlinear`) run their 256-bit bodies with the VNNI integer primitive.
 //!
 //! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
 //! 16-bit intermediate sums cannot saturate) and associates the float sums the same way, so the
@@ -33,6 +35,7 @@ use crate::quant::{
 pub(crate) mod amx;
 pub(crate) mod attn;
 mod float;
+mod float512;
 mod kquants;
 mod kquants512;
 mod kquants_low;
@@ -440,9 +443,9 @@ fn visit_body_vnni<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
 pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<(), V> {
     let isa = isa.min(super::detect_isa());
     match format {
-        Format::F32 => visit_body::<float::F32Body, V>(isa, v),
-        Format::F16 => visit_body::<float::F16Body, V>(isa, v),
-        Format::BF16 => visit_body::<float::Bf16Body, V>(isa, v),
+        Format::F32 => visit_body_512::<float::F32Body, float512::F32Body, V>(isa, v),
+        Format::F16 => visit_body_512::<float::F16Body, float512::F16Body, V>(isa, v),
+        Format::BF16 => visit_body_512::<float::Bf16Body, float512::Bf16Body, V>(isa, v),
         Format::Q4_0 => {
             visit_body_512::<legacy::Q4_0Body, legacy512::PairBody<BlockQ4_0>, V>(isa, v)
         }
