@@ -293,20 +293,20 @@ fn new_block_formats_give_the_scalar_bits_on_every_isa() {
 fn float_formats_handle_rows_that_are_not_a_multiple_of_eight() {
     // Column counts around the 256-bit bodies' steps of 8 and the 512-bit bodies' 16 (a last
     // run of eight, a tail shorter than eight); batches of 2 and 19 (16-row passes and the
-    // rest). The SIMD paths agree bit for bit, and all with the decoded reference.
+    // rest); seven weight rows (a tile of four and three single rows). The SIMD paths agree bit for bit, and all with the decoded reference.
     let mut rng = Rng::new(15);
     let threads = Threads::new(1);
     let mut scratch = MatmulScratch::new();
     for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
         for cols in [1usize, 7, 13, 24, 29, 40, 57] {
             for m in [2usize, 19] {
-                let data = random_weights(&mut rng, ty, 3, cols);
-                let w = Weights::new(ty, &data, 3, cols).expect("valid weights");
+                let data = random_weights(&mut rng, ty, 7, cols);
+                let w = Weights::new(ty, &data, 7, cols).expect("valid weights");
                 let x = rng.activations(m * cols);
                 let (want, scale) = reference(&w, &x, m);
                 let mut simd_bits: Option<Vec<u32>> = None;
                 for isa in isas() {
-                    let mut out = vec![0f32; 3 * m];
+                    let mut out = vec![0f32; 7 * m];
                     matmul_with_isa(isa, &threads, &w, &x, m, &mut out, &mut scratch);
                     for k in 0..out.len() {
                         assert!(

@@ -11,7 +11,7 @@
 //!
 //! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, Q4_K / Q5_K / Q6_K and the float formats use a 512-bit
 //! body (`legacy512`: two blocks per vector; `kquants512`: 64 quants per vector; `float512`:
-//! sixteen columns per vector, sixteen activation rows per pass); Q4_1 / Q5_1, Q2_K / Q3_K and
+//! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1, Q2_K / Q3_K and
 //! the table formats (`nonlinear`) run their 256-bit bodies with the VNNI integer primitive.
 //!
 //! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
@@ -427,6 +427,20 @@ fn visit_body_512<B: Body, B5: Body512, V: KernelVisitor>(isa: Isa, v: V) -> Res
     }
 }
 
+/// Like [`visit_body`], but with the tiled 512-bit float kernel where the CPU has AVX-512.
+fn visit_float<B: Body<A = f32>, D: float512::Decode<W = B::W>, V: KernelVisitor>(
+    isa: Isa,
+    v: V,
+) -> Result<(), V> {
+    match isa {
+        Isa::Amx | Isa::Avx512Vnni => {
+            v.visit(&float512::Tiled::<D>(PhantomData));
+            Ok(())
+        }
+        _ => visit_body::<B, V>(isa, v),
+    }
+}
+
 /// Like [`visit_body`], but with the VNNI integer primitive where the CPU has AVX-512 VNNI.
 fn visit_body_vnni<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
     match isa {
@@ -443,9 +457,9 @@ fn visit_body_vnni<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
 pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<(), V> {
     let isa = isa.min(super::detect_isa());
     match format {
-        Format::F32 => visit_body_512::<float::F32Body, float512::F32Body, V>(isa, v),
-        Format::F16 => visit_body_512::<float::F16Body, float512::F16Body, V>(isa, v),
-        Format::BF16 => visit_body_512::<float::Bf16Body, float512::Bf16Body, V>(isa, v),
+        Format::F32 => visit_float::<float::F32Body, float512::F32, V>(isa, v),
+        Format::F16 => visit_float::<float::F16Body, float512::F16, V>(isa, v),
+        Format::BF16 => visit_float::<float::Bf16Body, float512::Bf16, V>(isa, v),
         Format::Q4_0 => {
             visit_body_512::<legacy::Q4_0Body, legacy512::PairBody<BlockQ4_0>, V>(isa, v)
         }
