@@ -11,9 +11,14 @@
 //! In every block of 32, byte `j` of the quants holds element `j` in its low nibble and element
 //! `j + 16` in its high nibble (Q4_0's order).
 //!
-//! Numerics (the reference the SIMD kernels match bit for bit): per block the integer sum
-//! `sum table[q] * x` (IQ4_XS: weighted by the sub-block scales) is formed exactly, then folded
-//! with [`fold`]: `acc + (d_x * d_w) * isum`, block after block in order.
+//! Numerics (the references the SIMD kernels match bit for bit):
+//! - MXFP4 / IQ4_NL ([`dot_table`]) follow the SIMD kernels' lanes: lane `l` (0..8) of a block
+//!   is the exact integer `sum table[q_e] * x_e` over elements `4l..4l + 4`; even blocks
+//!   accumulate into one set of eight f32 lanes and odd blocks into another, each as
+//!   `fma(d_w * d_x, lane, acc)`; at the end the two sets are added lane by lane and summed as
+//!   [`hsum8`] does (the 256-bit kernels' horizontal sum).
+//! - IQ4_XS: per super-block the integer `sum_i s_i * (table[q] . x)_i` is formed exactly,
+//!   then folded with [`fold`]: `acc + (d_x * d_w) * isum`, super-block after super-block.
 
 use super::kquants::{BlockQ8K, QK_K};
 use super::legacy::{ActQ8_0, QK8_0};
@@ -144,19 +149,30 @@ pub fn dequantize_table<B: TableBlock>(blocks: &[B], out: &mut [f32]) {
     }
 }
 
-/// Scalar reference: an MXFP4 / IQ4_NL weight row dot a Q8_0 activation row.
+/// The sum of eight lanes in the order of the 256-bit kernels' horizontal sum: the two halves
+/// added lane by lane, then lanes 0 + 2 and 1 + 3, then those two.
+#[inline]
+pub fn hsum8(v: [f32; 8]) -> f32 {
+    let s: [f32; 4] = std::array::from_fn(|i| v[i] + v[i + 4]);
+    (s[0] + s[2]) + (s[1] + s[3])
+}
+
+/// Scalar reference: an MXFP4 / IQ4_NL weight row dot a Q8_0 activation row (see the module
+/// docs for the lane order it reproduces).
 pub fn dot_table<B: TableBlock>(w: &[B], x: &[ActQ8_0]) -> f32 {
     assert_eq!(w.len(), x.len(), "dot (MXFP4/IQ4_NL): block count mismatch");
-    let mut acc = 0.0f32;
-    for (b, a) in w.iter().zip(x) {
-        let isum: i32 = table_values(&B::TABLE, b.nibbles())
-            .iter()
-            .zip(&a.qs)
-            .map(|(&v, &q)| i32::from(v) * i32::from(q))
-            .sum();
-        acc = fold(acc, isum, b.scale(), a.d);
+    let mut acc = [[0.0f32; 8]; 2];
+    for (b, (blk, a)) in w.iter().zip(x).enumerate() {
+        let v = table_values(&B::TABLE, blk.nibbles());
+        let s = blk.scale() * a.d;
+        for (l, lane) in acc[b & 1].iter_mut().enumerate() {
+            let isum: i32 = (4 * l..4 * l + 4)
+                .map(|e| i32::from(v[e]) * i32::from(a.qs[e]))
+                .sum();
+            *lane = s.mul_add(isum as f32, *lane);
+        }
     }
-    acc
+    hsum8(std::array::from_fn(|l| acc[0][l] + acc[1][l]))
 }
 
 /// Scalar reference for MXFP4 rows (a plain `fn` for the kernel table).

@@ -9,10 +9,10 @@
 //! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
 //! detection has confirmed the entry point's features, and only their `rows` calls the entries.
 //!
-//! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, Q4_K / Q5_K / Q6_K and the float formats use a 512-bit
-//! body (`legacy512`: two blocks per vector; `kquants512`: 64 quants per vector; `float512`:
-//! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1, Q2_K / Q3_K and
-//! the table formats (`nonlinear`) run their 256-bit bodies with the VNNI integer primitive.
+//! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, MXFP4 / IQ4_NL, Q4_K / Q5_K / Q6_K and the float
+//! formats use a 512-bit body (`legacy512`, `nonlinear512`: two blocks per vector; `kquants512`: 64 quants per vector; `float512`:
+//! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1,
+//! Q2_K / Q3_K and IQ4_XS run their 256-bit bodies with the VNNI integer primitive.
 //!
 //! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
 //! 16-bit intermediate sums cannot saturate) and associates the float sums the same way, so the
@@ -43,6 +43,7 @@ mod legacy;
 mod legacy512;
 mod legacy_min;
 mod nonlinear;
+mod nonlinear512;
 pub(crate) mod ops;
 /// Packed legacy formats, as const parameters of the packed passes (`packed256`, `packed512`).
 const Q8: u8 = 0;
@@ -480,8 +481,16 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<
         Format::Q6_K => visit_body_512::<kquants::Q6KBody, kquants512::Q6KBody, V>(isa, v),
         Format::Q2_K => visit_body_vnni::<kquants_low::Q2KBody, V>(isa, v),
         Format::Q3_K => visit_body_vnni::<kquants_low::Q3KBody, V>(isa, v),
-        Format::MXFP4 => visit_body_vnni::<nonlinear::TableBody<BlockMxfp4>, V>(isa, v),
-        Format::IQ4_NL => visit_body_vnni::<nonlinear::TableBody<BlockIq4Nl>, V>(isa, v),
+        Format::MXFP4 => visit_body_512::<
+            nonlinear::TableBody<BlockMxfp4>,
+            nonlinear512::TablePairBody<BlockMxfp4>,
+            V,
+        >(isa, v),
+        Format::IQ4_NL => visit_body_512::<
+            nonlinear::TableBody<BlockIq4Nl>,
+            nonlinear512::TablePairBody<BlockIq4Nl>,
+            V,
+        >(isa, v),
         Format::IQ4_XS => visit_body_vnni::<nonlinear::Iq4XsBody, V>(isa, v),
     }
 }

@@ -5,8 +5,9 @@
 //! both 128-bit lanes). The values are signed, so they are multiplied with the sign-transfer
 //! trick (`|w| . sign(x, w)`): every i32 lane is an exact sum of four products, through
 //! `maddubs` + `madd` (AVX2; `|w|, |x| <= 127` keeps the i16 pair sums below 2^15) or `dpbusd`
-//! (VNNI). The lanes are summed to the block's exact integer and folded with
-//! [`fold`], the float step of the scalar reference, so every ISA returns the reference's bits.
+//! (VNNI). MXFP4 / IQ4_NL accumulate those lanes in f32 as their scalar reference does (two
+//! alternating sets of eight lanes); IQ4_XS sums them to the super-block's exact integer and
+//! folds it with [`fold`]. Either way every ISA returns the reference's bits.
 
 // Index loops address several parallel arrays (registers per activation row); the iterator
 // forms would hide the unrolled structure the compiler needs to see.
@@ -17,7 +18,7 @@ use std::marker::PhantomData;
 
 use super::legacy::unpack_nibbles;
 use super::legacy_min::hsum_epi32;
-use super::{at, f16_to_f32, load32, load32_at, Body, IDot};
+use super::{at, f16_to_f32, hsum_ps, load32, load32_at, Body, IDot};
 use crate::quant::nonlinear::{fold, iq4_xs_nibbles, TableBlock, KVALUES_IQ4NL};
 use crate::quant::{ActQ8_0, BlockIq4Xs, BlockQ8K};
 
@@ -35,7 +36,9 @@ unsafe fn lookup(table: __m256i, qs: &[u8; 16]) -> __m256i {
     unsafe { _mm256_shuffle_epi8(table, unpack_nibbles(qs)) }
 }
 
-/// The MXFP4 / IQ4_NL kernel.
+/// The MXFP4 / IQ4_NL kernel: per pair, even and odd blocks accumulate into two f32 vectors
+/// (`fma(d_w * d_x, lanes, acc)`), added and summed horizontally at the end: the lane order of
+/// the scalar reference `dot_table`.
 pub(crate) struct TableBody<W>(PhantomData<fn() -> W>);
 
 impl<W: TableBlock> Body for TableBody<W> {
@@ -47,7 +50,7 @@ impl<W: TableBlock> Body for TableBody<W> {
         // activation rows have w.len() blocks.
         unsafe {
             let table = table256(&W::TABLE);
-            let mut acc = [0f32; N];
+            let mut acc = [[_mm256_setzero_ps(); 2]; N];
             for (b, blk) in w.iter().enumerate() {
                 let wq = lookup(table, blk.nibbles());
                 let aw = _mm256_sign_epi8(wq, wq);
@@ -56,10 +59,15 @@ impl<W: TableBlock> Body for TableBody<W> {
                     let x = at(a[j], b);
                     let sx = _mm256_sign_epi8(load32(&x.qs), wq);
                     let lanes = D::dot_acc(_mm256_setzero_si256(), aw, sx);
-                    acc[j] = fold(acc[j], hsum_epi32(lanes), dw, x.d);
+                    let s = _mm256_set1_ps(dw * x.d);
+                    acc[j][b & 1] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(lanes), acc[j][b & 1]);
                 }
             }
-            acc
+            let mut out = [0f32; N];
+            for j in 0..N {
+                out[j] = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
+            }
+            out
         }
     }
 }
