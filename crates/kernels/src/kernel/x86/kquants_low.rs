@@ -13,6 +13,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
+use std::marker::PhantomData;
 
 use super::legacy_min::hsum_epi32;
 use super::{at, f16_to_f32, load32, load32_at, Body, IDot};
@@ -21,7 +22,7 @@ use crate::quant::{BlockQ2K, BlockQ3K, BlockQ8K};
 
 /// Loads the 16 block sums of an activation block.
 #[inline(always)]
-unsafe fn bsums(x: &BlockQ8K) -> __m256i {
+pub(super) unsafe fn bsums(x: &BlockQ8K) -> __m256i {
     // SAFETY: 16 i16 = 32 bytes, unaligned load.
     unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) }
 }
@@ -43,81 +44,57 @@ unsafe fn low2_half(qs: &[u8; 64], h: usize) -> [__m256i; 4] {
     }
 }
 
-/// Shared loop: `quants(blk, h)` gives half `h`'s four unsigned quant vectors, `scales(blk)`
-/// the 16 signed byte group scales, `offset(blk, x)` the i32 lanes the integer sum starts from
-/// and `msum(blk, x)` the exact min sum.
-#[inline(always)]
-unsafe fn group_dot<W, D: IDot, const N: usize>(
-    w: &[W],
-    a: [&[BlockQ8K]; N],
-    quants: impl Fn(&W, usize) -> [__m256i; 4],
-    scales: impl Fn(&W) -> __m128i,
-    offset: impl Fn(&W, __m128i, &BlockQ8K) -> __m256i,
-    fold: impl Fn(&W, f32, i32, &BlockQ8K) -> f32,
-) -> [f32; N] {
-    // SAFETY: AVX2/FMA/F16C enabled by the entry points; activation rows have w.len() blocks.
-    unsafe {
-        let mut acc = [0f32; N];
-        for (b, blk) in w.iter().enumerate() {
-            let sc8 = scales(blk);
-            // Two exact integer accumulators per pair (one per half) for shorter chains.
-            let mut isum = [[_mm256_setzero_si256(); 2]; N];
-            for j in 0..N {
-                isum[j][0] = offset(blk, sc8, at(a[j], b));
-            }
-            for h in 0..2 {
-                let q = quants(blk, h);
-                for (k, &qk) in q.iter().enumerate() {
-                    let s = D::scales_16_of(sc8, 8 * h + 2 * k);
-                    for j in 0..N {
-                        let x = load32_at(&at(a[j], b).qs, 128 * h + 32 * k);
-                        isum[j][h] = D::scaled_dot_acc(isum[j][h], qk, x, s);
-                    }
-                }
-            }
-            for j in 0..N {
-                let total = hsum_epi32(_mm256_add_epi32(isum[j][0], isum[j][1]));
-                acc[j] = fold(blk, acc[j], total, at(a[j], b));
-            }
-        }
-        acc
-    }
+/// A Q2_K / Q3_K block as both widths' bodies consume it.
+pub(crate) trait LowK: crate::quant::PodBlock {
+    /// The 16 signed byte group scales.
+    ///
+    /// # Safety
+    /// AVX2 enabled in the inlining function (for this and every method below).
+    unsafe fn scales(&self) -> __m128i;
+    /// Half `h`'s four vectors of unsigned quants (elements `128h + 32k..128h + 32k + 32`).
+    unsafe fn quants(&self, h: usize) -> [__m256i; 4];
+    /// The i32 lanes the integer sum starts from (Q3_K's offset term).
+    unsafe fn offset(&self, sc8: __m128i, x: &BlockQ8K) -> __m256i;
+    /// Folds the super-block's exact integer sum into `acc` ([`fold_k`]).
+    unsafe fn fold(&self, acc: f32, isum: i32, x: &BlockQ8K) -> f32;
 }
 
-pub(crate) struct Q2KBody;
-
-impl Body for Q2KBody {
-    type W = BlockQ2K;
-    type A = BlockQ8K;
+impl LowK for BlockQ2K {
     #[inline(always)]
-    unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ2K], a: [&[BlockQ8K]; N]) -> [f32; N] {
-        // SAFETY: forwarded from the caller's contract.
+    unsafe fn scales(&self) -> __m128i {
+        // SAFETY: 16-byte array, unaligned load.
         unsafe {
-            group_dot::<_, D, N>(
-                w,
-                a,
-                |blk, h| low2_half(&blk.qs, h),
-                |blk| {
-                    let raw = _mm_loadu_si128(blk.scales.as_ptr().cast());
-                    _mm_and_si128(raw, _mm_set1_epi8(0x0F))
-                },
-                |_, _, _| _mm256_setzero_si256(),
-                |blk, acc, isum, x| {
-                    let raw = _mm_loadu_si128(blk.scales.as_ptr().cast());
-                    let mins = _mm256_cvtepu8_epi16(_mm_and_si128(
-                        _mm_srli_epi16::<4>(raw),
-                        _mm_set1_epi8(0x0F),
-                    ));
-                    let msum = hsum_epi32(_mm256_madd_epi16(bsums(x), mins));
-                    fold_k(
-                        acc,
-                        isum,
-                        msum,
-                        f16_to_f32(blk.d),
-                        f16_to_f32(blk.dmin),
-                        x.d,
-                    )
-                },
+            _mm_and_si128(
+                _mm_loadu_si128(self.scales.as_ptr().cast()),
+                _mm_set1_epi8(0x0F),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn quants(&self, h: usize) -> [__m256i; 4] {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { low2_half(&self.qs, h) }
+    }
+    #[inline(always)]
+    unsafe fn offset(&self, _: __m128i, _: &BlockQ8K) -> __m256i {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { _mm256_setzero_si256() }
+    }
+    #[inline(always)]
+    unsafe fn fold(&self, acc: f32, isum: i32, x: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded from the caller's contract; 16-byte array, unaligned load.
+        unsafe {
+            let raw = _mm_loadu_si128(self.scales.as_ptr().cast());
+            let mins =
+                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(raw), _mm_set1_epi8(0x0F)));
+            let msum = hsum_epi32(_mm256_madd_epi16(bsums(x), mins));
+            fold_k(
+                acc,
+                isum,
+                msum,
+                f16_to_f32(self.d),
+                f16_to_f32(self.dmin),
+                x.d,
             )
         }
     }
@@ -136,40 +113,79 @@ unsafe fn third_bit(hm: __m256i, bit: usize) -> __m256i {
     }
 }
 
-pub(crate) struct Q3KBody;
-
-impl Body for Q3KBody {
-    type W = BlockQ3K;
-    type A = BlockQ8K;
+impl LowK for BlockQ3K {
     #[inline(always)]
-    unsafe fn run<D: IDot, const N: usize>(w: &[BlockQ3K], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    unsafe fn scales(&self) -> __m128i {
+        let sc = q3_k_scales(&self.scales);
+        // SAFETY: 16-byte array, unaligned load.
+        unsafe { _mm_loadu_si128(sc.as_ptr().cast()) }
+    }
+    #[inline(always)]
+    unsafe fn quants(&self, h: usize) -> [__m256i; 4] {
         // SAFETY: forwarded from the caller's contract.
         unsafe {
-            group_dot::<_, D, N>(
-                w,
-                a,
-                |blk, h| {
-                    let hm = load32(&blk.hmask);
-                    let mut q = low2_half(&blk.qs, h);
-                    for (k, v) in q.iter_mut().enumerate() {
-                        *v = _mm256_or_si256(*v, third_bit(hm, 4 * h + k));
+            let hm = load32(&self.hmask);
+            let mut q = low2_half(&self.qs, h);
+            for (k, v) in q.iter_mut().enumerate() {
+                *v = _mm256_or_si256(*v, third_bit(hm, 4 * h + k));
+            }
+            q
+        }
+    }
+    #[inline(always)]
+    unsafe fn offset(&self, sc8: __m128i, x: &BlockQ8K) -> __m256i {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            // -4 * scale per group of 16: the offset term -4 * sc_g * bsums_g.
+            let neg4 = _mm256_sub_epi16(
+                _mm256_setzero_si256(),
+                _mm256_slli_epi16::<2>(_mm256_cvtepi8_epi16(sc8)),
+            );
+            _mm256_madd_epi16(bsums(x), neg4)
+        }
+    }
+    #[inline(always)]
+    unsafe fn fold(&self, acc: f32, isum: i32, x: &BlockQ8K) -> f32 {
+        // SAFETY: forwarded from the caller's contract (F16C).
+        unsafe { fold_k(acc, isum, 0, f16_to_f32(self.d), 0.0, x.d) }
+    }
+}
+
+/// The 256-bit Q2_K / Q3_K kernel.
+pub(crate) struct LowBody<W>(PhantomData<fn() -> W>);
+
+impl<W: LowK> Body for LowBody<W> {
+    type W = W;
+    type A = BlockQ8K;
+    #[inline(always)]
+    unsafe fn run<D: IDot, const N: usize>(w: &[W], a: [&[BlockQ8K]; N]) -> [f32; N] {
+        // SAFETY: AVX2/FMA/F16C enabled by the entry points; activation rows have w.len()
+        // blocks.
+        unsafe {
+            let mut acc = [0f32; N];
+            for (b, blk) in w.iter().enumerate() {
+                let sc8 = blk.scales();
+                // Two exact integer accumulators per pair (one per half) for shorter chains.
+                let mut isum = [[_mm256_setzero_si256(); 2]; N];
+                for j in 0..N {
+                    isum[j][0] = blk.offset(sc8, at(a[j], b));
+                }
+                for h in 0..2 {
+                    let q = blk.quants(h);
+                    for (k, &qk) in q.iter().enumerate() {
+                        let s = D::scales_16_of(sc8, 8 * h + 2 * k);
+                        for j in 0..N {
+                            let x = load32_at(&at(a[j], b).qs, 128 * h + 32 * k);
+                            isum[j][h] = D::scaled_dot_acc(isum[j][h], qk, x, s);
+                        }
                     }
-                    q
-                },
-                |blk| {
-                    let sc = q3_k_scales(&blk.scales);
-                    _mm_loadu_si128(sc.as_ptr().cast())
-                },
-                |_, sc8, x| {
-                    // -4 * scale per group of 16: the offset term -4 * sc_g * bsums_g.
-                    let neg4 = _mm256_sub_epi16(
-                        _mm256_setzero_si256(),
-                        _mm256_slli_epi16::<2>(_mm256_cvtepi8_epi16(sc8)),
-                    );
-                    _mm256_madd_epi16(bsums(x), neg4)
-                },
-                |blk, acc, isum, x| fold_k(acc, isum, 0, f16_to_f32(blk.d), 0.0, x.d),
-            )
+                }
+                for j in 0..N {
+                    let total = hsum_epi32(_mm256_add_epi32(isum[j][0], isum[j][1]));
+                    acc[j] = blk.fold(acc[j], total, at(a[j], b));
+                }
+            }
+            acc
         }
     }
 }

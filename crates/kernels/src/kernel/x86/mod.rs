@@ -9,10 +9,11 @@
 //! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
 //! detection has confirmed the entry point's features, and only their `rows` calls the entries.
 //!
-//! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, MXFP4 / IQ4_NL, Q4_K / Q5_K / Q6_K and the float
-//! formats use a 512-bit body (`legacy512`, `nonlinear512`: two blocks per vector; `kquants512`: 64 quants per vector; `float512`:
-//! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1,
-//! Q2_K / Q3_K and IQ4_XS run their 256-bit bodies with the VNNI integer primitive.
+//! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, MXFP4 / IQ4_NL, Q2_K ... Q6_K and the float formats
+//! use a 512-bit body (`legacy512`, `nonlinear512`: two blocks per vector; `kquants512`,
+//! `kquants_low512`: 64 quants per vector; `float512`:
+//! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1
+//! and IQ4_XS run their 256-bit bodies with the VNNI integer primitive.
 //!
 //! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
 //! 16-bit intermediate sums cannot saturate) and associates the float sums the same way, so the
@@ -28,8 +29,8 @@ use super::{rows_loop, DotKernel, Isa, KernelVisitor, RowDot, RowsJob};
 use crate::act::Activation;
 use crate::dtype::Format;
 use crate::quant::{
-    BlockIq4Nl, BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
-    BlockQ8_0, PodBlock,
+    BlockIq4Nl, BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ8_0, PodBlock,
 };
 
 pub(crate) mod amx;
@@ -39,6 +40,7 @@ mod float512;
 mod kquants;
 mod kquants512;
 mod kquants_low;
+mod kquants_low512;
 mod legacy;
 mod legacy512;
 mod legacy_min;
@@ -479,8 +481,16 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<
             visit_body_512::<kquants::Q5KBody, kquants512::ScaleMinBody<BlockQ5K>, V>(isa, v)
         }
         Format::Q6_K => visit_body_512::<kquants::Q6KBody, kquants512::Q6KBody, V>(isa, v),
-        Format::Q2_K => visit_body_vnni::<kquants_low::Q2KBody, V>(isa, v),
-        Format::Q3_K => visit_body_vnni::<kquants_low::Q3KBody, V>(isa, v),
+        Format::Q2_K => {
+            visit_body_512::<kquants_low::LowBody<BlockQ2K>, kquants_low512::LowBody512<BlockQ2K>, V>(
+                isa, v,
+            )
+        }
+        Format::Q3_K => {
+            visit_body_512::<kquants_low::LowBody<BlockQ3K>, kquants_low512::LowBody512<BlockQ3K>, V>(
+                isa, v,
+            )
+        }
         Format::MXFP4 => visit_body_512::<
             nonlinear::TableBody<BlockMxfp4>,
             nonlinear512::TablePairBody<BlockMxfp4>,
