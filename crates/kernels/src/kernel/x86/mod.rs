@@ -9,11 +9,11 @@
 //! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
 //! detection has confirmed the entry point's features, and only their `rows` calls the entries.
 //!
-//! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, MXFP4 / IQ4_NL, Q2_K ... Q6_K and the float formats
-//! use a 512-bit body (`legacy512`, `nonlinear512`: two blocks per vector; `kquants512`,
-//! `kquants_low512`: 64 quants per vector; `float512`:
+//! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, MXFP4 / IQ4_NL / IQ4_XS, Q2_K ... Q6_K and the float
+//! formats use a 512-bit body (`legacy512`, `nonlinear512`: two blocks per vector; `kquants512`,
+//! `kquants_low512`, `nonlinear512_xs`: 64 quants per vector; `float512`:
 //! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1
-//! and IQ4_XS run their 256-bit bodies with the VNNI integer primitive.
+//! run their 256-bit bodies with the VNNI integer primitive.
 //!
 //! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
 //! 16-bit intermediate sums cannot saturate) and associates the float sums the same way, so the
@@ -46,6 +46,7 @@ mod legacy512;
 mod legacy_min;
 mod nonlinear;
 mod nonlinear512;
+mod nonlinear512_xs;
 pub(crate) mod ops;
 /// Packed legacy formats, as const parameters of the packed passes (`packed256`, `packed512`).
 const Q8: u8 = 0;
@@ -501,7 +502,9 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<
             nonlinear512::TablePairBody<BlockIq4Nl>,
             V,
         >(isa, v),
-        Format::IQ4_XS => visit_body_vnni::<nonlinear::Iq4XsBody, V>(isa, v),
+        Format::IQ4_XS => {
+            visit_body_512::<nonlinear::Iq4XsBody, nonlinear512_xs::Iq4XsBody512, V>(isa, v)
+        }
     }
 }
 
