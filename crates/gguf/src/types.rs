@@ -18,7 +18,7 @@ macro_rules! ggml_types {
             pub const ALL: &'static [GgmlType] = &[$(Self::$name,)*];
 
             /// The type with file-format number `v`, or `None` for unknown or unsupported
-            /// numbers (including the IQ family, which we do not read).
+            /// numbers (including most of the IQ family, which we do not read).
             pub fn from_u32(v: u32) -> Option<Self> {
                 match v { $($id => Some(Self::$name),)* _ => None }
             }
@@ -60,7 +60,10 @@ ggml_types! {
     Q5_K = 13, QK_K, 2 + 2 + 12 + 32 + 128;
     Q6_K = 14, QK_K, 128 + 64 + 16 + 2; // low bits + high bits + scales + d
     Q8_K = 15, QK_K, 4 + QK_K + 2 * QK_K / 16; // f32 d + quants + i16 block sums
+    IQ4_NL = 20, 32, 2 + 16;           // d + 32 nibbles indexing a 16-value table
+    IQ4_XS = 23, QK_K, 2 + 2 + QK_K / 64 + QK_K / 2; // d + high + low 6-bit scales + nibbles
     BF16 = 30, 1, 2;
+    MXFP4 = 39, 32, 1 + 16;            // E8M0 exponent + 32 E2M1 nibbles
 }
 
 impl GgmlType {
@@ -105,6 +108,9 @@ mod tests {
             (GgmlType::Q5_K, 176),
             (GgmlType::Q6_K, 210),
             (GgmlType::Q8_K, 292),
+            (GgmlType::IQ4_NL, 18),
+            (GgmlType::IQ4_XS, 136),
+            (GgmlType::MXFP4, 17),
         ];
         for (t, size) in expect {
             assert_eq!(t.type_size(), size, "{t}");

@@ -24,6 +24,11 @@ pub enum Format {
     Q4_K,
     Q5_K,
     Q6_K,
+    Q2_K,
+    Q3_K,
+    MXFP4,
+    IQ4_NL,
+    IQ4_XS,
 }
 
 /// How activations are prepared before they meet a weight row of a given format.
@@ -53,6 +58,11 @@ impl Format {
             GgmlType::Q4_K => Format::Q4_K,
             GgmlType::Q5_K => Format::Q5_K,
             GgmlType::Q6_K => Format::Q6_K,
+            GgmlType::Q2_K => Format::Q2_K,
+            GgmlType::Q3_K => Format::Q3_K,
+            GgmlType::MXFP4 => Format::MXFP4,
+            GgmlType::IQ4_NL => Format::IQ4_NL,
+            GgmlType::IQ4_XS => Format::IQ4_XS,
             _ => return Err(KernelError::UnsupportedType { ty }),
         })
     }
@@ -61,8 +71,19 @@ impl Format {
     pub const fn block_size(self) -> usize {
         match self {
             Format::F32 | Format::F16 | Format::BF16 => 1,
-            Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => 32,
-            Format::Q4_K | Format::Q5_K | Format::Q6_K => 256,
+            Format::Q4_0
+            | Format::Q4_1
+            | Format::Q5_0
+            | Format::Q5_1
+            | Format::Q8_0
+            | Format::MXFP4
+            | Format::IQ4_NL => 32,
+            Format::Q4_K
+            | Format::Q5_K
+            | Format::Q6_K
+            | Format::Q2_K
+            | Format::Q3_K
+            | Format::IQ4_XS => 256,
         }
     }
 
@@ -79,6 +100,11 @@ impl Format {
             Format::Q4_K => 144,
             Format::Q5_K => 176,
             Format::Q6_K => 210,
+            Format::Q2_K => 84,
+            Format::Q3_K => 110,
+            Format::MXFP4 => 17,
+            Format::IQ4_NL => 18,
+            Format::IQ4_XS => 136,
         }
     }
 
@@ -86,10 +112,19 @@ impl Format {
     pub const fn act_kind(self) -> ActKind {
         match self {
             Format::F32 | Format::F16 | Format::BF16 => ActKind::F32,
-            Format::Q4_0 | Format::Q4_1 | Format::Q5_0 | Format::Q5_1 | Format::Q8_0 => {
-                ActKind::Q8_0
-            }
-            Format::Q4_K | Format::Q5_K | Format::Q6_K => ActKind::Q8_K,
+            Format::Q4_0
+            | Format::Q4_1
+            | Format::Q5_0
+            | Format::Q5_1
+            | Format::Q8_0
+            | Format::MXFP4
+            | Format::IQ4_NL => ActKind::Q8_0,
+            Format::Q4_K
+            | Format::Q5_K
+            | Format::Q6_K
+            | Format::Q2_K
+            | Format::Q3_K
+            | Format::IQ4_XS => ActKind::Q8_K,
         }
     }
 

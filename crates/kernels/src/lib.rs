@@ -1,7 +1,8 @@
 //! CPU compute kernels of the forward pass.
 //!
-//! - [`quant`]: ggml-compatible block formats with scalar dequantization, activation quantization
-//!   and reference dot products.
+//! - [`quant`]: ggml-compatible block formats (F32/F16/BF16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0,
+//!   Q2_K/Q3_K/Q4_K/Q5_K/Q6_K, MXFP4/IQ4_NL/IQ4_XS) with scalar dequantization, activation
+//!   quantization and reference dot products.
 //! - [`matmul()`]: threaded, batch-invariant weight x activation multiplication over a fixed
 //!   [`Threads`] pool, with SIMD kernels chosen at run time ([`isa`]).
 //! - [`packed`]: Q8_0/Q5_0/Q4_0/Q4_1/Q5_1/Q4_K/Q6_K weights repacked sixteen rows per block for

@@ -353,7 +353,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
             actual: src.len(),
         });
     }
-    use quant::{float, kquants, legacy, legacy_min};
+    use quant::{float, kquants, kquants_low, legacy, legacy_min, nonlinear};
     match format {
         Format::F32 => float::dequantize_f32(src, dst),
         Format::F16 => float::dequantize_f16(src, dst),
@@ -366,6 +366,15 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), K
         Format::Q4_K => kquants::dequantize_q4_k(quant::cast_blocks(src), dst),
         Format::Q5_K => kquants::dequantize_q5_k(quant::cast_blocks(src), dst),
         Format::Q6_K => kquants::dequantize_q6_k(quant::cast_blocks(src), dst),
+        Format::Q2_K => kquants_low::dequantize_q2_k(quant::cast_blocks(src), dst),
+        Format::Q3_K => kquants_low::dequantize_q3_k(quant::cast_blocks(src), dst),
+        Format::MXFP4 => {
+            nonlinear::dequantize_table::<quant::BlockMxfp4>(quant::cast_blocks(src), dst)
+        }
+        Format::IQ4_NL => {
+            nonlinear::dequantize_table::<quant::BlockIq4Nl>(quant::cast_blocks(src), dst)
+        }
+        Format::IQ4_XS => nonlinear::dequantize_iq4_xs(quant::cast_blocks(src), dst),
     }
     Ok(())
 }

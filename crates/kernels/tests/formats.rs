@@ -7,9 +7,11 @@ use kernels::quant::kquants::{self, k4_scales_mins};
 use kernels::quant::legacy::{self, quantize_act_q8_0, quantize_row_q8_0};
 use kernels::quant::legacy_min;
 use kernels::quant::{
-    blocks_as_bytes, cast_blocks, f16_to_f32, f32_to_f16, ActQ8_0, BlockQ4K, BlockQ4_0, BlockQ4_1,
-    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
+    blocks_as_bytes, cast_blocks, f16_to_f32, f32_to_f16, ActQ8_0, BlockIq4Nl, BlockIq4Xs,
+    BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0, QK_K,
 };
+use kernels::quant::{kquants_low, nonlinear};
 use kernels::{dequantize_row, Format, GgmlType, KernelError};
 
 #[test]
@@ -23,9 +25,20 @@ fn format_table_agrees_with_block_structs() {
         (Format::Q4_K, std::mem::size_of::<BlockQ4K>()),
         (Format::Q5_K, std::mem::size_of::<BlockQ5K>()),
         (Format::Q6_K, std::mem::size_of::<BlockQ6K>()),
+        (Format::Q2_K, std::mem::size_of::<BlockQ2K>()),
+        (Format::Q3_K, std::mem::size_of::<BlockQ3K>()),
+        (Format::MXFP4, std::mem::size_of::<BlockMxfp4>()),
+        (Format::IQ4_NL, std::mem::size_of::<BlockIq4Nl>()),
+        (Format::IQ4_XS, std::mem::size_of::<BlockIq4Xs>()),
     ];
     for (f, size) in sizes {
         assert_eq!(f.block_bytes(), size, "{f:?}");
+    }
+    for &ty in GgmlType::ALL {
+        if let Ok(f) = Format::from_ggml(ty) {
+            assert_eq!(f.block_bytes(), ty.type_size(), "{ty:?} bytes");
+            assert_eq!(f.block_size(), ty.block_size(), "{ty:?} elements");
+        }
     }
 }
 
@@ -327,12 +340,28 @@ fn scalar_dot(ty: GgmlType, w: &[u8], x: &[f32]) -> (f32, f64, f64) {
             };
             (v, xd)
         }
-        Format::Q4_K | Format::Q5_K | Format::Q6_K => {
+        Format::MXFP4 | Format::IQ4_NL => {
+            let (a, xd) = q8_0_view(x);
+            let v = match f {
+                Format::MXFP4 => nonlinear::dot_mxfp4(cast_blocks(w), &a),
+                _ => nonlinear::dot_iq4_nl(cast_blocks(w), &a),
+            };
+            (v, xd)
+        }
+        Format::Q4_K
+        | Format::Q5_K
+        | Format::Q6_K
+        | Format::Q2_K
+        | Format::Q3_K
+        | Format::IQ4_XS => {
             let (a, xd) = q8_k_view(x);
             let v = match f {
                 Format::Q4_K => kquants::dot_q4_k(cast_blocks(w), &a),
                 Format::Q5_K => kquants::dot_q5_k(cast_blocks(w), &a),
-                _ => kquants::dot_q6_k(cast_blocks(w), &a),
+                Format::Q6_K => kquants::dot_q6_k(cast_blocks(w), &a),
+                Format::Q2_K => kquants_low::dot_q2_k(cast_blocks(w), &a),
+                Format::Q3_K => kquants_low::dot_q3_k(cast_blocks(w), &a),
+                _ => nonlinear::dot_iq4_xs(cast_blocks(w), &a),
             };
             (v, xd)
         }
@@ -404,8 +433,8 @@ fn dequantize_row_rejects_wrong_sizes_and_unsupported_types() {
         })
     ));
     assert!(matches!(
-        dequantize_row(GgmlType::Q2_K, &[0u8; 84], &mut out),
-        Err(KernelError::UnsupportedType { ty: GgmlType::Q2_K })
+        dequantize_row(GgmlType::Q8_1, &[0u8; 36], &mut out),
+        Err(KernelError::UnsupportedType { ty: GgmlType::Q8_1 })
     ));
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{random_weights, Rng, ALL_TYPES};
+use common::{random_weights, Rng, ALL_TYPES, BIT_EXACT_TYPES};
 use kernels::dtype::ActKind;
 use kernels::quant::{kquants, legacy, ActQ8_0, BlockQ8K, QK8_0, QK_K};
 use kernels::{
@@ -176,8 +176,8 @@ fn weights_new_validates_type_shape_and_size() {
         Err(KernelError::RaggedRow { .. })
     ));
     assert!(matches!(
-        Weights::new(GgmlType::Q2_K, &data, 2, 256),
-        Err(KernelError::UnsupportedType { ty: GgmlType::Q2_K })
+        Weights::new(GgmlType::Q8_1, &data, 2, 32),
+        Err(KernelError::UnsupportedType { ty: GgmlType::Q8_1 })
     ));
 }
 
@@ -245,12 +245,44 @@ fn simd_kernels_agree_with_scalar_and_avx2_equals_vnni_bitwise() {
                     );
                 }
             }
-            if simd.len() == 2 {
-                let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            for other in simd.iter().skip(1) {
+                assert_eq!(bits(&simd[0]), bits(other), "{ty:?}: AVX2 and VNNI differ");
+            }
+        }
+    }
+}
+
+#[test]
+fn new_block_formats_give_the_scalar_bits_on_every_isa() {
+    // MXFP4 / IQ4_NL (blocks of 32) and Q2_K / Q3_K / IQ4_XS (256): every kernel forms the
+    // scalar reference's exact integers and its float steps, so the outputs are equal bit for
+    // bit, at every batch size (groups of 16, 8, 4 and the remainder).
+    let mut rng = Rng::new(17);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    let all = isas();
+    assert!(all.len() >= 2 || detect_isa() == Isa::Scalar);
+    for ty in BIT_EXACT_TYPES {
+        for &(rows, cols, m) in &[(9usize, QK_K, 1usize), (21, 3 * QK_K, 7), (5, 2 * QK_K, 19)] {
+            let data = random_weights(&mut rng, ty, rows, cols);
+            let w = Weights::new(ty, &data, rows, cols).expect("valid weights");
+            let x = rng.activations(m * cols);
+            let bits = |isa: Isa, scratch: &mut MatmulScratch| {
+                let mut out = vec![f32::NAN; m * rows];
+                matmul_with_isa(isa, &threads, &w, &x, m, &mut out, scratch);
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let scalar = bits(Isa::Scalar, &mut scratch);
+            assert!(
+                scalar.iter().all(|&b| f32::from_bits(b).is_finite()),
+                "{ty:?}"
+            );
+            for &isa in &all[1..] {
                 assert_eq!(
-                    bits(&simd[0]),
-                    bits(&simd[1]),
-                    "{ty:?}: AVX2 and VNNI differ"
+                    bits(isa, &mut scratch),
+                    scalar,
+                    "{ty:?} {isa:?} vs scalar, m {m}"
                 );
             }
         }
@@ -259,23 +291,36 @@ fn simd_kernels_agree_with_scalar_and_avx2_equals_vnni_bitwise() {
 
 #[test]
 fn float_formats_handle_rows_that_are_not_a_multiple_of_eight() {
+    // Column counts around the 256-bit bodies' steps of 8 and the 512-bit bodies' 16 (a last
+    // run of eight, a tail shorter than eight); batches of 2 and 19 (16-row passes and the
+    // rest); seven weight rows (a tile of four and three single rows). The SIMD paths agree bit for bit, and all with the decoded reference.
     let mut rng = Rng::new(15);
     let threads = Threads::new(1);
     let mut scratch = MatmulScratch::new();
     for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
-        for cols in [1usize, 7, 13, 29] {
-            let data = random_weights(&mut rng, ty, 3, cols);
-            let w = Weights::new(ty, &data, 3, cols).expect("valid weights");
-            let x = rng.activations(2 * cols);
-            let (want, scale) = reference(&w, &x, 2);
-            for isa in isas() {
-                let mut out = vec![0f32; 6];
-                matmul_with_isa(isa, &threads, &w, &x, 2, &mut out, &mut scratch);
-                for k in 0..6 {
-                    assert!(
-                        (f64::from(out[k]) - want[k]).abs() <= 3e-6 * scale[k] + 1e-9,
-                        "{ty:?} {isa:?} cols {cols}"
-                    );
+        for cols in [1usize, 7, 13, 24, 29, 40, 57] {
+            for m in [2usize, 19] {
+                let data = random_weights(&mut rng, ty, 7, cols);
+                let w = Weights::new(ty, &data, 7, cols).expect("valid weights");
+                let x = rng.activations(m * cols);
+                let (want, scale) = reference(&w, &x, m);
+                let mut simd_bits: Option<Vec<u32>> = None;
+                for isa in isas() {
+                    let mut out = vec![0f32; 7 * m];
+                    matmul_with_isa(isa, &threads, &w, &x, m, &mut out, &mut scratch);
+                    for k in 0..out.len() {
+                        assert!(
+                            (f64::from(out[k]) - want[k]).abs() <= 3e-6 * scale[k] + 1e-9,
+                            "{ty:?} {isa:?} cols {cols}"
+                        );
+                    }
+                    if isa > Isa::Scalar {
+                        let bits: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+                        match &simd_bits {
+                            Some(first) => assert_eq!(&bits, first, "{ty:?} {isa:?} cols {cols}"),
+                            None => simd_bits = Some(bits),
+                        }
+                    }
                 }
             }
         }
@@ -302,7 +347,7 @@ fn q8_0_weights_at_minus_128_do_not_saturate() {
 }
 
 #[test]
-fn legacy_formats_with_an_odd_number_of_blocks_agree_across_isas() {
+fn blocks_of_32_in_odd_numbers_agree_across_isas() {
     // The 512-bit kernels take blocks in pairs; an odd count ends in a zero-padded pair.
     let mut rng = Rng::new(16);
     let threads = Threads::new(2);
@@ -313,6 +358,8 @@ fn legacy_formats_with_an_odd_number_of_blocks_agree_across_isas() {
         GgmlType::Q8_0,
         GgmlType::Q4_1,
         GgmlType::Q5_1,
+        GgmlType::MXFP4,
+        GgmlType::IQ4_NL,
     ] {
         for blocks in [1usize, 3, 7] {
             let (rows, cols, m) = (6, blocks * QK8_0, 5);
@@ -333,12 +380,14 @@ fn legacy_formats_with_an_odd_number_of_blocks_agree_across_isas() {
                 }
                 outs.push(out);
             }
-            if outs.len() == 3 {
-                let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            // Every SIMD path gives the AVX2 bits; the new formats also the scalar ones.
+            let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            let first = usize::from(!BIT_EXACT_TYPES.contains(&ty));
+            for other in outs.iter().skip(first + 1) {
                 assert_eq!(
-                    bits(&outs[1]),
-                    bits(&outs[2]),
-                    "{ty:?} {blocks} blocks: AVX2 vs AVX-512"
+                    bits(&outs[first]),
+                    bits(other),
+                    "{ty:?} {blocks} blocks: SIMD paths differ"
                 );
             }
         }

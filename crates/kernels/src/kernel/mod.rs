@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use crate::act::Activation;
 use crate::dtype::Format;
-use crate::quant::{float, kquants, legacy, legacy_min, PodBlock};
+use crate::quant::{float, kquants, kquants_low, legacy, legacy_min, nonlinear, PodBlock};
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
@@ -276,6 +276,21 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) {
         }),
         Format::Q6_K => v.visit(&Scalar {
             f: kquants::dot_q6_k,
+        }),
+        Format::Q2_K => v.visit(&Scalar {
+            f: kquants_low::dot_q2_k,
+        }),
+        Format::Q3_K => v.visit(&Scalar {
+            f: kquants_low::dot_q3_k,
+        }),
+        Format::MXFP4 => v.visit(&Scalar {
+            f: nonlinear::dot_mxfp4,
+        }),
+        Format::IQ4_NL => v.visit(&Scalar {
+            f: nonlinear::dot_iq4_nl,
+        }),
+        Format::IQ4_XS => v.visit(&Scalar {
+            f: nonlinear::dot_iq4_xs,
         }),
     }
 }

@@ -11,12 +11,16 @@
 
 pub mod float;
 pub mod kquants;
+pub mod kquants_low;
 pub mod legacy;
 pub mod legacy_min;
+pub mod nonlinear;
 
 pub use kquants::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
+pub use kquants_low::{BlockQ2K, BlockQ3K};
 pub use legacy::{ActQ8_0, ActQ8_0x2, BlockQ4_0, BlockQ5_0, BlockQ8_0, QK8_0};
 pub use legacy_min::{BlockQ4_1, BlockQ5_1};
+pub use nonlinear::{BlockIq4Nl, BlockIq4Xs, BlockMxfp4};
 
 /// Converts an IEEE half stored little-endian to f32.
 #[inline]

@@ -43,7 +43,7 @@ impl Rng {
     }
 }
 
-pub const ALL_TYPES: [GgmlType; 11] = [
+pub const ALL_TYPES: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -55,6 +55,20 @@ pub const ALL_TYPES: [GgmlType; 11] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::MXFP4,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
+/// The formats whose every kernel (scalar, AVX2, AVX-512) gives the scalar reference's bits.
+pub const BIT_EXACT_TYPES: [GgmlType; 5] = [
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::MXFP4,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// A small positive f16 scale as stored bytes.
@@ -99,6 +113,15 @@ pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> 
                 let d = scale_bytes(rng, 0.0005);
                 block[208..210].copy_from_slice(&d);
             }
+            Format::Q2_K => {
+                block[80..82].copy_from_slice(&scale_bytes(rng, 0.002));
+                block[82..84].copy_from_slice(&scale_bytes(rng, 0.002));
+            }
+            Format::Q3_K => block[108..110].copy_from_slice(&scale_bytes(rng, 0.0005)),
+            // Exponent 117..=124: steps of 2^-11..2^-4 (the table's values are doubled).
+            Format::MXFP4 => block[0] = 117 + rng.below(8) as u8,
+            Format::IQ4_NL => block[..2].copy_from_slice(&scale_bytes(rng, 0.0002)),
+            Format::IQ4_XS => block[..2].copy_from_slice(&scale_bytes(rng, 0.00001)),
         }
     }
     data

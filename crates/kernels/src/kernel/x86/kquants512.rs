@@ -19,7 +19,7 @@ use crate::quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
 /// Loads 64 activation quants starting at element `offset`.
 #[inline(always)]
-unsafe fn load64(x: &BlockQ8K, offset: usize) -> __m512i {
+pub(super) unsafe fn load64(x: &BlockQ8K, offset: usize) -> __m512i {
     let s = &x.qs[offset..offset + 64];
     // SAFETY: `s` holds exactly 64 bytes; unaligned load.
     unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
@@ -27,7 +27,7 @@ unsafe fn load64(x: &BlockQ8K, offset: usize) -> __m512i {
 
 /// Adds the two 256-bit halves of 16 i32 lanes.
 #[inline(always)]
-unsafe fn fold(v: __m512i) -> __m256i {
+pub(super) unsafe fn fold(v: __m512i) -> __m256i {
     // SAFETY: AVX-512F enabled by the entry point.
     unsafe { _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v)) }
 }
@@ -153,7 +153,7 @@ impl<W: ScaleMinBlock> Body512 for ScaleMinBody<W> {
 
 /// i16 scales for 64 quants covering groups `g..g + 4` (16 quants each) of a Q6_K block.
 #[inline(always)]
-unsafe fn q6_scales64(sc8: __m128i, g: usize) -> __m512i {
+pub(super) unsafe fn q6_scales64(sc8: __m128i, g: usize) -> __m512i {
     // SAFETY: AVX2/AVX-512BW enabled by the entry point.
     unsafe {
         let rep = |v: usize| (v as i64) * 0x0101_0101_0101_0101;

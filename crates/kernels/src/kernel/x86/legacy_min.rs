@@ -43,7 +43,7 @@ impl MinQuants for BlockQ5_1 {
 
 /// Sum of eight i32 lanes (exact: the lanes are bounded far below overflow).
 #[inline(always)]
-unsafe fn hsum_epi32(v: __m256i) -> i32 {
+pub(super) unsafe fn hsum_epi32(v: __m256i) -> i32 {
     // SAFETY: AVX2 enabled by the entry points.
     unsafe {
         let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));

@@ -9,8 +9,11 @@
 //! Soundness: [`Simd`] / [`Simd512`] values are only created in [`visit`] after run-time
 //! detection has confirmed the entry point's features, and only their `rows` calls the entries.
 //!
-//! With AVX-512 VNNI every quantized format uses a 512-bit body (`legacy512`: two blocks per
-//! vector; `kquants512`: 64 quants per vector); float formats keep the 256-bit bodies.
+//! With AVX-512 VNNI, Q4_0 / Q5_0 / Q8_0, MXFP4 / IQ4_NL / IQ4_XS, Q2_K ... Q6_K and the float
+//! formats use a 512-bit body (`legacy512`, `nonlinear512`: two blocks per vector; `kquants512`,
+//! `kquants_low512`, `nonlinear512_xs`: 64 quants per vector; `float512`:
+//! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1
+//! run their 256-bit bodies with the VNNI integer primitive.
 //!
 //! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
 //! 16-bit intermediate sums cannot saturate) and associates the float sums the same way, so the
@@ -26,17 +29,24 @@ use super::{rows_loop, DotKernel, Isa, KernelVisitor, RowDot, RowsJob};
 use crate::act::Activation;
 use crate::dtype::Format;
 use crate::quant::{
-    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ8_0, PodBlock,
+    BlockIq4Nl, BlockMxfp4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ8_0, PodBlock,
 };
 
 pub(crate) mod amx;
 pub(crate) mod attn;
 mod float;
+mod float512;
 mod kquants;
 mod kquants512;
+mod kquants_low;
+mod kquants_low512;
 mod legacy;
 mod legacy512;
 mod legacy_min;
+mod nonlinear;
+mod nonlinear512;
+mod nonlinear512_xs;
 pub(crate) mod ops;
 /// Packed legacy formats, as const parameters of the packed passes (`packed256`, `packed512`).
 const Q8: u8 = 0;
@@ -421,6 +431,20 @@ fn visit_body_512<B: Body, B5: Body512, V: KernelVisitor>(isa: Isa, v: V) -> Res
     }
 }
 
+/// Like [`visit_body`], but with the tiled 512-bit float kernel where the CPU has AVX-512.
+fn visit_float<B: Body<A = f32>, D: float512::Decode<W = B::W>, V: KernelVisitor>(
+    isa: Isa,
+    v: V,
+) -> Result<(), V> {
+    match isa {
+        Isa::Amx | Isa::Avx512Vnni => {
+            v.visit(&float512::Tiled::<D>(PhantomData));
+            Ok(())
+        }
+        _ => visit_body::<B, V>(isa, v),
+    }
+}
+
 /// Like [`visit_body`], but with the VNNI integer primitive where the CPU has AVX-512 VNNI.
 fn visit_body_vnni<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
     match isa {
@@ -437,9 +461,9 @@ fn visit_body_vnni<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
 pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<(), V> {
     let isa = isa.min(super::detect_isa());
     match format {
-        Format::F32 => visit_body::<float::F32Body, V>(isa, v),
-        Format::F16 => visit_body::<float::F16Body, V>(isa, v),
-        Format::BF16 => visit_body::<float::Bf16Body, V>(isa, v),
+        Format::F32 => visit_float::<float::F32Body, float512::F32, V>(isa, v),
+        Format::F16 => visit_float::<float::F16Body, float512::F16, V>(isa, v),
+        Format::BF16 => visit_float::<float::Bf16Body, float512::Bf16, V>(isa, v),
         Format::Q4_0 => {
             visit_body_512::<legacy::Q4_0Body, legacy512::PairBody<BlockQ4_0>, V>(isa, v)
         }
@@ -458,6 +482,29 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<
             visit_body_512::<kquants::Q5KBody, kquants512::ScaleMinBody<BlockQ5K>, V>(isa, v)
         }
         Format::Q6_K => visit_body_512::<kquants::Q6KBody, kquants512::Q6KBody, V>(isa, v),
+        Format::Q2_K => {
+            visit_body_512::<kquants_low::LowBody<BlockQ2K>, kquants_low512::LowBody512<BlockQ2K>, V>(
+                isa, v,
+            )
+        }
+        Format::Q3_K => {
+            visit_body_512::<kquants_low::LowBody<BlockQ3K>, kquants_low512::LowBody512<BlockQ3K>, V>(
+                isa, v,
+            )
+        }
+        Format::MXFP4 => visit_body_512::<
+            nonlinear::TableBody<BlockMxfp4>,
+            nonlinear512::TablePairBody<BlockMxfp4>,
+            V,
+        >(isa, v),
+        Format::IQ4_NL => visit_body_512::<
+            nonlinear::TableBody<BlockIq4Nl>,
+            nonlinear512::TablePairBody<BlockIq4Nl>,
+            V,
+        >(isa, v),
+        Format::IQ4_XS => {
+            visit_body_512::<nonlinear::Iq4XsBody, nonlinear512_xs::Iq4XsBody512, V>(isa, v)
+        }
     }
 }
 
