@@ -504,11 +504,13 @@ impl Scheduler {
     /// one that ranks above `id`: then `id` waits (`None`).
     /// Protected (resumed, no progress yet) sequences are spared, unless `allow_protected`
     /// (nothing is scheduled yet, so someone must go or the step would stall) and no
-    /// unprotected sequence qualifies.
+    /// unprotected sequence qualifies. With first-token deadlines, a prompt that can no longer
+    /// make its deadline ranks after every one still on time of its priority: it is late
+    /// whatever happens, while the others can still be saved.
     fn pick_victim(&self, id: SeqId, allow_protected: bool) -> Option<SeqId> {
         let rank = |r: &SeqId| {
             let s = &self.seqs[r];
-            (s.priority, s.arrival)
+            (s.priority, !self.in_lane(s, Lane::OnTime), s.arrival)
         };
         let worst = |spare_protected: bool| {
             self.running

@@ -188,3 +188,48 @@ fn with_first_token_deadlines_prompts_still_on_time_are_prefilled_before_late_on
     let p = s.plan();
     assert_eq!(p.chunks[0].seq, SeqId(1));
 }
+
+#[test]
+fn with_first_token_deadlines_a_late_prompt_is_preempted_before_one_on_time() {
+    use engine::scheduler::DeadlineClock;
+    use std::time::{Duration, Instant};
+    let now = Instant::now();
+    let m = FakeModel::new(None);
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 64,
+        max_seqs: 16,
+        chunked_prefill: true,
+        aging_steps: 100,
+        release_window_tiles: true,
+    };
+    // 3 groups (one global, two windowed) of 16-token tiles: 24 tiles hold 128 tokens of one
+    // sequence; two 96-token prompts cannot both finish.
+    let mut s = Scheduler::new(cfg, &m.kv_layout(16), 24, false);
+    let seq = |id: u64, deadline: Instant| {
+        let prompt: Vec<u32> = (0..96u32).map(|t| 10 + (t + 7 * id as u32) % 50).collect();
+        let mut q = Sequence::new(SeqId(id), prompt, 8, 0, id);
+        q.ttft_deadline = Some(deadline);
+        q
+    };
+    // The first to arrive is already late; the second is on time.
+    s.add(seq(1, now - Duration::from_secs(1))).expect("fits");
+    s.add(seq(2, now + Duration::from_secs(10))).expect("fits");
+    s.set_deadline_clock(Some(DeadlineClock {
+        now,
+        per_token: 0.001,
+    }));
+    let mut preempted = Vec::new();
+    for _ in 0..8 {
+        let p = s.plan();
+        preempted.extend(p.preempted.iter().copied());
+        commit(&mut s, &p);
+        if s.get(SeqId(2)).is_some_and(|q| !q.output().is_empty()) {
+            break;
+        }
+    }
+    assert!(
+        s.get(SeqId(2)).is_some_and(|q| !q.output().is_empty()),
+        "the prompt on time got its first token"
+    );
+    assert!(!preempted.contains(&SeqId(2)), "preempted {preempted:?}");
+}
