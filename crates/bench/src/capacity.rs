@@ -543,15 +543,49 @@ mod tests {
     }
 
     #[test]
-    fn probes_get_distinct_seeds_and_stretched_windows_at_low_rates() {
-        assert_ne!(probe_seed(0, 0), probe_seed(0, 1));
-        assert_ne!(probe_seed(0, 0), 0);
-        let mut c = cc();
+    fn probes_get_fresh_seeds_open_loop_arrivals_and_stretched_windows_at_low_rates() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: crate::config::BenchArgs,
+        }
+        let argv = [
+            "bench",
+            "--dataset",
+            "chat",
+            "--find-capacity",
+            "--goodput",
+            "ttft:500",
+            "tpot:100",
+        ];
+        let args = <Cli as clap::Parser>::try_parse_from(argv)
+            .expect("argv")
+            .args;
+        let cfg = args.validate().expect("valid");
+        let mut c = args
+            .capacity
+            .validate(&cfg, 1.0)
+            .expect("valid capacity flags");
         c.min_requests = 20;
-        // 0.1 req/s: 2 s warm-up + 20 / 0.1 = 202 s > 12 s.
-        let window = c
-            .duration_s
-            .max(c.warmup_s + f64::from(c.min_requests) / 0.1);
-        assert_eq!(window, 202.0);
+        let (p0, w0) = probe_config(&cfg, &c, 0, 0.1);
+        let (p1, w1) = probe_config(&cfg, &c, 1, 4.0);
+        // 0.1 req/s: 20 s warm-up + 20 / 0.1 = 220 s > 120 s; at 4 req/s the duration rules.
+        assert_eq!((w0, w1), (220.0, 120.0));
+        assert_ne!(p0.seed, p1.seed);
+        assert_ne!(p0.workload, p1.workload, "fresh lengths per probe");
+        assert_eq!(
+            p1.arrival,
+            Arrival::Open {
+                rate: 4.0,
+                burstiness: 1.0
+            }
+        );
+        assert_eq!(
+            (p1.requests, p1.duration),
+            (None, Some(Duration::from_secs(120)))
+        );
+        // Cut at the window plus 0.5 s + 100 ms x 511 + 1 s.
+        let cut = p1.cutoff.expect("cutoff").as_secs_f64();
+        assert!((cut - (120.0 + 52.6)).abs() < 1e-6, "{cut}");
     }
 }

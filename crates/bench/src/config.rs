@@ -597,6 +597,115 @@ mod tests {
     }
 
     #[test]
+    fn request_rate_is_open_loop_without_a_cap_unless_one_is_given() {
+        let cfg = parse(&["--request-rate", "2.5", "--burstiness", "0.5"])
+            .validate()
+            .expect("valid");
+        assert_eq!(
+            cfg.arrival,
+            Arrival::Open {
+                rate: 2.5,
+                burstiness: 0.5
+            }
+        );
+        assert_eq!(cfg.max_in_flight(), None);
+        for flag in ["-c", "--concurrency", "--max-concurrency"] {
+            let cfg = parse(&["--request-rate", "inf", flag, "3"])
+                .validate()
+                .expect("valid");
+            assert_eq!(cfg.max_in_flight(), Some(3), "{flag}");
+        }
+        // The closed loop keeps one client by default.
+        assert_eq!(parse(&[]).validate().expect("valid").concurrency, 1);
+    }
+
+    #[test]
+    fn arrival_poisson_is_an_alias_of_request_rate() {
+        let cfg = parse(&["--arrival", "poisson:4", "-c", "2"])
+            .validate()
+            .expect("valid");
+        assert_eq!(
+            cfg.arrival,
+            Arrival::Open {
+                rate: 4.0,
+                burstiness: 1.0
+            }
+        );
+        assert_eq!(cfg.max_in_flight(), Some(2));
+    }
+
+    #[test]
+    fn contradictory_traffic_flags_are_rejected() {
+        let cases: &[&[&str]] = &[
+            &["--request-rate", "2", "--arrival", "poisson:3"],
+            &["--request-rate", "inf", "--duration", "5"],
+            &["--burstiness", "2"],
+            &["--goodput", "ttft:1", "ttft:2"],
+        ];
+        for argv in cases {
+            assert!(
+                matches!(parse(argv).validate(), Err(ConfigError::Invalid(_))),
+                "{argv:?}"
+            );
+        }
+        assert!(matches!(
+            parse(&["--request-rate", "1", "--burstiness", "0"]).validate(),
+            Err(ConfigError::OutOfRange {
+                flag: "burstiness",
+                ..
+            })
+        ));
+        for bad in [
+            &["--request-rate", "0"][..],
+            &["--request-rate", "x"],
+            &["--goodput", "itl:3"],
+        ] {
+            let mut full = vec!["bench"];
+            full.extend_from_slice(bad);
+            assert!(Cli::try_parse_from(full).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn goodput_takes_several_targets_after_one_flag() {
+        let cfg = parse(&["--goodput", "ttft:2000", "tpot:100", "-n", "5"])
+            .validate()
+            .expect("valid");
+        let t = cfg.goodput.expect("targets");
+        assert_eq!(
+            (t.ttft_ms, t.tpot_ms, t.e2el_ms),
+            (Some(2000.0), Some(100.0), None)
+        );
+        assert_eq!(cfg.requests, Some(5));
+    }
+
+    #[test]
+    fn a_timed_trace_replays_its_arrivals_and_bounds_the_run() {
+        let path =
+            std::env::temp_dir().join(format!("tessera-bench-cfg-{}.jsonl", std::process::id()));
+        let line = |t: f64| {
+            format!("{{\"prompt_tokens\": 8, \"output_tokens\": 2, \"arrival_s\": {t}}}\n")
+        };
+        std::fs::write(&path, [0.0, 0.5, 1.0].map(line).concat()).expect("write trace");
+        let p = path.to_string_lossy().to_string();
+        let cfg = parse(&["--trace", &p]).validate().expect("valid");
+        assert_eq!((cfg.arrival, cfg.requests), (Arrival::Trace, Some(3)));
+        assert_eq!(cfg.trace_arrivals.as_deref(), Some(&[0.0, 0.5, 1.0][..]));
+        assert_eq!(
+            parse(&["--trace", &p, "-n", "2"])
+                .validate()
+                .expect("valid")
+                .requests,
+            Some(2)
+        );
+        let err = parse(&["--trace", &p, "--request-rate", "3"])
+            .validate()
+            .expect_err("both");
+        assert!(err.to_string().contains("arrival_s"), "{err}");
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
     fn mixed_load_flags_make_long_prompts() {
         let cfg = parse(&["--long-prompt-every", "3", "--long-prompt-tokens", "500"]).validate();
         let lp = cfg.expect("valid").long_prompts;
