@@ -337,9 +337,11 @@ pub async fn find(
                 k + 1
             );
             eprintln!("probe {}: {rate:.3} req/s for {window:.0} s ...", k + 1);
-            let run = runner::execute(&p, show_progress, stop)
+            let run = runner::execute(&p, show_progress, stop.clone())
                 .await
                 .with_context(|| format!("probe {} at {rate:.3} req/s", k + 1))?;
+            // A probe cut short by Ctrl-C would be judged on a partial window: not a verdict.
+            anyhow::ensure!(!stop.is_requested(), "interrupted during probe {} at {rate:.3} req/s", k + 1);
             *model.borrow_mut() = Some(run.model.clone());
             let mut rec = ProbeRecord::new(rate, p.seed, window, cc, &run.decoders);
             rec.passed = rec.fraction_good >= cc.search.attainment;
