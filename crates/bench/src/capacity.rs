@@ -26,6 +26,7 @@ use crate::{
     client::Outcome,
     config::{Arrival, BenchConfig},
     goodput::{tpot_s, GoodputResults, SloTargets},
+    report::{count_errors, ErrorCount},
     runner::{self, Stop},
     search::{self, Attained, SearchParams, Stopped},
     stats::Distribution,
@@ -193,6 +194,8 @@ pub struct ProbeRecord {
     pub tpot_ms: Distribution,
     pub itl_ms: Distribution,
     pub e2e_ms: Distribution,
+    /// Why measured requests failed, most frequent first.
+    pub errors: Vec<ErrorCount>,
     pub passed: bool,
 }
 
@@ -245,6 +248,7 @@ impl ProbeRecord {
             tpot_ms: Distribution::from_seconds(&secs(&tpot_s)),
             itl_ms: Distribution::from_seconds(&itl),
             e2e_ms: Distribution::from_seconds(&secs(&|o| Some(o.e2e))),
+            errors: count_errors(&measured.iter().map(|o| (*o).clone()).collect::<Vec<_>>()),
             passed: false,
         }
     }
@@ -341,16 +345,22 @@ pub async fn find(
                 .await
                 .with_context(|| format!("probe {} at {rate:.3} req/s", k + 1))?;
             // A probe cut short by Ctrl-C would be judged on a partial window: not a verdict.
-            anyhow::ensure!(!stop.is_requested(), "interrupted during probe {} at {rate:.3} req/s", k + 1);
+            anyhow::ensure!(
+                !stop.is_requested(),
+                "interrupted during probe {} at {rate:.3} req/s",
+                k + 1
+            );
             *model.borrow_mut() = Some(run.model.clone());
             let mut rec = ProbeRecord::new(rate, p.seed, window, cc, &run.decoders);
             rec.passed = rec.fraction_good >= cc.search.attainment;
             eprintln!(
-                "probe {}: {rate:.3} req/s: {}/{} good ({:.1}%) -> {}",
+                "probe {}: {rate:.3} req/s: {}/{} good ({:.1}%; {} failed, {} of them cut) -> {}",
                 k + 1,
                 rec.good_requests,
                 rec.requests_measured,
                 100.0 * rec.fraction_good,
+                rec.requests_failed,
+                rec.requests_cut,
                 if rec.passed { "pass" } else { "fail" }
             );
             Ok(rec)

@@ -54,7 +54,7 @@ pub struct ConfigEcho {
 }
 
 /// One error message and how often it occurred.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct ErrorCount {
     pub message: String,
     pub count: usize,
