@@ -302,6 +302,7 @@ fn probe_config(cfg: &BenchConfig, cc: &CapacityConfig, k: usize, rate: f64) -> 
         rate,
         burstiness: cc.burstiness,
     };
+    p.concurrency = cc.max_concurrency.unwrap_or(0);
     p.requests = None;
     p.duration = Some(Duration::from_secs_f64(window));
     p.cutoff = Some(Duration::from_secs_f64(window + cc.drain_s));
@@ -595,6 +596,18 @@ mod tests {
         assert_eq!(
             (p1.requests, p1.duration),
             (None, Some(Duration::from_secs(120)))
+        );
+        // Open loop without a cap unless --max-concurrency is given.
+        assert_eq!((c.max_concurrency, p1.max_in_flight()), (None, None));
+        let capped_argv = argv.iter().chain(&["--max-concurrency", "5"]);
+        let capped = <Cli as clap::Parser>::try_parse_from(capped_argv)
+            .expect("argv")
+            .args;
+        let capped_cfg = capped.validate().expect("valid");
+        let cc5 = capped.capacity.validate(&capped_cfg, 1.0).expect("valid");
+        assert_eq!(
+            probe_config(&capped_cfg, &cc5, 0, 1.0).0.max_in_flight(),
+            Some(5)
         );
         // Cut at the window plus 0.5 s + 100 ms x 511 + 1 s.
         let cut = p1.cutoff.expect("cutoff").as_secs_f64();

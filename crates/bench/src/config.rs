@@ -428,8 +428,9 @@ impl BenchArgs {
         if self.burstiness != 1.0 && !searching && !matches!(arrival, Arrival::Open { .. }) {
             return Err(invalid("--burstiness needs --request-rate"));
         }
+        // The capacity search's probes are open loop: no cap unless one is given.
         let concurrency = match arrival {
-            Arrival::Closed => self.concurrency.unwrap_or(1),
+            Arrival::Closed if !searching => self.concurrency.unwrap_or(1),
             _ => self.concurrency.unwrap_or(0),
         };
         let all_at_once = matches!(arrival, Arrival::Open { rate, .. } if rate.is_infinite());
