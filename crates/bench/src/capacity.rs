@@ -195,6 +195,7 @@ pub struct ProbeRecord {
     pub itl_ms: Distribution,
     pub e2e_ms: Distribution,
     /// Why measured requests failed, most frequent first.
+    #[serde(default)]
     pub errors: Vec<ErrorCount>,
     pub passed: bool,
 }
