@@ -49,7 +49,6 @@ fn main() {
     for (name, cfg) in [("--max-itl-slowdown 1.5", &base), ("--slo-*", &slo)] {
         let mut capacity = 0.0;
         for k in 1..=arg(7, 16.0) as usize {
-            let t0 = std::time::Instant::now();
             let rate = 0.1 * k as f64;
             let reqs = poisson(k as u64, rate, arg(8, 200.0) as usize, (64, 256), 128);
             let out = match simulate(cfg, model, &reqs) {
