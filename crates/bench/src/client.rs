@@ -42,6 +42,9 @@ pub struct Outcome {
     pub usage_completion_tokens: Option<u64>,
     /// `usage.prompt_tokens`, when the server sent usage.
     pub usage_prompt_tokens: Option<u64>,
+    /// When the request arrived (open loop: its scheduled time; closed loop: when it was sent),
+    /// seconds from the start of the run; set by the runner.
+    pub arrived_s: Option<f64>,
 }
 
 impl Outcome {

@@ -11,6 +11,12 @@ use std::{fmt, path::PathBuf, str::FromStr, time::Duration};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use crate::{
+    capacity::CapacityArgs,
+    goodput::{SloTarget, SloTargets},
+    workload::{read_trace, Dataset, RequestSpec, Workload},
+};
+
 /// Request count used when neither `--requests` nor `--duration` bounds the run.
 pub const DEFAULT_REQUESTS: u64 = 100;
 
@@ -38,9 +44,13 @@ impl fmt::Display for Endpoint {
 pub enum Arrival {
     /// Each of the `--concurrency` clients sends its next request as soon as the last one finishes.
     Closed,
-    /// Requests arrive as a Poisson process of this rate (per second); at most `--concurrency` are in
-    /// flight, later arrivals wait for a free slot.
+    /// `--arrival poisson:RATE` as typed; validation turns it into `Open { rate, burstiness: 1 }`.
     Poisson(f64),
+    /// Open loop: gamma-distributed gaps of mean `1 / rate` and shape `burstiness` (an infinite
+    /// rate sends every request at once); at most `--max-concurrency` in flight when given.
+    Open { rate: f64, burstiness: f64 },
+    /// Open loop at the arrival times of the `--trace` file.
+    Trace,
 }
 
 impl FromStr for Arrival {
@@ -68,7 +78,21 @@ impl fmt::Display for Arrival {
         match self {
             Self::Closed => write!(f, "closed"),
             Self::Poisson(r) => write!(f, "poisson:{r}"),
+            Self::Open { rate, burstiness } => write!(f, "rate:{rate} burstiness:{burstiness}"),
+            Self::Trace => write!(f, "trace"),
         }
+    }
+}
+
+/// Parses a `--request-rate`: a positive number of requests per second, or `inf`.
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let r: f64 = s
+        .parse()
+        .map_err(|_| format!("expected requests per second or `inf`, got {s:?}"))?;
+    if r > 0.0 && !r.is_nan() {
+        Ok(r)
+    } else {
+        Err(format!("request rate must be positive, got {s}"))
     }
 }
 
@@ -84,12 +108,46 @@ pub struct BenchArgs {
     /// Model name to put in requests (default: the first one listed by `GET /v1/models`).
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
-    /// Number of requests in flight at once (closed-loop clients).
-    #[arg(long, value_name = "N", short = 'c', default_value_t = 1)]
-    pub concurrency: usize,
+    /// Closed loop: number of clients, each sending its next request when the last one ends
+    /// (default 1). Open loop (`--request-rate`, `--arrival poisson:R`, a timed `--trace`): the most
+    /// requests in flight at once, later arrivals wait for a slot (default: no cap).
+    #[arg(long, value_name = "N", short = 'c', visible_alias = "max-concurrency")]
+    pub concurrency: Option<usize>,
+    /// Open loop: requests per second (`inf`: all at once), arriving with gamma-distributed gaps
+    /// (see `--burstiness`) whatever the server's speed.
+    #[arg(long, value_name = "R", value_parser = parse_rate)]
+    pub request_rate: Option<f64>,
+    /// Shape of the gamma-distributed gaps between arrivals (mean kept at 1/R): 1 is a Poisson
+    /// process, below 1 burstier, above 1 more regular (vLLM's `--burstiness`).
+    #[arg(long, value_name = "B", default_value_t = 1.0)]
+    pub burstiness: f64,
     /// Total number of requests (default: 100, or unbounded within `--duration`).
     #[arg(long, value_name = "N", short = 'n')]
     pub requests: Option<u64>,
+    /// Request lengths: `fixed` (`--prompt-tokens` / `--output-tokens`) or `chat`: long-tailed,
+    /// lognormal prompt (median 256) and output (median 128) lengths, clipped to
+    /// `--max-prompt-tokens` / `--max-output-tokens` and seeded by `--seed`. The `chat` parameters
+    /// are this tool's choice, not fitted to a dataset (see the crate README).
+    #[arg(long, value_enum, default_value_t = Dataset::Fixed)]
+    pub dataset: Dataset,
+    /// `--dataset chat`: longest prompt, in tokens.
+    #[arg(long, value_name = "P", default_value_t = 1024)]
+    pub max_prompt_tokens: usize,
+    /// `--dataset chat`: longest output, in tokens.
+    #[arg(long, value_name = "O", default_value_t = 512)]
+    pub max_output_tokens: u32,
+    /// Per-request lengths from a JSON Lines file, one `{"prompt_tokens": P, "output_tokens": O}`
+    /// per line, optionally with `"arrival_s": T` on every line (then those arrival times are
+    /// replayed and `--request-rate` must not be given). At most one pass over the file.
+    #[arg(long, value_name = "FILE", conflicts_with = "dataset")]
+    pub trace: Option<PathBuf>,
+    /// Latency targets in milliseconds, vLLM style: `--goodput ttft:2000 tpot:100` (keys: ttft,
+    /// tpot, e2el). A request is good when it succeeded and meets every one; reports goodput.
+    #[arg(long, value_name = "KEY:MS", num_args = 1..)]
+    pub goodput: Vec<SloTarget>,
+    /// Name of this run in JSON files and charts (e.g. "tessera", "llama-server -np 16").
+    #[arg(long, value_name = "NAME")]
+    pub label: Option<String>,
     /// Approximate prompt length in tokens, shared prefix included.
     #[arg(long, value_name = "P", default_value_t = 256)]
     pub prompt_tokens: usize,
@@ -143,6 +201,8 @@ pub struct BenchArgs {
     /// Do not draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    #[command(flatten)]
+    pub capacity: CapacityArgs,
 }
 
 /// Mixed-load long prompts.
@@ -154,6 +214,15 @@ pub struct LongPrompts {
     pub tokens: usize,
 }
 
+/// The traffic part of a validated configuration.
+struct Traffic {
+    arrival: Arrival,
+    concurrency: usize,
+    requests: Option<u64>,
+    workload: Workload,
+    trace_arrivals: Option<std::sync::Arc<[f64]>>,
+}
+
 /// A validated run configuration.
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
@@ -161,6 +230,7 @@ pub struct BenchConfig {
     pub base_url: String,
     pub api_key: Option<String>,
     pub model: Option<String>,
+    /// Closed loop: the clients; open loop: the in-flight cap, or 0 for none.
     pub concurrency: usize,
     /// Upper bound on requests; `None` only when `duration` is set.
     pub requests: Option<u64>,
@@ -179,6 +249,24 @@ pub struct BenchConfig {
     pub timeout: Duration,
     /// Unmeasured requests sent one at a time before the run.
     pub warmup: u32,
+    /// Request lengths (`prompt_tokens` / `output_tokens` are the fixed pair or the chat bounds).
+    pub workload: Workload,
+    pub dataset: Dataset,
+    pub trace: Option<PathBuf>,
+    /// The trace's arrival times, when `arrival` is [`Arrival::Trace`].
+    pub trace_arrivals: Option<std::sync::Arc<[f64]>>,
+    pub goodput: Option<SloTargets>,
+    pub label: Option<String>,
+    /// Requests still running this long after the start are cut and counted as failed (a
+    /// capacity probe's end; `None` in a plain run).
+    pub cutoff: Option<Duration>,
+}
+
+impl BenchConfig {
+    /// Open loop: the in-flight cap (`None`: no cap).
+    pub fn max_in_flight(&self) -> Option<usize> {
+        (self.concurrency > 0).then_some(self.concurrency)
+    }
 }
 
 /// An argument out of range.
@@ -192,6 +280,8 @@ pub enum ConfigError {
     },
     #[error("--url must be a plain http:// URL (this client has no TLS), got {url:?}")]
     BadUrl { url: String },
+    #[error("{0}")]
+    Invalid(String),
 }
 
 fn out_of_range(flag: &'static str, expected: &'static str, got: impl fmt::Display) -> ConfigError {
@@ -214,8 +304,8 @@ impl BenchArgs {
     /// Checks every argument and normalises the URL.
     pub fn validate(&self) -> Result<BenchConfig, ConfigError> {
         let base_url = normalise_url(&self.url)?;
-        if !(1..=4096).contains(&self.concurrency) {
-            return Err(out_of_range("concurrency", "in 1..=4096", self.concurrency));
+        if let Some(c) = self.concurrency.filter(|c| !(1..=4096).contains(c)) {
+            return Err(out_of_range("concurrency", "in 1..=4096", c));
         }
         if self.requests == Some(0) {
             return Err(out_of_range("requests", "at least 1", 0));
@@ -270,16 +360,13 @@ impl BenchArgs {
                 })
             }
         };
-        let requests = match (self.requests, duration) {
-            (None, None) => Some(DEFAULT_REQUESTS),
-            (r, _) => r,
-        };
+        let t = self.traffic(duration)?;
         Ok(BenchConfig {
             base_url,
             api_key: self.api_key.clone(),
             model: self.model.clone(),
-            concurrency: self.concurrency,
-            requests,
+            concurrency: t.concurrency,
+            requests: t.requests,
             prompt_tokens: self.prompt_tokens,
             output_tokens: self.output_tokens,
             shared_prefix_tokens: self.shared_prefix_tokens,
@@ -287,12 +374,106 @@ impl BenchArgs {
             endpoint: self.endpoint,
             seed: self.seed,
             duration,
-            arrival: self.arrival,
+            arrival: t.arrival,
             long_prompts,
             temperature: self.temperature,
             top_p: self.top_p,
             timeout: positive_seconds("timeout", self.timeout)?,
             warmup: self.warmup,
+            workload: t.workload,
+            dataset: self.dataset,
+            trace: self.trace.clone(),
+            trace_arrivals: t.trace_arrivals,
+            goodput: SloTargets::from_list(&self.goodput).map_err(ConfigError::Invalid)?,
+            label: self.label.clone(),
+            cutoff: None,
+        })
+    }
+
+    /// The arrival process, the concurrency, the request bound and the request lengths.
+    fn traffic(&self, duration: Option<Duration>) -> Result<Traffic, ConfigError> {
+        let invalid = |m: &str| ConfigError::Invalid(m.to_string());
+        if !(self.burstiness.is_finite() && self.burstiness > 0.0) {
+            return Err(out_of_range(
+                "burstiness",
+                "a positive number",
+                self.burstiness,
+            ));
+        }
+        let trace = self
+            .trace
+            .as_deref()
+            .map(read_trace)
+            .transpose()
+            .map_err(ConfigError::Invalid)?;
+        let trace_arrivals = trace.as_ref().and_then(|t| t.arrivals.clone());
+        let arrival = match (trace_arrivals.is_some(), self.request_rate, self.arrival) {
+            (true, None, Arrival::Closed) => Arrival::Trace,
+            (true, _, _) => return Err(invalid(
+                "--trace has arrival_s times, which are replayed: drop --request-rate / --arrival \
+                     (or remove arrival_s from the file)",
+            )),
+            (false, Some(_), Arrival::Poisson(_)) => {
+                return Err(invalid(
+                    "give --request-rate or --arrival poisson:R, not both",
+                ))
+            }
+            (false, Some(rate), _) | (false, None, Arrival::Poisson(rate)) => Arrival::Open {
+                rate,
+                burstiness: self.burstiness,
+            },
+            (false, None, other) => other,
+        };
+        let searching = self.capacity.find_capacity;
+        if self.burstiness != 1.0 && !searching && !matches!(arrival, Arrival::Open { .. }) {
+            return Err(invalid("--burstiness needs --request-rate"));
+        }
+        let concurrency = match arrival {
+            Arrival::Closed => self.concurrency.unwrap_or(1),
+            _ => self.concurrency.unwrap_or(0),
+        };
+        let all_at_once = matches!(arrival, Arrival::Open { rate, .. } if rate.is_infinite());
+        let requests = match (&trace, self.requests, duration) {
+            (Some(t), n, _) => {
+                Some(n.map_or(t.specs.len() as u64, |n| n.min(t.specs.len() as u64)))
+            }
+            (None, None, Some(_)) if all_at_once => {
+                return Err(invalid(
+                    "--request-rate inf needs --requests (it sends them all at once)",
+                ))
+            }
+            (None, None, None) => Some(DEFAULT_REQUESTS),
+            (None, r, _) => r,
+        };
+        let workload = match (&trace, self.dataset) {
+            (Some(t), _) => Workload::Trace(t.specs.clone()),
+            (None, Dataset::Fixed) => Workload::Fixed(RequestSpec {
+                prompt_tokens: self.prompt_tokens,
+                output_tokens: self.output_tokens,
+            }),
+            (None, Dataset::Chat) => {
+                if !(crate::workload::CHAT_MIN_TOKENS..=1_000_000).contains(&self.max_prompt_tokens)
+                {
+                    let m = self.max_prompt_tokens;
+                    return Err(out_of_range("max-prompt-tokens", "in 4..=1000000", m));
+                }
+                if !(4..=1_000_000).contains(&self.max_output_tokens) {
+                    let m = self.max_output_tokens;
+                    return Err(out_of_range("max-output-tokens", "in 4..=1000000", m));
+                }
+                Workload::Chat {
+                    seed: self.seed,
+                    max_prompt: self.max_prompt_tokens,
+                    max_output: self.max_output_tokens,
+                }
+            }
+        };
+        Ok(Traffic {
+            arrival,
+            concurrency,
+            requests,
+            workload,
+            trace_arrivals,
         })
     }
 }
@@ -413,6 +594,115 @@ mod tests {
         for bad in ["poisson:", "poisson:-1", "poisson:inf", "open", "poisson:x"] {
             assert!(bad.parse::<Arrival>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn request_rate_is_open_loop_without_a_cap_unless_one_is_given() {
+        let cfg = parse(&["--request-rate", "2.5", "--burstiness", "0.5"])
+            .validate()
+            .expect("valid");
+        assert_eq!(
+            cfg.arrival,
+            Arrival::Open {
+                rate: 2.5,
+                burstiness: 0.5
+            }
+        );
+        assert_eq!(cfg.max_in_flight(), None);
+        for flag in ["-c", "--concurrency", "--max-concurrency"] {
+            let cfg = parse(&["--request-rate", "inf", flag, "3"])
+                .validate()
+                .expect("valid");
+            assert_eq!(cfg.max_in_flight(), Some(3), "{flag}");
+        }
+        // The closed loop keeps one client by default.
+        assert_eq!(parse(&[]).validate().expect("valid").concurrency, 1);
+    }
+
+    #[test]
+    fn arrival_poisson_is_an_alias_of_request_rate() {
+        let cfg = parse(&["--arrival", "poisson:4", "-c", "2"])
+            .validate()
+            .expect("valid");
+        assert_eq!(
+            cfg.arrival,
+            Arrival::Open {
+                rate: 4.0,
+                burstiness: 1.0
+            }
+        );
+        assert_eq!(cfg.max_in_flight(), Some(2));
+    }
+
+    #[test]
+    fn contradictory_traffic_flags_are_rejected() {
+        let cases: &[&[&str]] = &[
+            &["--request-rate", "2", "--arrival", "poisson:3"],
+            &["--request-rate", "inf", "--duration", "5"],
+            &["--burstiness", "2"],
+            &["--goodput", "ttft:1", "ttft:2"],
+        ];
+        for argv in cases {
+            assert!(
+                matches!(parse(argv).validate(), Err(ConfigError::Invalid(_))),
+                "{argv:?}"
+            );
+        }
+        assert!(matches!(
+            parse(&["--request-rate", "1", "--burstiness", "0"]).validate(),
+            Err(ConfigError::OutOfRange {
+                flag: "burstiness",
+                ..
+            })
+        ));
+        for bad in [
+            &["--request-rate", "0"][..],
+            &["--request-rate", "x"],
+            &["--goodput", "itl:3"],
+        ] {
+            let mut full = vec!["bench"];
+            full.extend_from_slice(bad);
+            assert!(Cli::try_parse_from(full).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn goodput_takes_several_targets_after_one_flag() {
+        let cfg = parse(&["--goodput", "ttft:2000", "tpot:100", "-n", "5"])
+            .validate()
+            .expect("valid");
+        let t = cfg.goodput.expect("targets");
+        assert_eq!(
+            (t.ttft_ms, t.tpot_ms, t.e2el_ms),
+            (Some(2000.0), Some(100.0), None)
+        );
+        assert_eq!(cfg.requests, Some(5));
+    }
+
+    #[test]
+    fn a_timed_trace_replays_its_arrivals_and_bounds_the_run() {
+        let path =
+            std::env::temp_dir().join(format!("tessera-bench-cfg-{}.jsonl", std::process::id()));
+        let line = |t: f64| {
+            format!("{{\"prompt_tokens\": 8, \"output_tokens\": 2, \"arrival_s\": {t}}}\n")
+        };
+        std::fs::write(&path, [0.0, 0.5, 1.0].map(line).concat()).expect("write trace");
+        let p = path.to_string_lossy().to_string();
+        let cfg = parse(&["--trace", &p]).validate().expect("valid");
+        assert_eq!((cfg.arrival, cfg.requests), (Arrival::Trace, Some(3)));
+        assert_eq!(cfg.trace_arrivals.as_deref(), Some(&[0.0, 0.5, 1.0][..]));
+        assert_eq!(
+            parse(&["--trace", &p, "-n", "2"])
+                .validate()
+                .expect("valid")
+                .requests,
+            Some(2)
+        );
+        let err = parse(&["--trace", &p, "--request-rate", "3"])
+            .validate()
+            .expect_err("both");
+        assert!(err.to_string().contains("arrival_s"), "{err}");
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

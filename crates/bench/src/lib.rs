@@ -1,27 +1,42 @@
 //! `tessera bench`: a load generator for OpenAI-compatible completion servers.
 //!
-//! Design: a pool of streaming clients (closed loop, or Poisson arrivals under a concurrency cap)
-//! sends synthetic prompts of a chosen length to `/v1/completions` or `/v1/chat/completions` with
-//! `max_tokens = O` and `ignore_eos`, and times every token chunk as it arrives: time to first token,
-//! inter-token latency, end-to-end latency. A mixed-load mode adds a long prompt every few seconds and
-//! reports the decoders separately from it. Results: a table on stdout, a JSON file, an SVG chart.
-//! Works against tessera, llama.cpp's `llama-server` and vLLM alike; it only speaks plain HTTP.
+//! Design: streaming clients send synthetic prompts to `/v1/completions` or
+//! `/v1/chat/completions` with `max_tokens` = the request's output length and `ignore_eos`, and
+//! time every token chunk as it arrives: time to first token, inter-token latency, time per output
+//! token, end-to-end latency. Requests are issued by a closed loop of `-c` clients, or open loop
+//! (`--request-rate R --burstiness B`: gamma-distributed arrivals, as vLLM's serving benchmark;
+//! optional `--max-concurrency` cap), or at a trace's own times. Lengths are fixed, drawn from the
+//! built-in `chat` distribution, or read from a `--trace` file. With `--goodput` latency targets
+//! a run reports goodput; `--find-capacity` searches for the highest rate that meets them, and
+//! `--plot` draws several such searches on one chart. A mixed-load mode adds a long prompt every
+//! few seconds and reports the decoders separately from it. Results: a table on stdout, a JSON file,
+//! an SVG chart. Works against tessera, llama.cpp's `llama-server` and vLLM alike (plain HTTP).
 //!
-//! Modules, in the order a run uses them: `config` (flags → validated config), `prompt`
+//! Modules, in the order a run uses them: `config` (flags → validated config), `workload` (request
+//! lengths, traces), `sampling` / `arrivals` (seeded distributions, the arrival schedule), `prompt`
 //! (deterministic prompts), `client` (one timed streaming request), `sse` (stream parsing),
-//! `runner` (the client pool), `stats` / `report` (summaries), `chart` (SVG).
+//! `runner` (the client pool), `goodput` (targets), `stats` / `report` (summaries), `chart`
+//! (SVG); for capacity: `search` (the pure search), `capacity` (probes, report), `capacity_chart`.
 
+pub mod arrivals;
+pub mod capacity;
+pub mod capacity_chart;
 pub mod chart;
 pub mod client;
 pub mod config;
+pub mod goodput;
 pub mod prompt;
 pub mod report;
 pub mod runner;
+pub mod sampling;
+pub mod search;
 pub mod sse;
 pub mod stats;
+pub mod workload;
 
 use anyhow::Context as _;
 
+pub use capacity::CapacityReport;
 pub use config::{Arrival, BenchArgs, BenchConfig, Endpoint};
 pub use report::Report;
 pub use runner::Stop;
@@ -33,6 +48,10 @@ pub async fn run_async(args: BenchArgs) -> anyhow::Result<Report> {
 
 /// [`run_async`] that stops issuing requests once `stop` is requested and reports what it has.
 pub async fn run_until(args: BenchArgs, stop: Stop) -> anyhow::Result<Report> {
+    anyhow::ensure!(
+        !args.capacity.find_capacity && args.capacity.plot.is_empty(),
+        "--find-capacity and --plot runs go through find_capacity / plot"
+    );
     let cfg = args.validate()?;
     let run = runner::execute(&cfg, !args.no_progress, stop).await?;
     let report = Report::new(&cfg, &run);
@@ -48,13 +67,57 @@ pub async fn run_until(args: BenchArgs, stop: Stop) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// `--find-capacity`: searches, prints the probe table and the answer, writes the requested
+/// files, and returns the report.
+pub async fn find_capacity(args: BenchArgs, stop: Stop) -> anyhow::Result<CapacityReport> {
+    let cfg = args.validate()?;
+    let cc = args.capacity.validate(&cfg, args.burstiness)?;
+    let report = capacity::find(&cfg, &cc, !args.no_progress, &stop).await?;
+    println!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, report.to_json())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.chart {
+        let svg = capacity_chart::capacity_svg(std::slice::from_ref(&report))?;
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+/// `--plot A.json --plot B.json --chart OUT.svg`: one chart of earlier capacity runs; no load.
+pub fn plot(args: &BenchArgs) -> anyhow::Result<()> {
+    let out = args
+        .chart
+        .as_ref()
+        .context("--plot draws into the file given by --chart")?;
+    let svg = capacity_chart::plot_files(&args.capacity.plot)?;
+    std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "wrote {} ({} runs)",
+        out.display(),
+        args.capacity.plot.len()
+    );
+    Ok(())
+}
+
 /// `tessera bench` entry point: builds a single-threaded tokio runtime (the client is I/O-bound, and
 /// one thread leaves the cores to the server being measured) and runs the benchmark on it.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if !args.capacity.plot.is_empty() {
+        return plot(&args);
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
+    if args.capacity.find_capacity {
+        return rt.block_on(async {
+            let stop = Stop::new();
+            tokio::spawn(stop_on_ctrl_c(stop.clone()));
+            find_capacity(args, stop).await.map(|_| ())
+        });
+    }
     let report = rt.block_on(async {
         let stop = Stop::new();
         tokio::spawn(stop_on_ctrl_c(stop.clone()));

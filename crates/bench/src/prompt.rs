@@ -124,11 +124,29 @@ impl PromptBuilder {
 
     /// The prompt of request `index`: its shared prefix, then words unique to this index.
     pub fn prompt(&self, index: u64) -> String {
-        let prefix = self.prefix_of(index);
+        self.prompt_with_len(index, self.total_tokens)
+    }
+
+    /// The prompt of request `index` at `total` tokens (per-request lengths): its shared prefix,
+    /// cut to `total` words when longer, then words unique to this index.
+    pub fn prompt_with_len(&self, index: u64, total: usize) -> String {
+        let full = self.prefix_of(index);
+        let prefix = match full.split(' ').nth(total) {
+            // Keep the first `total` words: cut just before word `total`.
+            Some(_) if total == 0 => "",
+            Some(_) => {
+                let end = full
+                    .match_indices(' ')
+                    .nth(total - 1)
+                    .map_or(full.len(), |(i, _)| i);
+                &full[..end]
+            }
+            None => full,
+        };
         let shared = word_count(prefix);
         let own = words(
             stream_seed(self.seed ^ SALT_REQUEST, index),
-            self.total_tokens - shared,
+            total.saturating_sub(shared),
         );
         join_parts(prefix, &own)
     }
@@ -157,7 +175,7 @@ impl PromptBuilder {
 
 /// Mixes a stream salt and an index into one seed; SplitMix64's output function decorrelates
 /// neighbouring indices.
-fn stream_seed(salted: u64, index: u64) -> u64 {
+pub(crate) fn stream_seed(salted: u64, index: u64) -> u64 {
     SplitMix64::new(salted ^ index.wrapping_mul(0xD6E8_FEB8_6659_FD93)).next_u64()
 }
 
@@ -219,6 +237,20 @@ mod tests {
             word_count(&PromptBuilder::new(1, 4, 0).long_prompt(0, 2000)),
             2000
         );
+    }
+
+    #[test]
+    fn per_request_lengths_keep_the_prefix_and_cut_it_when_longer() {
+        let b = PromptBuilder::new(2, 100, 30);
+        for total in [1, 29, 30, 31, 200] {
+            let p = b.prompt_with_len(4, total);
+            assert_eq!(word_count(&p), total, "total={total}");
+            let keep = total.min(30);
+            let head: Vec<&str> = p.split(' ').take(keep).collect();
+            let want: Vec<&str> = b.prefix().split(' ').take(keep).collect();
+            assert_eq!(head, want, "total={total}");
+        }
+        assert_eq!(b.prompt_with_len(4, 100), b.prompt(4));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! two renderings of the same struct, so they cannot disagree. Latency percentiles cover successful
 //! requests only. Output throughput is successful decoders' output tokens over the wall time (first
 //! request sent to last decoder finished); long prompts are reported on their own and count in neither.
+//! TPOT is per request, `(e2e − ttft) / (output tokens − 1)` (see `goodput`); with `--goodput`
+//! targets the results also hold goodput, good requests over the same wall time.
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
@@ -12,8 +14,10 @@ use serde::Serialize;
 use crate::{
     client::Outcome,
     config::{BenchConfig, Endpoint, LongPrompts},
+    goodput::{tpot_s, GoodputResults},
     runner::RunResult,
     stats::Distribution,
+    workload::Dataset,
 };
 
 /// How many distinct error messages the report keeps.
@@ -22,11 +26,18 @@ const MAX_ERRORS: usize = 8;
 /// The run's settings, echoed into the JSON so a result file is self-describing.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConfigEcho {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     pub url: String,
     pub model: String,
     pub endpoint: Endpoint,
     pub concurrency: usize,
     pub requests: Option<u64>,
+    /// Request lengths: `fixed` uses `prompt_tokens` / `output_tokens`; `chat` has them as its
+    /// upper bounds; a trace overrides the dataset.
+    pub dataset: Dataset,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
     pub prompt_tokens: usize,
     pub output_tokens: u32,
     pub shared_prefix_tokens: usize,
@@ -62,8 +73,13 @@ pub struct Results {
     /// Mean `usage.prompt_tokens`, when the server reported usage.
     pub mean_prompt_tokens: Option<f64>,
     pub ttft_ms: Distribution,
+    /// Per-request time per output token after the first.
+    pub tpot_ms: Distribution,
     pub itl_ms: Distribution,
     pub e2e_ms: Distribution,
+    /// With `--goodput`: requests within the targets, and their rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<GoodputResults>,
     /// ITL p99 / p50: how much the tail stretches (issue 5's mixed-load goal is <= 2.5).
     pub itl_p99_over_p50: Option<f64>,
     pub errors: Vec<ErrorCount>,
@@ -133,7 +149,13 @@ impl Report {
                     .filter_map(|o| o.usage_prompt_tokens.map(|t| t as f64)),
             ),
             ttft_ms: Distribution::from_seconds(&samples.ttft),
+            tpot_ms: Distribution::from_seconds(
+                &ok.iter().filter_map(|o| tpot_s(o)).collect::<Vec<_>>(),
+            ),
             e2e_ms: Distribution::from_seconds(&samples.e2e),
+            goodput: cfg
+                .goodput
+                .map(|t| GoodputResults::new(t, &run.decoders, wall)),
             itl_p99_over_p50: ratio(itl_ms.p99, itl_ms.p50),
             itl_ms,
             errors: count_errors(&run.decoders),
@@ -164,10 +186,21 @@ impl Report {
             "tessera bench: {} model={} endpoint={} arrival={} concurrency={}",
             c.url, c.model, c.endpoint, c.arrival, c.concurrency
         );
+        let lengths = match (&c.trace, c.dataset) {
+            (Some(t), _) => format!("trace {t}"),
+            (None, Dataset::Fixed) => format!(
+                "prompt ~{} tok, output {} tok",
+                c.prompt_tokens, c.output_tokens
+            ),
+            (None, Dataset::Chat) => format!(
+                "chat lengths (prompt <= {} tok, output <= {} tok)",
+                c.prompt_tokens, c.output_tokens
+            ),
+        };
         let _ = writeln!(
             s,
-            "  prompt ~{} tok (shared prefix {} x {}), output {} tok, seed {}",
-            c.prompt_tokens, c.shared_prefix_tokens, c.prefixes, c.output_tokens, c.seed
+            "  {lengths} (shared prefix {} x {}), seed {}",
+            c.shared_prefix_tokens, c.prefixes, c.seed
         );
         let _ = writeln!(
             s,
@@ -195,8 +228,21 @@ impl Report {
             "latency (ms)", "p50", "p90", "p99", "mean", "max"
         );
         dist_row(&mut s, "TTFT", &r.ttft_ms);
+        dist_row(&mut s, "TPOT", &r.tpot_ms);
         dist_row(&mut s, "ITL", &r.itl_ms);
         dist_row(&mut s, "end-to-end", &r.e2e_ms);
+        if let Some(g) = &r.goodput {
+            let _ = writeln!(
+                s,
+                "{:<22}{:.3} req/s ({} of {} requests good, {:.1}%; targets {})",
+                "goodput",
+                g.goodput_rps,
+                g.good_requests,
+                g.requests,
+                100.0 * g.fraction_good,
+                g.targets
+            );
+        }
         let _ = writeln!(s, "{:<22}{}", "ITL p99/p50", opt(r.itl_p99_over_p50, 2));
         if let Some(lp) = &self.long_prompts {
             let _ = writeln!(
@@ -231,13 +277,22 @@ fn long_results(run: &RunResult) -> LongPromptResults {
 
 fn echo(cfg: &BenchConfig, model: &str) -> ConfigEcho {
     ConfigEcho {
+        label: cfg.label.clone(),
         url: cfg.base_url.clone(),
         model: model.to_string(),
         endpoint: cfg.endpoint,
         concurrency: cfg.concurrency,
         requests: cfg.requests,
-        prompt_tokens: cfg.prompt_tokens,
-        output_tokens: cfg.output_tokens,
+        dataset: cfg.dataset,
+        trace: cfg.trace.as_ref().map(|p| p.display().to_string()),
+        prompt_tokens: match cfg.dataset {
+            Dataset::Chat => cfg.workload.max_prompt_tokens(),
+            Dataset::Fixed => cfg.prompt_tokens,
+        },
+        output_tokens: match &cfg.workload {
+            crate::workload::Workload::Chat { max_output, .. } => *max_output,
+            _ => cfg.output_tokens,
+        },
         shared_prefix_tokens: cfg.shared_prefix_tokens,
         prefixes: cfg.prefixes,
         seed: cfg.seed,

@@ -1,10 +1,13 @@
-//! Drives one run: the decoder pool (closed loop or Poisson arrivals) and, in mixed-load mode, the long
-//! prompts beside it.
+//! Drives one run: the decoder pool (closed loop or open-loop arrivals) and, in mixed-load mode, the
+//! long prompts beside it.
 //!
 //! Design: closed loop = `concurrency` tasks, each sending its next request when the previous one ends,
-//! drawing request indices from one shared counter (so prompt `i` is the same whatever the
-//! interleaving). Poisson = one dispatcher sleeping seeded exponential intervals and starting each
-//! request once one of `concurrency` permits is free. Long prompts (`max_tokens: 1`, nothing shared
+//! drawing request indices from one shared counter (so request `i` has the same prompt and lengths
+//! whatever the interleaving). Open loop = one dispatcher walking the precomputed arrival schedule
+//! (`arrivals`: gamma gaps, all at once, or a trace's times), sleeping until each arrival and
+//! starting the request at once, or, under an in-flight cap, as soon as one of the permits is free.
+//! Every outcome carries its arrival time (scheduled, or when sent in the closed loop), so a
+//! capacity probe can leave its warm-up out. Long prompts (`max_tokens: 1`, nothing shared
 //! with the decoders' prompts) are sent every `every_s` seconds on their own tasks, outside the
 //! concurrency limit, so they land on the server while the decoders are mid-stream.
 //!
@@ -31,13 +34,12 @@ use tokio::{
 };
 
 use crate::{
+    arrivals::Arrivals,
     client::{Client, Outcome},
     config::{Arrival, BenchConfig, LongPrompts},
-    prompt::{PromptBuilder, SplitMix64},
+    prompt::PromptBuilder,
+    workload::Workload,
 };
-
-/// Seed salt of the Poisson arrival stream (kept apart from the prompt streams).
-const SALT_ARRIVALS: u64 = 0x4152_5249_5641_4c53;
 
 /// A request to stop issuing new requests (Ctrl-C); in-flight ones still finish and are reported.
 #[derive(Debug, Clone, Default)]
@@ -79,10 +81,13 @@ pub struct RunResult {
 struct Shared {
     client: Client,
     prompts: Arc<PromptBuilder>,
+    workload: Arc<Workload>,
     progress: Progress,
-    max_tokens: u32,
     limit: Option<u64>,
+    start: Instant,
     deadline: Option<Instant>,
+    /// Requests still running then are cut and reported as failed.
+    cutoff: Option<Instant>,
     stop: Stop,
 }
 
@@ -91,11 +96,22 @@ impl Shared {
         self.stop.is_requested() || self.deadline.is_some_and(|d| at >= d)
     }
 
-    async fn request(&self, index: u64) -> Outcome {
-        let outcome = self
-            .client
-            .stream(&self.prompts.prompt(index), self.max_tokens)
-            .await;
+    /// Sends request `index`, which arrived at `arrived_s` seconds from the start.
+    async fn request(&self, index: u64, arrived_s: f64) -> Outcome {
+        let spec = self.workload.spec(index);
+        let prompt = self.prompts.prompt_with_len(index, spec.prompt_tokens);
+        let stream = self.client.stream(&prompt, spec.output_tokens);
+        let mut outcome = match self.cutoff {
+            None => stream.await,
+            Some(at) => tokio::time::timeout_at(at.into(), stream)
+                .await
+                .unwrap_or_else(|_| Outcome {
+                    error: Some("still running at the probe's cutoff".to_string()),
+                    e2e: (at - self.start).as_secs_f64() - arrived_s,
+                    ..Outcome::default()
+                }),
+        };
+        outcome.arrived_s = Some(arrived_s);
         self.progress.record(&outcome);
         outcome
     }
@@ -119,7 +135,7 @@ pub async fn execute(
     let client = Client::new(cfg, model.clone())?;
     let prompts = Arc::new(PromptBuilder::with_prefixes(
         cfg.seed,
-        cfg.prompt_tokens,
+        cfg.workload.max_prompt_tokens(),
         cfg.shared_prefix_tokens,
         cfg.prefixes,
     ));
@@ -131,19 +147,30 @@ pub async fn execute(
     let shared = Shared {
         client: client.clone(),
         prompts: prompts.clone(),
+        workload: Arc::new(cfg.workload.clone()),
         progress: Progress::new(cfg.requests, show_progress),
-        max_tokens: cfg.output_tokens,
         limit: cfg.requests,
+        start,
         deadline: cfg.duration.map(|d| start + d),
+        cutoff: cfg.cutoff.map(|d| start + d),
         stop,
     };
     let (stop_tx, stop_rx) = oneshot::channel();
     let long_task = cfg
         .long_prompts
         .map(|lp| tokio::spawn(long_prompt_loop(client, prompts, lp, start, stop_rx)));
-    let decoders = match cfg.arrival {
-        Arrival::Closed => closed_loop(&shared, cfg.concurrency).await,
-        Arrival::Poisson(rate) => poisson(&shared, cfg.concurrency, rate, cfg.seed, start).await?,
+    let schedule = match (cfg.arrival, &cfg.trace_arrivals) {
+        (Arrival::Closed, _) => None,
+        (Arrival::Open { rate, burstiness }, _) => {
+            Some(Arrivals::open_loop(rate, burstiness, cfg.seed))
+        }
+        (Arrival::Poisson(rate), _) => Some(Arrivals::open_loop(rate, 1.0, cfg.seed)),
+        (Arrival::Trace, Some(times)) => Some(Arrivals::replay(times.clone())),
+        (Arrival::Trace, None) => anyhow::bail!("trace arrivals missing from the configuration"),
+    };
+    let decoders = match schedule {
+        None => closed_loop(&shared, cfg.concurrency).await,
+        Some(s) => open_loop(&shared, cfg.max_in_flight(), s).await?,
     };
     let wall = start.elapsed();
     shared.progress.finish();
@@ -171,9 +198,9 @@ async fn warm_up(client: &Client, prompts: &PromptBuilder, cfg: &BenchConfig) {
     }
     let mut failed = 0;
     for i in 0..u64::from(cfg.warmup) {
-        let outcome = client
-            .stream(&prompts.prompt(u64::MAX - i), cfg.output_tokens)
-            .await;
+        let spec = cfg.workload.spec(u64::MAX - i);
+        let prompt = prompts.prompt_with_len(u64::MAX - i, spec.prompt_tokens);
+        let outcome = client.stream(&prompt, spec.output_tokens).await;
         failed += usize::from(!outcome.ok);
     }
     if failed > 0 {
@@ -196,7 +223,8 @@ async fn closed_loop(shared: &Shared, concurrency: usize) -> Vec<Outcome> {
                 if shared.limit.is_some_and(|n| i >= n) {
                     break;
                 }
-                out.push(shared.request(i).await);
+                let sent = shared.start.elapsed().as_secs_f64();
+                out.push(shared.request(i, sent).await);
             }
             out
         });
@@ -213,35 +241,34 @@ async fn closed_loop(shared: &Shared, concurrency: usize) -> Vec<Outcome> {
     all
 }
 
-async fn poisson(
+/// Starts request `i` at the `i`-th time of `schedule`, with at most `cap` in flight when given.
+async fn open_loop(
     shared: &Shared,
-    concurrency: usize,
-    rate: f64,
-    seed: u64,
-    start: Instant,
+    cap: Option<usize>,
+    schedule: Arrivals,
 ) -> anyhow::Result<Vec<Outcome>> {
-    let permits = Arc::new(Semaphore::new(concurrency));
-    let mut rng = SplitMix64::new(seed ^ SALT_ARRIVALS);
+    let permits = cap.map(|c| Arc::new(Semaphore::new(c)));
     let mut set = JoinSet::new();
-    let mut t = 0.0;
-    // Bounded: validation guarantees a request limit or a deadline.
-    for i in 0u64.. {
+    // Bounded: validation guarantees a request limit, a deadline, or a finite trace.
+    for (i, t) in (0u64..).zip(schedule) {
         if shared.limit.is_some_and(|n| i >= n) {
             break;
         }
-        t += rng.exponential(rate);
-        let at = start + Duration::from_secs_f64(t);
+        let at = shared.start + Duration::from_secs_f64(t);
         if shared.expired(at) {
             break;
         }
         tokio::time::sleep_until(at.into()).await;
-        let permit = permits.clone().acquire_owned().await?;
-        if shared.expired(Instant::now()) {
+        let permit = match &permits {
+            Some(p) => Some(p.clone().acquire_owned().await?),
+            None => None,
+        };
+        if shared.stop.is_requested() {
             break; // a stop requested while this arrival waited
         }
         let shared = shared.clone();
         set.spawn(async move {
-            let outcome = shared.request(i).await;
+            let outcome = shared.request(i, t).await;
             drop(permit);
             outcome
         });

@@ -12,7 +12,7 @@
 //! TTFT sample) and 0.3% at n = 1000, whatever its significant digits; interpolating between
 //! ranks read back from its buckets came within 0.043% (3 digits), but is more code than this.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The `p`-th percentile (`0 ..= 100`) of an ascending-sorted slice; `None` when it is empty.
 pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
@@ -31,7 +31,7 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
 }
 
 /// Summary of one latency distribution, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Distribution {
     pub count: usize,
     pub mean: Option<f64>,

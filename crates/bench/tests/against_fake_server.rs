@@ -420,3 +420,326 @@ async fn server_closing_connections_after_each_stream_fails_no_request() {
         r.errors
     );
 }
+
+fn peak(server: &FakeServer) -> usize {
+    server
+        .recorded
+        .peak_in_flight
+        .load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn infinite_request_rate_sends_everything_at_once_unless_capped() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let a = args(
+        &server,
+        &["--request-rate", "inf", "-n", "8", "--output-tokens", "5"],
+    );
+    let r = bench::run_async(a).await.expect("run").results;
+    assert_eq!(r.requests_ok, 8);
+    assert_eq!(peak(&server), 8, "no cap by default in the open loop");
+    let capped = FakeServer::start(FakeOptions::default()).await;
+    let a = args(
+        &capped,
+        &[
+            "--request-rate",
+            "inf",
+            "-n",
+            "8",
+            "--max-concurrency",
+            "3",
+            "--output-tokens",
+            "5",
+        ],
+    );
+    assert_eq!(
+        bench::run_async(a).await.expect("run").results.requests_ok,
+        8
+    );
+    assert_eq!(peak(&capped), 3);
+}
+
+#[tokio::test]
+async fn chat_dataset_sends_each_request_its_own_lengths() {
+    let server = FakeServer::start(FakeOptions {
+        first_token_delay: Duration::from_millis(1),
+        token_delay: Duration::from_millis(1),
+        ..FakeOptions::default()
+    })
+    .await;
+    let extra = [
+        "-n",
+        "12",
+        "--dataset",
+        "chat",
+        "--max-prompt-tokens",
+        "2000",
+        "--max-output-tokens",
+        "64",
+        "--seed",
+        "4",
+    ];
+    let a = args(&server, &extra);
+    let cfg = a.validate().expect("valid");
+    let r = bench::run_async(a).await.expect("run").results;
+    assert_eq!(r.requests_ok, 12);
+    let mut want: Vec<(usize, u64)> = (0..12)
+        .map(|i| cfg.workload.spec(i))
+        .map(|s| (s.prompt_tokens, u64::from(s.output_tokens)))
+        .collect();
+    let mut got: Vec<(usize, u64)> = server
+        .requests()
+        .iter()
+        .map(|(_, b)| {
+            let words = b["prompt"].as_str().expect("prompt").split(' ').count();
+            (words, b["max_tokens"].as_u64().expect("max_tokens"))
+        })
+        .collect();
+    want.sort_unstable();
+    got.sort_unstable();
+    assert_eq!(got, want);
+    let distinct: std::collections::HashSet<_> = got.iter().collect();
+    assert!(distinct.len() > 6, "lengths vary: {got:?}");
+    assert!(got.iter().all(|&(p, o)| p <= 2000 && o <= 64));
+}
+
+#[tokio::test]
+async fn timed_trace_is_replayed_with_its_lengths() {
+    let server = FakeServer::start(FakeOptions {
+        first_token_delay: Duration::from_millis(1),
+        token_delay: Duration::from_millis(1),
+        ..FakeOptions::default()
+    })
+    .await;
+    let path = temp_path("trace.jsonl");
+    std::fs::write(
+        &path,
+        "{\"prompt_tokens\": 7, \"output_tokens\": 2, \"arrival_s\": 0}\n\
+         {\"prompt_tokens\": 9, \"output_tokens\": 3, \"arrival_s\": 0.02}\n\
+         {\"prompt_tokens\": 11, \"output_tokens\": 4, \"arrival_s\": 0.04}\n",
+    )
+    .expect("write trace");
+    let p = path.to_string_lossy().to_string();
+    let report = bench::run_async(args(&server, &["--trace", &p]))
+        .await
+        .expect("run");
+    assert_eq!(report.results.requests_ok, 3);
+    assert_eq!(report.results.output_tokens_total, 9);
+    assert_eq!(report.config.arrival, "trace");
+    let mut got: Vec<(usize, u64)> = server
+        .requests()
+        .iter()
+        .map(|(_, b)| {
+            let words = b["prompt"].as_str().expect("prompt").split(' ').count();
+            (words, b["max_tokens"].as_u64().expect("max_tokens"))
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![(7, 2), (9, 3), (11, 4)]);
+    std::fs::write(
+        &path,
+        "{\"prompt_tokens\": 7, \"output_tokens\": 2}\n{\"prompt_tokens\": 7}\n",
+    )
+    .expect("write bad trace");
+    let err = bench::run_async(args(&server, &["--trace", &p]))
+        .await
+        .expect_err("bad trace");
+    assert!(err.to_string().contains(&format!("{p}:2:")), "{err}");
+    let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn goodput_counts_requests_within_the_targets() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let lenient = args(
+        &server,
+        &[
+            "-c",
+            "2",
+            "-n",
+            "4",
+            "--output-tokens",
+            "3",
+            "--goodput",
+            "ttft:60000",
+            "tpot:60000",
+        ],
+    );
+    let g = bench::run_async(lenient)
+        .await
+        .expect("run")
+        .results
+        .goodput
+        .expect("goodput");
+    assert_eq!((g.requests, g.good_requests, g.fraction_good), (4, 4, 1.0));
+    assert!(g.goodput_rps > 0.0);
+    // The fake waits 30 ms before the first token: a 1 ms TTFT target fails every request.
+    let strict = args(
+        &server,
+        &[
+            "-c",
+            "2",
+            "-n",
+            "4",
+            "--output-tokens",
+            "3",
+            "--goodput",
+            "ttft:1",
+        ],
+    );
+    let r = bench::run_async(strict).await.expect("run").results;
+    let g = r.goodput.expect("goodput");
+    assert_eq!((g.good_requests, g.goodput_rps), (0, 0.0));
+    // TPOT: (e2e - ttft) / 2 per request, with 10 ms between the fake's tokens.
+    assert!(r.tpot_ms.p50.expect("tpot") >= 8.0, "{:?}", r.tpot_ms);
+}
+
+fn capacity_args(server: &FakeServer, target: &str, json: &str, svg: &str) -> BenchArgs {
+    args(
+        server,
+        &[
+            "--find-capacity",
+            "--goodput",
+            target,
+            "--label",
+            "fake <server>",
+            "--capacity-min-rate",
+            "5",
+            "--capacity-max-rate",
+            "10",
+            "--capacity-duration",
+            "0.4",
+            "--capacity-warmup",
+            "0.1",
+            "--capacity-min-requests",
+            "0",
+            "--capacity-steps",
+            "4",
+            "--output-tokens",
+            "2",
+            "--prompt-tokens",
+            "6",
+            "--json",
+            json,
+            "--chart",
+            svg,
+        ],
+    )
+}
+
+#[tokio::test]
+async fn find_capacity_writes_every_probe_and_the_answer() {
+    let server = FakeServer::start(FakeOptions {
+        first_token_delay: Duration::from_millis(2),
+        token_delay: Duration::from_millis(1),
+        ..FakeOptions::default()
+    })
+    .await;
+    let (json, svg) = (temp_path("cap.json"), temp_path("cap.svg"));
+    let (j, s) = (
+        json.to_string_lossy().to_string(),
+        svg.to_string_lossy().to_string(),
+    );
+    let report = bench::find_capacity(
+        capacity_args(&server, "ttft:60000", &j, &s),
+        bench::Stop::new(),
+    )
+    .await
+    .expect("search");
+    // The fake keeps up with 10 req/s: probes at 5 and 10 pass, the answer is the maximum.
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid json");
+    assert_eq!(v["kind"], "capacity");
+    assert_eq!(v["label"], "fake <server>");
+    assert_eq!(v["capacity"]["targets"]["ttft_ms"], 60000.0);
+    let probes = v["probes"].as_array().expect("probes");
+    assert_eq!(probes.len(), 2);
+    for (p, rate) in probes.iter().zip([5.0, 10.0]) {
+        assert_eq!(p["rate"], rate);
+        assert_eq!(p["passed"], true);
+        assert_eq!(p["fraction_good"], 1.0);
+        let n = p["requests_measured"].as_u64().expect("n");
+        assert!(
+            n >= 1 && n <= p["requests_sent"].as_u64().expect("sent"),
+            "{p}"
+        );
+        for key in ["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"] {
+            assert!(p[key]["p90"].as_f64().is_some(), "{key} in {p}");
+        }
+    }
+    assert_eq!(v["answer"]["capacity_rps"], 10.0);
+    assert_eq!(v["answer"]["stopped"], "max-rate-passed");
+    assert_eq!(report.answer.capacity_rps, Some(10.0));
+    // Each probe sends its own prompts: none is repeated across the run.
+    let prompts: Vec<String> = server
+        .requests()
+        .iter()
+        .map(|(_, b)| b["prompt"].to_string())
+        .collect();
+    let distinct: std::collections::HashSet<&String> = prompts.iter().collect();
+    assert_eq!(distinct.len(), prompts.len());
+    let chart = std::fs::read_to_string(&svg).expect("svg");
+    assert!(
+        chart.starts_with("<svg")
+            && chart.contains("p90 TTFT")
+            && chart.contains("fake &lt;server&gt;")
+    );
+    // --plot draws the file again, beside a second run, with no load sent.
+    let sent = server.requests().len();
+    let (json2, out) = (temp_path("cap2.json"), temp_path("both.svg"));
+    let mut other: serde_json::Value = v.clone();
+    other["label"] = "other server".into();
+    std::fs::write(&json2, other.to_string()).expect("write");
+    let o = out.to_string_lossy().to_string();
+    let plot = args(
+        &server,
+        &[
+            "--plot",
+            &j,
+            "--plot",
+            &json2.to_string_lossy(),
+            "--chart",
+            &o,
+        ],
+    );
+    bench::plot(&plot).expect("plot");
+    let both = std::fs::read_to_string(&out).expect("svg");
+    assert!(both.contains("fake &lt;server&gt;") && both.contains("other server"));
+    assert_eq!(server.requests().len(), sent);
+    for p in [json, svg, json2, out] {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+#[tokio::test]
+async fn find_capacity_below_the_minimum_rate_reports_no_capacity() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let (json, svg) = (temp_path("nocap.json"), temp_path("nocap.svg"));
+    let (j, s) = (
+        json.to_string_lossy().to_string(),
+        svg.to_string_lossy().to_string(),
+    );
+    // The fake's 30 ms TTFT misses a 1 ms target: the first probe fails and ends the search.
+    let report = bench::find_capacity(capacity_args(&server, "ttft:1", &j, &s), bench::Stop::new())
+        .await
+        .expect("search");
+    assert_eq!(report.probes.len(), 1);
+    assert!(!report.probes[0].passed && report.probes[0].fraction_good == 0.0);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid json");
+    assert!(v["answer"]["capacity_rps"].is_null());
+    assert_eq!(v["answer"]["stopped"], "min-rate-failed");
+    let _ = std::fs::remove_file(json);
+    let _ = std::fs::remove_file(svg);
+}
+
+#[tokio::test]
+async fn find_capacity_needs_goodput_targets() {
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let a = args(&server, &["--find-capacity"]);
+    let err = bench::find_capacity(a, bench::Stop::new())
+        .await
+        .expect_err("no targets");
+    assert!(err.to_string().contains("--goodput"), "{err}");
+    assert!(server.requests().is_empty());
+}
