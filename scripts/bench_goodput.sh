@@ -70,6 +70,14 @@ if curl -s -o /dev/null "$URL/health"; then
 fi
 
 SERVER_PGID=""
+BENCH_PID=""
+stop_bench() {
+  if [[ -n "$BENCH_PID" ]]; then
+    kill -TERM "$BENCH_PID" 2>/dev/null || true
+    wait "$BENCH_PID" 2>/dev/null || true
+    BENCH_PID=""
+  fi
+}
 stop_server() {
   if [[ -n "$SERVER_PGID" ]]; then
     kill -TERM -- "-$SERVER_PGID" 2>/dev/null || true
@@ -82,7 +90,7 @@ stop_server() {
     SERVER_PGID=""
   fi
 }
-trap stop_server EXIT
+trap 'stop_bench; stop_server' EXIT
 trap 'exit 130' INT TERM
 
 # start_server NAME CMD...: the server in its own process group (so that stopping it stops
@@ -91,12 +99,19 @@ start_server() {
   local name="$1"; shift
   setsid "$@" >"$OUT/$name.log" 2>&1 &
   SERVER_PGID=$!
-  # setsid made the server its own process group's leader (it only forks when it already leads
-  # one, which a background job of a non-interactive shell never does).
-  if [[ "$(ps -o pgid= -p "$SERVER_PGID" | tr -d ' ')" != "$SERVER_PGID" ]]; then
-    echo "error: $name (pid $SERVER_PGID) is not its own process group" >&2
-    return 1
-  fi
+  # setsid makes the server its own process group's leader (it only forks when it already leads
+  # one, which a background job of a non-interactive shell never does); wait for it to have.
+  local i
+  for i in $(seq 1 50); do
+    [[ "$(ps -o pgid= -p "$SERVER_PGID" | tr -d ' ')" == "$SERVER_PGID" ]] && break
+    if ((i == 50)); then
+      echo "error: $name (pid $SERVER_PGID) did not become its own process group" >&2
+      kill -TERM "$SERVER_PGID" 2>/dev/null || true
+      SERVER_PGID=""
+      return 1
+    fi
+    sleep 0.1
+  done
   local start=$SECONDS
   until curl -sf -o /dev/null "$URL/health"; do
     if ! kill -0 "$SERVER_PGID" 2>/dev/null; then
@@ -133,8 +148,17 @@ run() {
     return 0
   fi
   echo "== $name: search from $(date -u '+%H:%M:%S'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-  if "$BIN" bench "${BENCH[@]}" --label "$name" --json "$OUT/$name.json" \
-      --chart "$OUT/$name.svg" --no-progress 2>&1 | tee "$OUT/$name.bench.txt"; then
+  # In the background, so that a signal reaches the traps at once (bash runs a trap only once
+  # its foreground command has ended; `wait` returns on a signal).
+  "$BIN" bench "${BENCH[@]}" --label "$name" --json "$OUT/$name.json" \
+    --chart "$OUT/$name.svg" --no-progress >"$OUT/$name.bench.txt" 2>&1 &
+  BENCH_PID=$!
+  tail -n +1 -f --pid="$BENCH_PID" "$OUT/$name.bench.txt" &
+  local tail_pid=$! ok=0
+  wait "$BENCH_PID" && ok=1
+  BENCH_PID=""
+  wait "$tail_pid" || true
+  if ((ok)); then
     DONE+=("$name")
   else
     echo "error: the capacity search against $name failed (see $OUT/$name.bench.txt)" >&2
