@@ -150,6 +150,7 @@ run() {
   echo "== $name: search from $(date -u '+%H:%M:%S'), load $(cut -d' ' -f1-3 /proc/loadavg)"
   # In the background, so that a signal reaches the traps at once (bash runs a trap only once
   # its foreground command has ended; `wait` returns on a signal).
+  : >"$OUT/$name.bench.txt"
   "$BIN" bench "${BENCH[@]}" --label "$name" --json "$OUT/$name.json" \
     --chart "$OUT/$name.svg" --no-progress >"$OUT/$name.bench.txt" 2>&1 &
   BENCH_PID=$!
