@@ -4,8 +4,9 @@
 Usage: goodput_table.py --run REPORT.json WEIGHTS [--run REPORT.json WEIGHTS ...]
 
 A row gives the server (the report's label), its weights as named by the caller, its capacity
-(the highest passing request rate below every failing one), and the TTFT and TPOT p90 of the
-probe at that rate. A search whose lowest rate already failed has no capacity: "< min rate".
+(the highest passing request rate below every failing one), and the TTFT and TPOT p90 and the
+fraction of good requests of the probe at that rate. A search whose lowest rate already failed
+has no capacity: "< RATE (failed there)", with that failing probe's figures.
 """
 
 import argparse
@@ -28,17 +29,20 @@ def row(path, weights):
     cap = answer["capacity_rps"]
     failing = answer["lowest_failing_rps"]
     if cap is None:
-        lowest = min(p["rate"] for p in probes)
-        return [label, weights, f"< {lowest:.3g}", "n/a", "n/a", "n/a", fmt(failing, 3)]
-    at = [p for p in probes if p["rate"] == cap and p["passed"]]
-    if not at:
-        raise ValueError(f"{path}: no passing probe at the capacity {cap}")
-    p = at[-1]
+        # No rate passed: the figures of the lowest (failing) probe, to show how far off it was.
+        p = min(probes, key=lambda q: q["rate"])
+        capacity = f"< {p['rate']:.3g} (failed there)"
+    else:
+        at = [q for q in probes if q["rate"] == cap and q["passed"]]
+        if not at:
+            raise ValueError(f"{path}: no passing probe at the capacity {cap}")
+        p = at[-1]
+        capacity = f"{cap:.3f}"
     return [
         label,
         weights,
-        f"{cap:.3f}",
-        fmt(p["ttft_ms"]["p90"]),
+        capacity,
+        fmt(p["ttft_ms"]["p90"]),  # n/a when no request succeeded
         fmt(p["tpot_ms"]["p90"], 1),
         f"{100 * p['fraction_good']:.0f}% ({p['good_requests']}/{p['requests_measured']})",
         fmt(failing, 3) if failing is not None else "none failed",
@@ -51,7 +55,7 @@ def main():
                         required=True)
     args = parser.parse_args()
     header = ["Server", "Weights", "Capacity (req/s)", "TTFT p90 (ms)", "TPOT p90 (ms)",
-              "Good at capacity", "Lowest failing (req/s)"]
+              "Good there", "Lowest failing (req/s)"]
     rows = []
     for path, weights in args.run:
         try:
