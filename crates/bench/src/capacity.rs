@@ -26,6 +26,7 @@ use crate::{
     client::Outcome,
     config::{Arrival, BenchConfig},
     goodput::{tpot_s, GoodputResults, SloTargets},
+    report::{count_errors, ErrorCount},
     runner::{self, Stop},
     search::{self, Attained, SearchParams, Stopped},
     stats::Distribution,
@@ -193,6 +194,9 @@ pub struct ProbeRecord {
     pub tpot_ms: Distribution,
     pub itl_ms: Distribution,
     pub e2e_ms: Distribution,
+    /// Why measured requests failed, most frequent first.
+    #[serde(default)]
+    pub errors: Vec<ErrorCount>,
     pub passed: bool,
 }
 
@@ -245,6 +249,7 @@ impl ProbeRecord {
             tpot_ms: Distribution::from_seconds(&secs(&tpot_s)),
             itl_ms: Distribution::from_seconds(&itl),
             e2e_ms: Distribution::from_seconds(&secs(&|o| Some(o.e2e))),
+            errors: count_errors(&measured.iter().map(|o| (*o).clone()).collect::<Vec<_>>()),
             passed: false,
         }
     }
@@ -298,6 +303,7 @@ fn probe_config(cfg: &BenchConfig, cc: &CapacityConfig, k: usize, rate: f64) -> 
         rate,
         burstiness: cc.burstiness,
     };
+    p.concurrency = cc.max_concurrency.unwrap_or(0);
     p.requests = None;
     p.duration = Some(Duration::from_secs_f64(window));
     p.cutoff = Some(Duration::from_secs_f64(window + cc.drain_s));
@@ -341,16 +347,22 @@ pub async fn find(
                 .await
                 .with_context(|| format!("probe {} at {rate:.3} req/s", k + 1))?;
             // A probe cut short by Ctrl-C would be judged on a partial window: not a verdict.
-            anyhow::ensure!(!stop.is_requested(), "interrupted during probe {} at {rate:.3} req/s", k + 1);
+            anyhow::ensure!(
+                !stop.is_requested(),
+                "interrupted during probe {} at {rate:.3} req/s",
+                k + 1
+            );
             *model.borrow_mut() = Some(run.model.clone());
             let mut rec = ProbeRecord::new(rate, p.seed, window, cc, &run.decoders);
             rec.passed = rec.fraction_good >= cc.search.attainment;
             eprintln!(
-                "probe {}: {rate:.3} req/s: {}/{} good ({:.1}%) -> {}",
+                "probe {}: {rate:.3} req/s: {}/{} good ({:.1}%; {} failed, {} of them cut) -> {}",
                 k + 1,
                 rec.good_requests,
                 rec.requests_measured,
                 100.0 * rec.fraction_good,
+                rec.requests_failed,
+                rec.requests_cut,
                 if rec.passed { "pass" } else { "fail" }
             );
             Ok(rec)
@@ -585,6 +597,18 @@ mod tests {
         assert_eq!(
             (p1.requests, p1.duration),
             (None, Some(Duration::from_secs(120)))
+        );
+        // Open loop without a cap unless --max-concurrency is given.
+        assert_eq!((c.max_concurrency, p1.max_in_flight()), (None, None));
+        let capped_argv = argv.iter().chain(&["--max-concurrency", "5"]);
+        let capped = <Cli as clap::Parser>::try_parse_from(capped_argv)
+            .expect("argv")
+            .args;
+        let capped_cfg = capped.validate().expect("valid");
+        let cc5 = capped.capacity.validate(&capped_cfg, 1.0).expect("valid");
+        assert_eq!(
+            probe_config(&capped_cfg, &cc5, 0, 1.0).0.max_in_flight(),
+            Some(5)
         );
         // Cut at the window plus 0.5 s + 100 ms x 511 + 1 s.
         let cut = p1.cutoff.expect("cutoff").as_secs_f64();

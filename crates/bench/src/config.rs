@@ -164,7 +164,7 @@ pub struct BenchArgs {
     /// Endpoint to drive.
     #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
     pub endpoint: Endpoint,
-    /// Seed of the prompt words and of Poisson arrivals.
+    /// Seed of the prompt words, the `chat` lengths and the open-loop arrival times.
     #[arg(long, value_name = "X", default_value_t = 0)]
     pub seed: u64,
     /// Write the report as JSON to this file.
@@ -176,7 +176,7 @@ pub struct BenchArgs {
     /// Stop issuing new requests after this many seconds (in-flight ones finish).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Arrival process: `closed` or `poisson:RATE` (requests per second).
+    /// Arrival process: `closed` or `poisson:RATE`, an alias of `--request-rate RATE`.
     #[arg(long, value_name = "closed|poisson:RATE", default_value = "closed")]
     pub arrival: Arrival,
     /// Mixed load: send a long prompt every this many seconds beside the decoders.
@@ -428,8 +428,9 @@ impl BenchArgs {
         if self.burstiness != 1.0 && !searching && !matches!(arrival, Arrival::Open { .. }) {
             return Err(invalid("--burstiness needs --request-rate"));
         }
+        // The capacity search's probes are open loop: no cap unless one is given.
         let concurrency = match arrival {
-            Arrival::Closed => self.concurrency.unwrap_or(1),
+            Arrival::Closed if !searching => self.concurrency.unwrap_or(1),
             _ => self.concurrency.unwrap_or(0),
         };
         let all_at_once = matches!(arrival, Arrival::Open { rate, .. } if rate.is_infinite());

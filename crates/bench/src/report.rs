@@ -31,6 +31,7 @@ pub struct ConfigEcho {
     pub url: String,
     pub model: String,
     pub endpoint: Endpoint,
+    /// Closed loop: the clients; open loop: the in-flight cap, 0 for none.
     pub concurrency: usize,
     pub requests: Option<u64>,
     /// Request lengths: `fixed` uses `prompt_tokens` / `output_tokens`; `chat` has them as its
@@ -54,7 +55,7 @@ pub struct ConfigEcho {
 }
 
 /// One error message and how often it occurred.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct ErrorCount {
     pub message: String,
     pub count: usize,

@@ -743,3 +743,32 @@ async fn find_capacity_needs_goodput_targets() {
     assert!(err.to_string().contains("--goodput"), "{err}");
     assert!(server.requests().is_empty());
 }
+
+#[tokio::test]
+async fn probe_requests_still_running_after_the_drain_are_cut_and_not_good() {
+    // Each request takes >= 30 ms + 199 x 10 ms = 2.02 s; targets ttft:50 tpot:1 give a drain of
+    // 0.05 + 0.199 + 1 = 1.249 s after a 0.4 s window: every request is cut at 1.65 s, however
+    // fast or slow the machine.
+    let server = FakeServer::start(FakeOptions::default()).await;
+    let (json, svg) = (temp_path("cut.json"), temp_path("cut.svg"));
+    let (j, s) = (
+        json.to_string_lossy().to_string(),
+        svg.to_string_lossy().to_string(),
+    );
+    let mut a = capacity_args(&server, "ttft:50", &j, &s);
+    a.goodput.push("tpot:1".parse().expect("target"));
+    a.output_tokens = 200;
+    a.capacity.capacity_steps = 1;
+    let report = bench::find_capacity(a, bench::Stop::new())
+        .await
+        .expect("search");
+    let p = &report.probes[0];
+    assert!(p.requests_measured >= 1, "{p:?}");
+    assert_eq!(
+        (p.requests_cut, p.requests_failed, p.good_requests),
+        (p.requests_measured, p.requests_measured, 0)
+    );
+    assert!(p.errors[0].message.contains("cutoff"), "{:?}", p.errors);
+    let _ = std::fs::remove_file(json);
+    let _ = std::fs::remove_file(svg);
+}
