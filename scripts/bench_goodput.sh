@@ -26,9 +26,8 @@
 #   VLLM_LD_PRELOAD    LD_PRELOAD for vLLM (default, as vLLM's CPU guide: tcmalloc and the venv's
 #                      libiomp5.so, when both are found)
 #   CAPACITY_DURATION  seconds per probed rate, passed as --capacity-duration (default: bench's)
-#   MAX_IN_FLIGHT      the probes' in-flight cap, --max-concurrency (default 256, far above any
-#                      server's slots: without it, tessera bench as merged caps --find-capacity
-#                      probes at 1 request in flight, its closed-loop default)
+#   MAX_IN_FLIGHT      an in-flight cap for the probes, passed as --max-concurrency (default:
+#                      none, every arrival is sent when it arrives)
 #   BENCH_ARGS         extra arguments for every `tessera bench` run
 #   STARTUP_TIMEOUT    seconds to wait for a server's /health (default 900)
 set -euo pipefail
@@ -129,8 +128,8 @@ start_server() {
 }
 
 BENCH=(--url "$URL" --endpoint completions --dataset chat
-       --goodput "ttft:$TTFT_MS" "tpot:$TPOT_MS" --find-capacity
-       --max-concurrency "${MAX_IN_FLIGHT:-256}")
+       --goodput "ttft:$TTFT_MS" "tpot:$TPOT_MS" --find-capacity)
+[[ -n "${MAX_IN_FLIGHT:-}" ]] && BENCH+=(--max-concurrency "$MAX_IN_FLIGHT")
 [[ -n "${CAPACITY_DURATION:-}" ]] && BENCH+=(--capacity-duration "$CAPACITY_DURATION")
 # shellcheck disable=SC2206 # BENCH_ARGS is split on purpose
 [[ -n "${BENCH_ARGS:-}" ]] && BENCH+=($BENCH_ARGS)
