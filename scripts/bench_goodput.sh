@@ -17,7 +17,9 @@
 #   LLAMA_CPP_DIR      directory holding llama-server (default $TESSERA_PEERS_DIR/llama.cpp/native)
 #   VLLM_VENV          vLLM CPU venv (default $TESSERA_PEERS_DIR/vllm)
 #   BF16_DIR           BF16 checkpoint for vLLM (default $TESSERA_PEERS_DIR/bf16/<model stem>)
-#   SERVERS            which to run, in order (default "tessera llama-np16 llama-np32 vllm")
+#   SERVERS            which to run, in order (default "tessera-slo tessera llama-np16 llama-np32
+#                      vllm"; tessera-slo is Tessera told the same targets, --slo-ttft-ms /
+#                      --slo-tpot-ms, which its scheduler then aims at)
 #   PORT               loopback port, 8700-8799 (default 8711)
 #   TTFT_MS, TPOT_MS   goodput objectives (default 2000; TPOT 100, or 150 for a 1.5B model)
 #   CTX_PER_SLOT       llama-server context per slot, and vLLM's --max-model-len (default 2048:
@@ -48,7 +50,7 @@ PEERS="${TESSERA_PEERS_DIR:-./peers}"
 LLAMA_DIR="${LLAMA_CPP_DIR:-$PEERS/llama.cpp/native}"
 VENV="${VLLM_VENV:-$PEERS/vllm}"
 BF16="${BF16_DIR:-$PEERS/bf16/$STEM}"
-SERVERS="${SERVERS:-tessera llama-np16 llama-np32 vllm}"
+SERVERS="${SERVERS:-tessera-slo tessera llama-np16 llama-np32 vllm}"
 PORT="${PORT:-8711}"
 TTFT_MS="${TTFT_MS:-2000}"
 if [[ -z "${TPOT_MS:-}" ]]; then
@@ -204,9 +206,11 @@ echo "# tessera $("$BIN" --version 2>/dev/null || echo '?'); objectives TTFT <= 
 for s in $SERVERS; do
   case "$s" in
     tessera) run tessera "$BIN" serve --model "$GGUF" --host 127.0.0.1 --port "$PORT" ;;
+    tessera-slo) run tessera-slo "$BIN" serve --model "$GGUF" --host 127.0.0.1 --port "$PORT" \
+        --slo-ttft-ms "$TTFT_MS" --slo-tpot-ms "$TPOT_MS" ;;
     llama-np*) llama "${s#llama-np}" ;;
     vllm) vllm ;;
-    *) echo "error: unknown server '$s' (tessera, llama-npN, vllm)" >&2; exit 1 ;;
+    *) echo "error: unknown server '$s' (tessera, tessera-slo, llama-npN, vllm)" >&2; exit 1 ;;
   esac
 done
 
