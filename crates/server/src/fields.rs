@@ -16,7 +16,7 @@
 use serde::de::{self, Deserialize, Deserializer, Visitor};
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::validate::parse_body;
 
 /// Fields accepted and ignored on every route: they do not change the output. `user` and

@@ -23,7 +23,6 @@
 //! The id and the deadline live in a task-local while the handler runs (`current` / `within`
 //! carry them into response streams, which are polled after the handler returned).
 
-use std::any::Any;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::AssertUnwindSafe;
@@ -37,10 +36,10 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::{FutureExt, StreamExt};
-use tokio::time::Instant;
 
 use crate::auth;
-use crate::error::ApiError;
+use crate::base::context::{panic_message, within, Context};
+use crate::base::ApiError;
 use crate::state::AppState;
 
 /// The response header carrying the request id.
@@ -50,84 +49,39 @@ pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// gets its 413 with `Connection: close` at that point (its client may then see a reset).
 pub const DRAIN_LIMIT: u64 = 64 << 20;
 
-/// What the code serving one request can ask about it.
-#[derive(Clone, Debug)]
-pub struct Context {
-    id: Arc<str>,
-    deadline: Option<Instant>,
-    timeout: Option<Duration>,
-}
-
-tokio::task_local! {
-    static CURRENT: Context;
-}
-
-/// The context of the request being served, if any (to carry into a response stream).
-pub fn current() -> Option<Context> {
-    CURRENT.try_with(Context::clone).ok()
-}
-
-/// Runs `fut` with `ctx` as the current request's context.
-pub async fn within<F: std::future::Future>(ctx: Option<Context>, fut: F) -> F::Output {
-    match ctx {
-        Some(c) => CURRENT.scope(c, fut).await,
-        None => fut.await,
-    }
-}
-
-/// The current request's id.
-pub fn request_id() -> Option<Arc<str>> {
-    CURRENT.try_with(|c| c.id.clone()).ok()
-}
-
-/// The current request's deadline and the timeout it came from.
-pub fn deadline() -> Option<(Instant, Duration)> {
-    CURRENT
-        .try_with(|c| c.deadline.zip(c.timeout))
-        .ok()
-        .flatten()
-}
-
 /// Middleware: see the module comment.
 pub async fn layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let cfg = state.config();
     let id: Arc<str> = client_id(req.headers()).unwrap_or_else(fresh_id).into();
     let timeout = cfg.request_timeout;
-    let ctx = Context {
-        id: id.clone(),
-        deadline: timeout.map(|t| Instant::now() + t),
-        timeout,
-    };
+    let ctx = Context::new(id.clone(), timeout);
     let (limit, body_timeout) = (cfg.body_limit, cfg.body_read_timeout);
     let api_key = cfg.api_key.clone();
-    let mut resp = CURRENT
-        .scope(ctx.clone(), async move {
-            if let Some(key) = &api_key {
-                if auth::needs_key_before_body(req.method())
-                    && !auth::authorized(req.headers(), key)
-                {
-                    // Before reading a byte of the body; its rest stays unread.
-                    return closing(ApiError::Unauthorized.into_response());
-                }
+    let mut resp = within(Some(ctx.clone()), async move {
+        if let Some(key) = &api_key {
+            if auth::needs_key_before_body(req.method()) && !auth::authorized(req.headers(), key) {
+                // Before reading a byte of the body; its rest stays unread.
+                return closing(ApiError::Unauthorized.into_response());
             }
-            let req = match read_body(req, limit, body_timeout).await {
-                Ok(r) => r,
-                Err(e) => return e,
-            };
-            let run = AssertUnwindSafe(next.run(req)).catch_unwind();
-            let outcome = match ctx.deadline.zip(ctx.timeout) {
-                Some((at, t)) => match tokio::time::timeout_at(at, run).await {
-                    Ok(o) => o,
-                    Err(_) => return ApiError::Timeout { secs: t.as_secs() }.into_response(),
-                },
-                None => run.await,
-            };
-            outcome.unwrap_or_else(|panic| {
-                let what = panic_message(panic.as_ref());
-                ApiError::Internal(format!("a handler panicked: {what}")).into_response()
-            })
+        }
+        let req = match read_body(req, limit, body_timeout).await {
+            Ok(r) => r,
+            Err(e) => return e,
+        };
+        let run = AssertUnwindSafe(next.run(req)).catch_unwind();
+        let outcome = match ctx.deadline() {
+            Some((at, t)) => match tokio::time::timeout_at(at, run).await {
+                Ok(o) => o,
+                Err(_) => return ApiError::Timeout { secs: t.as_secs() }.into_response(),
+            },
+            None => run.await,
+        };
+        outcome.unwrap_or_else(|panic| {
+            let what = panic_message(panic.as_ref());
+            ApiError::Internal(format!("a handler panicked: {what}")).into_response()
         })
-        .await;
+    })
+    .await;
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID.clone(), v);
     }
@@ -151,14 +105,6 @@ fn fresh_id() -> String {
     let mut h = KEYS.get_or_init(RandomState::new).build_hasher();
     h.write_u64(NEXT.fetch_add(1, Relaxed));
     format!("req-{:016x}", h.finish())
-}
-
-/// The text of a caught panic's payload.
-pub fn panic_message(p: &(dyn Any + Send)) -> &str {
-    p.downcast_ref::<&str>()
-        .copied()
-        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
 }
 
 /// The request with its body read whole, or the response refusing it.
@@ -225,6 +171,7 @@ fn closing(mut resp: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::context::request_id;
     use axum::http::StatusCode;
     use axum::routing::get;
     use axum::Router;
@@ -301,27 +248,6 @@ mod tests {
         assert_eq!(body["error"]["type"], "timeout_error");
         assert!(t0.elapsed() < Duration::from_secs(2));
         assert_eq!(call(&app, "/ok").await.0, StatusCode::OK);
-    }
-
-    #[tokio::test]
-    async fn a_stream_past_its_deadline_ends_with_the_timeout_error() {
-        let ctx = Context {
-            id: "req-test".into(),
-            deadline: Some(Instant::now() + Duration::from_millis(100)),
-            timeout: Some(Duration::from_millis(100)),
-        };
-        let mut events: std::pin::Pin<
-            Box<dyn futures_util::Stream<Item = crate::run::Tagged> + Send>,
-        > = Box::pin(futures_util::stream::pending());
-        let got = within(Some(ctx), crate::run::next_before(&mut events)).await;
-        assert!(matches!(got, Err(ApiError::Timeout { .. })), "{got:?}");
-        // Without a deadline the wait is not cut short.
-        let waited = tokio::time::timeout(
-            Duration::from_millis(300),
-            crate::run::next_before(&mut events),
-        )
-        .await;
-        assert!(waited.is_err());
     }
 
     #[test]

@@ -14,9 +14,9 @@
 //! sees a stream of events per request; the engine thread does the work.
 
 pub mod auth;
+pub mod base;
 pub mod chat_template;
 pub mod cors;
-pub mod error;
 pub mod fields;
 pub mod guard;
 pub mod http;
@@ -36,7 +36,7 @@ pub mod telemetry;
 pub mod tools;
 pub mod validate;
 
-pub use error::ApiError;
+pub use base::ApiError;
 pub use http::serve;
 pub use routes::router;
 pub use state::{load_model, AppState, Loaded, ServerConfig};

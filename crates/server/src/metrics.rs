@@ -534,7 +534,10 @@ mod tests {
             tessera_request_errors_total{type=\"unauthorized\"} 0.0\n\
             tessera_request_errors_total{type=\"not_found\"} 1.0\n";
         assert!(text.starts_with(head), "{text}");
-        assert_eq!(text.lines().count(), 5 + crate::error::ERROR_LABELS.len());
+        assert_eq!(
+            text.lines().count(),
+            5 + crate::base::error::ERROR_LABELS.len()
+        );
     }
 
     /// A collector of one histogram named `h`.

@@ -30,7 +30,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::error::ErrorLabel;
+use crate::base::error::ErrorLabel;
 use crate::response::UsageTotals;
 use crate::state::AppState;
 use crate::telemetry::exporting;

@@ -29,7 +29,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement
 use utoipa::openapi::{Content, OpenApi as Document, Ref, RefOr, ResponseBuilder};
 use utoipa::{OpenApi, PartialSchema, ToSchema};
 
-use crate::error::ErrorBody;
+use crate::base::error::ErrorBody;
 use crate::fields::{untyped_fields, Route};
 use crate::openai::{
     ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, ResponsesRequest,

@@ -8,15 +8,13 @@
 //! is skipped when `None` (a chunk's `usage`, a delta's `role`). Every type here serializes
 //! without error: no map has a non-string key and no value is a non-finite float.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
 use engine::FinishReason;
 use serde::{Serialize, Serializer};
 use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
 use utoipa::ToSchema;
 
+use crate::base::{new_id, unix_now};
 use crate::logprobs::{ChatLogprobs, Legacy};
-use crate::state::unix_now;
 
 /// What every object of one response starts with: built once per request and copied into the
 /// whole response or into each of its chunks.
@@ -51,18 +49,6 @@ impl Head {
             usage,
         }
     }
-}
-
-/// An object id: the prefix, the time and a process-wide counter (unique per process).
-pub fn new_id(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    format!(
-        "{prefix}{nanos:x}{:04x}",
-        NEXT.fetch_add(1, Relaxed) & 0xffff
-    )
 }
 
 /// A completions or chat response, whole or one streamed chunk.

@@ -19,7 +19,7 @@ use engine::{EngineHandle, Event, FinishReason, TokenLogprob, Usage};
 use futures_util::stream::{self, Stream, StreamExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::observe::{self, RequestTrace};
 use crate::validate::Job;
 
@@ -162,7 +162,7 @@ pub type Tagged = (usize, Event);
 pub async fn next_before(
     events: &mut Pin<Box<dyn Stream<Item = Tagged> + Send>>,
 ) -> Result<Option<Tagged>, ApiError> {
-    match crate::guard::deadline() {
+    match crate::base::context::deadline() {
         Some((at, timeout)) => tokio::time::timeout_at(at, events.next())
             .await
             .map_err(|_| ApiError::Timeout {
@@ -194,4 +194,25 @@ pub fn merge(choices: Vec<Choice>) -> Pin<Box<dyn Stream<Item = Tagged> + Send>>
             .boxed()
     });
     stream::select_all(streams).boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::base::context::{within, Context};
+    use crate::base::ApiError;
+
+    #[tokio::test]
+    async fn a_stream_past_its_deadline_ends_with_the_timeout_error() {
+        let ctx = Context::new("req-test".into(), Some(Duration::from_millis(100)));
+        let mut events: std::pin::Pin<Box<dyn futures_util::Stream<Item = super::Tagged> + Send>> =
+            Box::pin(futures_util::stream::pending());
+        let got = within(Some(ctx), super::next_before(&mut events)).await;
+        assert!(matches!(got, Err(ApiError::Timeout { .. })), "{got:?}");
+        // Without a deadline the wait is not cut short.
+        let waited =
+            tokio::time::timeout(Duration::from_millis(300), super::next_before(&mut events)).await;
+        assert!(waited.is_err());
+    }
 }

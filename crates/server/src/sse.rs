@@ -23,7 +23,7 @@ use futures_util::stream::{self, Stream};
 use futures_util::FutureExt;
 use serde::Serialize;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::run::Tagged;
 
 /// Formats one route's chunks.
@@ -76,19 +76,19 @@ pub fn respond<W: ChunkWriter>(
         include_usage,
         done: false,
     };
-    let ctx = crate::guard::current();
+    let ctx = crate::base::context::current();
     let body = stream::unfold(state, move |mut st| {
         let ctx = ctx.clone();
         async move {
             let step = AssertUnwindSafe(next_frame(&mut st)).catch_unwind();
-            let data = match crate::guard::within(ctx.clone(), step).await {
+            let data = match crate::base::context::within(ctx.clone(), step).await {
                 Ok(data) => data?,
                 Err(panic) => {
-                    let what = crate::guard::panic_message(panic.as_ref()).to_string();
+                    let what = crate::base::context::panic_message(panic.as_ref()).to_string();
                     st.pending = VecDeque::from(["[DONE]".to_string()]);
                     st.done = true;
                     let e = ApiError::Internal(format!("a stream panicked: {what}"));
-                    crate::guard::within(ctx, async { log_and_frame(&e) }).await
+                    crate::base::context::within(ctx, async { log_and_frame(&e) }).await
                 }
             };
             Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st))
@@ -102,7 +102,7 @@ pub fn respond<W: ChunkWriter>(
 /// An internal error's frame, its cause logged (with the request id when in scope).
 fn log_and_frame(e: &ApiError) -> String {
     if let ApiError::Internal(cause) = e {
-        let id = crate::guard::request_id();
+        let id = crate::base::context::request_id();
         tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
     }
     error_frame(e)

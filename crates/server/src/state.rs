@@ -9,12 +9,12 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use engine::{EngineConfig, EngineHandle};
 
+use crate::base::{unix_now, ApiError, ERROR_LABELS};
 use crate::chat_template::ChatTemplate;
-use crate::error::{ApiError, ERROR_LABELS};
 use crate::responses::store::ResponseStore;
 
 /// HTTP-layer settings.
@@ -178,12 +178,6 @@ pub fn model_id_for(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model".into())
-}
-
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Counters kept by the HTTP layer (the engine keeps its own in `EngineStats`).

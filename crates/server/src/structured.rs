@@ -14,7 +14,7 @@
 use engine::constraint::Constraint;
 use serde_json::{Map, Value};
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::openai::CommonParams;
 use crate::state::Loaded;
 use crate::validate::Job;

@@ -8,10 +8,10 @@
 
 use engine::GenerateRequest;
 use model::SamplingParams;
-use serde::de::DeserializeOwned;
 
+pub use crate::base::parse_body;
+use crate::base::ApiError;
 use crate::chat_template::Message;
-use crate::error::ApiError;
 use crate::openai::{
     ChatMessage, ChatRequest, CommonParams, CompletionRequest, MessageContent, PromptInput, Stop,
 };
@@ -55,26 +55,6 @@ impl Job {
         }
         r
     }
-}
-
-/// Parses a JSON body; errors name the field (`param`) where parsing stopped.
-pub fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let param = (path != "." && !path.is_empty()).then_some(path);
-        let message = if inner.is_syntax() || inner.is_eof() {
-            format!("malformed JSON body: {inner}")
-        } else {
-            format!("invalid request body: {inner}")
-        };
-        ApiError::BadRequest {
-            message,
-            param,
-            code: None,
-        }
-    })
 }
 
 /// Checks `model` against the names the model is served under: an unknown one is a 404

@@ -15,9 +15,9 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::base::error::ApiError;
+use crate::base::new_id;
 use crate::chat_template::Message;
-use crate::error::ApiError;
-use crate::response::new_id;
 use crate::tools::{Family, Out};
 
 use super::wire::{FunctionCallItem, OutputItem, OutputMessage, OutputText, Status};

@@ -23,13 +23,14 @@ use serde_json::json;
 
 use engine::FinishReason;
 
+use crate::base::error::ApiError;
+use crate::base::new_id;
+use crate::base::unix_now;
 use crate::chat_template::Message;
-use crate::error::ApiError;
 use crate::openai::{
     CommonParams, ContentPart, InputItem, ItemContent, ResponsesInput, ResponsesRequest,
 };
-use crate::response::new_id;
-use crate::state::{unix_now, Loaded, ServerConfig};
+use crate::state::{Loaded, ServerConfig};
 use crate::structured::{self, Asked};
 use crate::tools::Family;
 use crate::validate::{

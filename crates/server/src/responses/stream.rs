@@ -30,7 +30,7 @@ use engine::Event;
 use futures_util::stream::{self, Stream};
 use futures_util::FutureExt;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::run::Tagged;
 use crate::state::AppState;
 use crate::tools::{ChoiceReader, Out};
@@ -70,19 +70,19 @@ pub fn respond(
         done: false,
     };
     d.opening();
-    let ctx = crate::guard::current();
+    let ctx = crate::base::context::current();
     let body = stream::unfold(d, move |mut d| {
         let ctx = ctx.clone();
         async move {
             let step = AssertUnwindSafe(d.next_event()).catch_unwind();
-            let ev = match crate::guard::within(ctx.clone(), step).await {
+            let ev = match crate::base::context::within(ctx.clone(), step).await {
                 Ok(ev) => ev?,
                 Err(panic) => {
-                    let what = crate::guard::panic_message(panic.as_ref()).to_string();
+                    let what = crate::base::context::panic_message(panic.as_ref()).to_string();
                     let e = ApiError::Internal(format!("a response stream panicked: {what}"));
                     d.pending.clear();
-                    crate::guard::within(ctx.clone(), async { d.fail(&e) }).await;
-                    crate::guard::within(ctx, d.next_event()).await?
+                    crate::base::context::within(ctx.clone(), async { d.fail(&e) }).await;
+                    crate::base::context::within(ctx, d.next_event()).await?
                 }
             };
             Some((Ok::<_, Infallible>(frame(&ev)), d))
@@ -275,7 +275,7 @@ impl Driver {
 
     fn fail(&mut self, e: &ApiError) {
         if let ApiError::Internal(cause) = e {
-            let id = crate::guard::request_id();
+            let id = crate::base::context::request_id();
             tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
         }
         let obj = self.prep.failed(e);

@@ -12,7 +12,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::openai::{
     FunctionDef, NamedFunction, NamedToolChoice, ResponsesRequest, ToolChoiceIn, ToolDef,
 };

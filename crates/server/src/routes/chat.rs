@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use engine::Event;
 use tokenizer::Tokenizer;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::fields::Route;
 use crate::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::openai::{ChatRequest, CommonParams};

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use engine::{Event, FinishReason, TokenLogprob};
 use tokenizer::Tokenizer;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::fields::Route;
 use crate::logprobs::Legacy;
 use crate::openai::{CommonParams, CompletionRequest};

@@ -13,7 +13,7 @@ use engine::kv_events::external_hash;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::state::AppState;
 
 /// The prefix index as a subscriber of the KV events should hold it.

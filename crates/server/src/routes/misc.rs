@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::fields::{self, struct_fields, Route};
 use crate::metrics;
 use crate::openai::{DetokenizeRequest, TokenizeRequest};

@@ -22,8 +22,7 @@ pub mod render;
 pub mod responses;
 pub mod worker;
 
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode, Uri};
 use axum::middleware::{self, Next};
@@ -32,7 +31,7 @@ use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 
 use crate::auth::authorized;
-use crate::error::{ApiError, ErrorLabel};
+use crate::base::error::{ApiError, ErrorLabel};
 use crate::guard;
 use crate::observe;
 use crate::state::{AppState, ServerConfig};
@@ -222,28 +221,7 @@ pub(crate) fn openai_body<R: serde::de::DeserializeOwned>(
     Ok((req, common))
 }
 
-/// A path or query parameter as the handler's type, or the OpenAI 400 naming `param` (axum's
-/// own rejection is plain text, which no OpenAI client can read).
-pub(crate) fn param<T, E: std::fmt::Display>(
-    extracted: Result<T, E>,
-    param: &str,
-) -> Result<T, ApiError> {
-    extracted.map_err(|e| ApiError::invalid(param, format!("invalid `{param}`: {e}")))
-}
-
-/// The request body, or 413 past the limit.
-pub(crate) fn body_bytes(
-    body: Result<Bytes, BytesRejection>,
-    limit: usize,
-) -> Result<Bytes, ApiError> {
-    body.map_err(|rej| {
-        if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge { limit }
-        } else {
-            ApiError::bad(format!("cannot read the request body: {rej}"))
-        }
-    })
-}
+pub(crate) use crate::base::{body_bytes, param};
 
 /// An empty 200 (health).
 pub(crate) fn empty_ok() -> Response {

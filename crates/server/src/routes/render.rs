@@ -18,11 +18,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
+use crate::base::new_id;
 use crate::fields::Route;
 use crate::openai::{ChatRequest, CommonParams, CompletionRequest};
 use crate::openapi::{ChatCompletionBody, CompletionBody};
-use crate::response::new_id;
 use crate::state::AppState;
 use crate::validate::{chat_job, completion_job, Job};
 

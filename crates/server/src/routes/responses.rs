@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::fields::{self, struct_fields, Route};
 use crate::openai::ResponsesRequest;
 use crate::openapi::ResponsesBody;

@@ -22,8 +22,9 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::error::ApiError;
-use crate::state::{unix_now, AppState, Loaded};
+use crate::base::error::ApiError;
+use crate::base::unix_now;
+use crate::state::{AppState, Loaded};
 use crate::validate::max_model_len;
 
 /// The version every worker endpoint reports (the workspace's).

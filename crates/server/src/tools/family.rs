@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use tokenizer::Tokenizer;
 
-use crate::response::new_id;
+use crate::base::new_id;
 
 /// How a model writes tool calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

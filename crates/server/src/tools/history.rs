@@ -7,7 +7,7 @@
 
 use serde_json::{json, Value};
 
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::openai::ToolCallIn;
 
 /// The calls of message `i`, for the template.

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 
 use super::constraint::{tool_call_constraint, ToolConstraint};
 use super::family::{Family, Markers};
-use crate::error::ApiError;
+use crate::base::error::ApiError;
 use crate::openai::{ChatRequest, FunctionDef, ToolChoiceIn, ToolDef};
 
 /// Which calls the model may or must make.

@@ -147,7 +147,7 @@ impl ApiError {
             }
             _ => (None, None),
         };
-        let message = match (self, crate::guard::request_id()) {
+        let message = match (self, super::context::request_id()) {
             (ApiError::Internal(_), Some(id)) => format!("internal error (request id {id})"),
             (ApiError::Internal(_), None) => "internal error".to_string(),
             (other, _) => other.to_string(),
@@ -193,7 +193,7 @@ impl From<EngineError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Internal(cause) = &self {
-            let id = crate::guard::request_id();
+            let id = super::context::request_id();
             tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
         }
         let mut resp = (self.status(), axum::Json(self.body())).into_response();
