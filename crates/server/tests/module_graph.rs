@@ -307,7 +307,6 @@ fn src_dir() -> PathBuf {
 }
 
 #[test]
-#[ignore = "today 18 of the 22 modules form one cycle; un-ignored once the layers are in"]
 fn the_server_modules_import_no_cycle() {
     let g = graph(&src_dir());
     assert!(g.len() > 5, "too few modules found: {g:?}");

@@ -30,14 +30,14 @@ use engine::Event;
 use futures_util::stream::{self, Stream};
 use futures_util::FutureExt;
 
-use crate::base::error::ApiError;
-use crate::run::Tagged;
-use crate::state::AppState;
-use crate::tools::{ChoiceReader, Out};
+use crate::base::ApiError;
+use crate::serving::run::Tagged;
+use crate::serving::state::AppState;
+use crate::serving::tools::{ChoiceReader, Out};
 
 use super::items::{Change, Items};
 use super::wire::{OutputItem, OutputMessage, OutputText, Status, StreamEvent};
-use super::Prepared;
+use super::{store, Prepared};
 
 struct Driver {
     events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
@@ -267,7 +267,7 @@ impl Driver {
         self.items
             .finish(Status::of(reason).finished_item(), &mut changes);
         let obj = self.prep.finish(self.items.items.clone(), reason, usage);
-        self.prep.keep(&obj, self.state.responses());
+        self.prep.keep(&obj, &store::of(&self.state));
         self.events_for(changes);
         self.push(|n| StreamEvent::terminal(n, obj));
         self.done = true;
@@ -294,7 +294,7 @@ impl Driver {
             if self.done {
                 return None;
             }
-            let next = match crate::run::next_before(&mut self.events).await {
+            let next = match crate::serving::run::next_before(&mut self.events).await {
                 Ok(next) => next,
                 Err(e) => {
                     self.fail(&e);

@@ -7,16 +7,18 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use crate::base::error::ApiError;
-use crate::fields::{self, struct_fields, Route};
-use crate::metrics;
-use crate::openai::{DetokenizeRequest, TokenizeRequest};
-use crate::openapi::{DetokenizeBody, TokenizeBody};
-use crate::response::{Detokenized, ModelCard, ModelList, Tokenized};
-use crate::state::{AppState, Loaded};
-use crate::validate::{check_model, max_model_len, parse_body, render_chat};
+use crate::base::parse_body;
+use crate::base::ApiError;
+use crate::protocol::fields::{self, struct_fields, Route};
+use crate::protocol::response::{Detokenized, ModelCard, ModelList, Tokenized};
+use crate::routes::metrics;
+use crate::routes::protocol::{DetokenizeBody, TokenizeBody};
+use crate::routes::protocol::{DetokenizeRequest, TokenizeRequest};
+use crate::serving::state::{AppState, Loaded};
+use crate::serving::validate::{check_model, max_model_len, render_chat};
 
-use super::{body_bytes, empty_ok, param};
+use super::empty_ok;
+use crate::base::{body_bytes, param};
 
 /// 200 once the model is loaded and while its engine runs; 503 before, from the moment the
 /// server starts draining (SIGTERM), and after the engine has stopped (shutdown, or a fault it
@@ -97,7 +99,7 @@ pub async fn tokenize(
     let tokens = match (req.prompt, req.messages) {
         (Some(p), None) => tok.encode(&p, req.add_special_tokens.unwrap_or(true), true),
         (None, Some(msgs)) => {
-            let tools = crate::tools::request::tools(req.tools.as_deref())?;
+            let tools = crate::serving::tools::request::tools(req.tools.as_deref())?;
             let rendered: Vec<_> = tools.iter().map(|t| t.rendered()).collect();
             let rendered = (!rendered.is_empty()).then_some(rendered.as_slice());
             let text = render_chat(
