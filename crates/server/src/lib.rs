@@ -18,12 +18,13 @@
 //!
 //! Adding an endpoint family (say `/v1/embeddings`):
 //! 1. create `src/embeddings/` with `protocol.rs` (the request type, its `request_body!`
-//!    schema, and its `Route` in `protocol::fields` with what it accepts untyped), the
+//!    schema, and its `Route`: what it accepts untyped), the
 //!    validation into a job if it generates, and `handler.rs` (the `#[utoipa::path]` handlers,
 //!    calling the `serving` facade); keep any state it needs with `AppState::endpoint_state`;
 //! 2. declare it here (`pub mod embeddings;`);
 //! 3. register its routes in `app::Served` (`openai_routes` for `/v1` routes) and its
 //!    handlers in `app::openapi`'s `paths(...)`.
+//!
 //! It imports `base`, `protocol` and `serving`, never another endpoint folder or `app`.
 
 pub mod app;

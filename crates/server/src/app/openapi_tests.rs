@@ -11,7 +11,6 @@ use super::super::build;
 use super::*;
 use crate::chat::{ChatCompletionBody, ChatRequest};
 use crate::completions::{CompletionBody, CompletionRequest};
-use crate::protocol::fields::Route;
 use crate::responses::request::{ResponsesBody, ResponsesRequest};
 use crate::routes::protocol::{DetokenizeBody, DetokenizeRequest, TokenizeBody, TokenizeRequest};
 
@@ -248,10 +247,11 @@ fn every_request_example_parses_and_passes_the_field_check_of_its_route() {
     use crate::protocol::fields::{check, struct_fields};
     use crate::serving::openai_body;
     for e in CompletionBody::EXAMPLES {
-        openai_body::<CompletionRequest>(e.as_bytes(), Route::Completions).expect(e);
+        openai_body::<CompletionRequest>(e.as_bytes(), crate::completions::protocol::COMPLETIONS)
+            .expect(e);
     }
     for e in ChatCompletionBody::EXAMPLES {
-        openai_body::<ChatRequest>(e.as_bytes(), Route::Chat).expect(e);
+        openai_body::<ChatRequest>(e.as_bytes(), crate::chat::protocol::CHAT).expect(e);
     }
     let one = |examples: &[&str], route, fields: &[&str]| {
         for e in examples {
@@ -260,17 +260,17 @@ fn every_request_example_parses_and_passes_the_field_check_of_its_route() {
     };
     one(
         ResponsesBody::EXAMPLES,
-        Route::Responses,
+        crate::responses::request::RESPONSES,
         struct_fields::<ResponsesRequest>(),
     );
     one(
         TokenizeBody::EXAMPLES,
-        Route::Tokenize,
+        crate::routes::protocol::TOKENIZE,
         struct_fields::<TokenizeRequest>(),
     );
     one(
         DetokenizeBody::EXAMPLES,
-        Route::Detokenize,
+        crate::routes::protocol::DETOKENIZE,
         struct_fields::<DetokenizeRequest>(),
     );
     let doc = json(&ServerConfig::default());

@@ -15,25 +15,23 @@ use axum::response::{IntoResponse, Response};
 use engine::Event;
 use tokenizer::Tokenizer;
 
-use crate::base::ApiError;
-use crate::chat::protocol::ChatCompletionBody;
-use crate::chat::protocol::ChatRequest;
-use crate::chat::validate::chat_job;
-use crate::protocol::fields::Route;
+use super::protocol::CHAT;
+use crate::base::{body_bytes, ApiError};
 use crate::protocol::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::protocol::request::CommonParams;
-use crate::protocol::response::{
-    AssistantMessage, Body, ChatChoice, ChatChunkChoice, ChatFinish, Delta, FunctionCall,
-    FunctionDelta, Head, ToolCall, ToolCallDelta, UsageTotals,
-};
+use crate::protocol::response::{Body, Head, UsageTotals};
 use crate::serving::run::{self, Outcome};
 use crate::serving::sse::{self, ChunkWriter};
 use crate::serving::state::AppState;
 use crate::serving::structured;
 use crate::serving::tools::{self, ChoiceReader, Family, Out, ParsedCall, ToolParse};
-
-use crate::base::body_bytes;
 use crate::serving::{self, openai_body};
+
+use super::protocol::{
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionBody, ChatFinish, ChatRequest,
+    Delta, FunctionCall, FunctionDelta, ToolCall, ToolCallDelta,
+};
+use super::validate::chat_job;
 
 const OBJECT: &str = "chat.completion";
 const CHUNK_OBJECT: &str = "chat.completion.chunk";
@@ -52,7 +50,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
-    let (req, common): (ChatRequest, CommonParams) = openai_body(&bytes, Route::Chat)?;
+    let (req, common): (ChatRequest, CommonParams) = openai_body(&bytes, CHAT)?;
     let asked = structured::constraint(&common)?;
     let mut job = chat_job(req, common, m, state.config())?;
     let asked = structured::with_tool_grammar(asked, job.tool_grammar.take())?;

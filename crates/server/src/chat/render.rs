@@ -6,8 +6,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
+use super::protocol::CHAT;
 use crate::base::{body_bytes, ApiError};
-use crate::protocol::fields::Route;
 use crate::protocol::request::CommonParams;
 use crate::serving::openai_body;
 use crate::serving::render::{rendered, Rendered};
@@ -26,7 +26,7 @@ pub async fn render(
 ) -> Result<Response, ApiError> {
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
-    let (req, common): (ChatRequest, CommonParams) = openai_body(&bytes, Route::Chat)?;
+    let (req, common): (ChatRequest, CommonParams) = openai_body(&bytes, CHAT)?;
     let job = chat_job(req, common, m, state.config())?;
     let prompt = job
         .prompts

@@ -11,22 +11,21 @@ use axum::response::{IntoResponse, Response};
 use engine::{Event, FinishReason, TokenLogprob};
 use tokenizer::Tokenizer;
 
-use crate::base::ApiError;
-use crate::completions::protocol::CompletionBody;
-use crate::completions::protocol::CompletionRequest;
-use crate::completions::validate::completion_job;
-use crate::protocol::fields::Route;
+use super::protocol::COMPLETIONS;
+use crate::base::{body_bytes, ApiError};
 use crate::protocol::logprobs::Legacy;
 use crate::protocol::request::CommonParams;
-use crate::protocol::response::{Body, CompletionChoice, Head, UsageTotals};
+use crate::protocol::response::{Body, Head, UsageTotals};
 use crate::serving::run::{self, Outcome};
 use crate::serving::sse::{self, ChunkWriter};
 use crate::serving::state::AppState;
 use crate::serving::structured;
 use crate::serving::validate::Job;
 
-use crate::base::body_bytes;
 use crate::serving::{self, openai_body};
+
+use super::protocol::{CompletionBody, CompletionChoice, CompletionRequest};
+use super::validate::completion_job;
 
 /// `object` of the whole response and of its chunks alike.
 const OBJECT: &str = "text_completion";
@@ -44,7 +43,7 @@ pub async fn handle(
 ) -> Result<Response, ApiError> {
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
-    let (req, common): (CompletionRequest, CommonParams) = openai_body(&bytes, Route::Completions)?;
+    let (req, common): (CompletionRequest, CommonParams) = openai_body(&bytes, COMPLETIONS)?;
     let asked = structured::constraint(&common)?;
     let mut job = completion_job(req, common, m, state.config())?;
     serving::constrain(&mut job, asked, m).await?;

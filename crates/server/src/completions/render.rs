@@ -5,8 +5,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
+use super::protocol::COMPLETIONS;
 use crate::base::{body_bytes, ApiError};
-use crate::protocol::fields::Route;
 use crate::protocol::request::CommonParams;
 use crate::serving::openai_body;
 use crate::serving::render::{rendered, Rendered};
@@ -26,7 +26,7 @@ pub async fn render(
 ) -> Result<Response, ApiError> {
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
-    let (req, common): (CompletionRequest, CommonParams) = openai_body(&bytes, Route::Completions)?;
+    let (req, common): (CompletionRequest, CommonParams) = openai_body(&bytes, COMPLETIONS)?;
     let job = completion_job(req, common, m, state.config())?;
     let list: Vec<Rendered> = job
         .prompts

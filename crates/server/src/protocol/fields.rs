@@ -4,11 +4,12 @@
 //! means (`tools`, vLLM's `guided_whitespace_pattern`, a misspelled `max_token`…): the
 //! client would get an answer that looks right and is not what it asked for. So every top-level
 //! field of a request body is one of:
-//! - honoured: a field of the route's request types in `openai.rs` (read from the types
+//! - honoured: a field of the route's request types (read from the types
 //!   themselves, so this list cannot drift from what is parsed);
 //! - accepted and ignored, because it does not change the output: `IGNORED`;
 //! - accepted only at the value that means "nothing" (the deprecated `functions: []`, …):
-//!   `NO_OP`, refused with a message saying what is unsupported otherwise;
+//!   the route's `NoOp` list (each endpoint declares its `Route` next to its request types),
+//!   refused with a message saying what is unsupported otherwise;
 //! - anything else: a 400 naming it (`param`).
 //!
 //! A `null` value counts as absent (several SDKs send unset fields as `null`).
@@ -35,106 +36,45 @@ pub const IGNORED: &[&str] = &[
 ];
 
 /// A field accepted only at a value that leaves the output as it is.
-struct NoOp {
-    key: &'static str,
-    accepts: fn(&Value) -> bool,
-    /// Why another value is refused.
-    why: &'static str,
+#[derive(Debug)]
+pub struct NoOp {
+    pub key: &'static str,
+    pub accepts: fn(&Value) -> bool,
+    /// Why another value is refused (empty: no value is refused).
+    pub why: &'static str,
 }
 
-/// Chat's deprecated function-calling fields (`tools` / `tool_choice` replace them).
-const FUNCTIONS: &str = "the deprecated `functions` / `function_call` are not supported; use \
-    `tools` / `tool_choice` for tool calling";
-fn empty_list(v: &Value) -> bool {
+/// Accepts an empty list.
+pub fn empty_list(v: &Value) -> bool {
     v.as_array().is_some_and(Vec::is_empty)
 }
 
-fn none_or_auto(v: &Value) -> bool {
+/// Accepts `"none"` or `"auto"`.
+pub fn none_or_auto(v: &Value) -> bool {
     matches!(v.as_str(), Some("none" | "auto"))
 }
 
-fn any(_: &Value) -> bool {
+/// Accepts any value.
+pub fn any(_: &Value) -> bool {
     true
 }
 
-/// Chat completions.
-const CHAT_NO_OP: &[NoOp] = &[
-    NoOp {
-        key: "functions",
-        accepts: empty_list,
-        why: FUNCTIONS,
-    },
-    NoOp {
-        key: "function_call",
-        accepts: none_or_auto,
-        why: FUNCTIONS,
-    },
-    NoOp {
-        key: "modalities",
-        accepts: |v| v.as_array().is_some_and(|a| a.iter().all(|m| m == "text")),
-        why: "only text output is supported",
-    },
-];
-
-/// Completions.
-const COMPLETION_NO_OP: &[NoOp] = &[NoOp {
-    key: "best_of",
-    accepts: |v| v.as_i64() == Some(1),
-    why: "best_of is not supported (only 1); use n for several choices",
-}];
-
-/// Responses: the settings that only mean something with reasoning models, background runs or
-/// truncation.
-const RESPONSES_NO_OP: &[NoOp] = &[
-    NoOp {
-        key: "truncation",
-        accepts: |v| v == "disabled",
-        why: "only \"disabled\" is supported (an input too long for the context is refused)",
-    },
-    NoOp {
-        key: "reasoning",
-        accepts: |v| {
-            v.as_object()
-                .is_some_and(|o| o.values().all(Value::is_null))
-        },
-        why: "this model does not reason: reasoning settings are not supported",
-    },
-    NoOp {
-        key: "include",
-        accepts: empty_list,
-        why: "extra output data (`include`) is not supported",
-    },
-    NoOp {
-        key: "background",
-        accepts: |v| v == false,
-        why: "background responses are not supported",
-    },
-    // Obfuscation padding of stream events: no effect on the content.
-    NoOp {
-        key: "stream_options",
-        accepts: any,
-        why: "",
-    },
-];
-
-/// The routes whose bodies are checked, with what each honours beyond its typed fields.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
-    Completions,
-    Chat,
-    Responses,
-    Tokenize,
-    Detokenize,
+/// What a route accepts beyond the fields of its request types: the no-op fields (the ignored
+/// ones, `IGNORED`, are the same for every route). Each endpoint declares its own next to its
+/// request types.
+#[derive(Clone, Copy, Debug)]
+pub struct Route {
+    no_op: &'static [NoOp],
 }
 
 impl Route {
+    /// A route accepting `no_op` at their no-op values.
+    pub const fn new(no_op: &'static [NoOp]) -> Route {
+        Route { no_op }
+    }
+
     fn no_op(self) -> &'static [NoOp] {
-        match self {
-            Route::Chat => CHAT_NO_OP,
-            Route::Completions => COMPLETION_NO_OP,
-            Route::Responses => RESPONSES_NO_OP,
-            Route::Tokenize | Route::Detokenize => &[],
-        }
+        self.no_op
     }
 }
 

@@ -1,6 +1,7 @@
-//! OpenAI (and vLLM) response bodies as typed `Serialize` structs, and the one place that
-//! builds the parts completions and chat share: the head (`id`, `object`, `created`,
-//! `model`) and `usage`.
+//! The response parts completions and chat share, as typed `Serialize` structs: the head
+//! (`id`, `object`, `created`, `model`), the body around the choices, `usage`, the
+//! `finish_reason` serializer and schema; and the small routes' bodies (`/v1/models`,
+//! `/tokenize`, `/detokenize`). Each endpoint's choice types are in its folder.
 //!
 //! Field names and nesting are the wire format the tests pin; fields are declared in the order
 //! OpenAI documents them (JSON gives object order no meaning). A field OpenAI always sends goes
@@ -14,7 +15,6 @@ use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
 use utoipa::ToSchema;
 
 use crate::base::{new_id, unix_now};
-use crate::protocol::logprobs::{ChatLogprobs, Legacy};
 
 /// What every object of one response starts with: built once per request and copied into the
 /// whole response or into each of its chunks.
@@ -122,19 +122,22 @@ impl UsageTotals {
 }
 
 /// A `finish_reason`: `null` while the choice runs.
-fn finish_reason<S: Serializer>(r: &Option<FinishReason>, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn finish_reason<S: Serializer>(
+    r: &Option<FinishReason>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     r.map(FinishReason::as_str).serialize(s)
 }
 
 /// Every `finish_reason` the engine reports (its `as_str` values).
-const ENGINE_FINISH: [FinishReason; 3] = [
+pub(crate) const ENGINE_FINISH: [FinishReason; 3] = [
     FinishReason::Stop,
     FinishReason::Length,
     FinishReason::Abort,
 ];
 
 /// A nullable string schema limited to `values`.
-fn nullable_enum(values: impl Iterator<Item = &'static str>) -> Object {
+pub(crate) fn nullable_enum(values: impl Iterator<Item = &'static str>) -> Object {
     let values = values
         .map(serde_json::Value::from)
         .chain([serde_json::Value::Null]);
@@ -145,136 +148,8 @@ fn nullable_enum(values: impl Iterator<Item = &'static str>) -> Object {
 }
 
 /// The schema of a completions `finish_reason` (`null` while the choice runs).
-fn finish_reason_schema() -> Object {
+pub(crate) fn finish_reason_schema() -> Object {
     nullable_enum(ENGINE_FINISH.into_iter().map(FinishReason::as_str))
-}
-
-/// The schema of a chat `finish_reason`: the engine's reasons and `tool_calls`.
-fn chat_finish_schema() -> Object {
-    let calls = std::iter::once("tool_calls");
-    nullable_enum(
-        ENGINE_FINISH
-            .into_iter()
-            .map(FinishReason::as_str)
-            .chain(calls),
-    )
-}
-
-/// A completions choice (`object: "text_completion"`), whole or streamed.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct CompletionChoice {
-    pub index: usize,
-    pub text: String,
-    pub logprobs: Option<Legacy>,
-    #[serde(serialize_with = "finish_reason")]
-    #[schema(schema_with = finish_reason_schema)]
-    pub finish_reason: Option<FinishReason>,
-}
-
-/// A chat choice's `finish_reason`: the engine's, or `tool_calls` when the reply is calls.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChatFinish {
-    Engine(FinishReason),
-    ToolCalls,
-}
-
-impl ChatFinish {
-    /// `tool_calls` when a reply that stopped by itself made calls, else the engine's reason
-    /// (a reply cut at the length limit says so even when it made calls before).
-    pub fn of(reason: FinishReason, calls: usize) -> ChatFinish {
-        if calls > 0 && reason == FinishReason::Stop {
-            ChatFinish::ToolCalls
-        } else {
-            ChatFinish::Engine(reason)
-        }
-    }
-}
-
-impl Serialize for ChatFinish {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            ChatFinish::Engine(r) => s.serialize_str(r.as_str()),
-            ChatFinish::ToolCalls => s.serialize_str("tool_calls"),
-        }
-    }
-}
-
-/// A whole chat choice (`object: "chat.completion"`).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ChatChoice {
-    pub index: usize,
-    pub message: AssistantMessage,
-    pub logprobs: Option<ChatLogprobs>,
-    #[schema(schema_with = chat_finish_schema)]
-    pub finish_reason: Option<ChatFinish>,
-}
-
-/// The generated chat message: `content` is `null` only for a reply of calls and no text.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct AssistantMessage {
-    pub role: &'static str,
-    pub content: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ToolCall>,
-}
-
-/// A call in a whole reply.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
-pub struct ToolCall {
-    /// `call_…`, unique per process.
-    pub id: String,
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub function: FunctionCall,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
-pub struct FunctionCall {
-    pub name: String,
-    /// The JSON text of the arguments object.
-    pub arguments: String,
-}
-
-/// A streamed chat choice (`object: "chat.completion.chunk"`).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ChatChunkChoice {
-    pub index: usize,
-    pub delta: Delta,
-    pub logprobs: Option<ChatLogprobs>,
-    #[schema(schema_with = chat_finish_schema)]
-    pub finish_reason: Option<ChatFinish>,
-}
-
-/// What a chat chunk adds to the message: the role once, first; then content or calls; the
-/// last chunk of a choice has an empty delta and the finish reason.
-#[derive(Debug, Default, Serialize, ToSchema)]
-pub struct Delta {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<ToolCallDelta>>,
-}
-
-/// A piece of a streamed call: the first of a call has its `id`, `type` and name (and empty
-/// arguments), the next ones argument text; the pieces with one `index` concatenate to a call.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ToolCallDelta {
-    pub index: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
-    pub kind: Option<&'static str>,
-    pub function: FunctionDelta,
-}
-
-#[derive(Debug, Default, Serialize, ToSchema)]
-pub struct FunctionDelta {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub arguments: Option<String>,
 }
 
 /// `GET /v1/models`.
@@ -330,37 +205,5 @@ mod tests {
             serde_json::json!({"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12,
                 "prompt_tokens_details": {"cached_tokens": 3}})
         );
-    }
-
-    #[test]
-    fn a_chunk_has_no_usage_and_a_null_finish_reason_until_the_end() {
-        let head = Head::new("cmpl", "m");
-        let choice = CompletionChoice {
-            index: 0,
-            text: "x".into(),
-            logprobs: None,
-            finish_reason: None,
-        };
-        let json = serde_json::to_value(head.body("text_completion", vec![choice], None))
-            .expect("serializes");
-        assert!(json.get("usage").is_none(), "{json}");
-        assert!(json["choices"][0]["finish_reason"].is_null(), "{json}");
-        assert!(json["choices"][0]["logprobs"].is_null(), "{json}");
-        assert!(json["id"]
-            .as_str()
-            .is_some_and(|id| id.starts_with("cmpl-")));
-    }
-
-    #[test]
-    fn a_delta_leaves_out_what_it_does_not_carry() {
-        let empty = serde_json::to_string(&Delta::default()).expect("serializes");
-        assert_eq!(empty, "{}");
-        let first = Delta {
-            role: Some("assistant"),
-            content: Some(String::new()),
-            tool_calls: None,
-        };
-        let first = serde_json::to_string(&first).expect("serializes");
-        assert_eq!(first, r#"{"role":"assistant","content":""}"#);
     }
 }

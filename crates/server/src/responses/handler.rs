@@ -7,9 +7,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::request::RESPONSES;
 use crate::base::parse_body;
 use crate::base::ApiError;
-use crate::protocol::fields::{self, struct_fields, Route};
+use crate::protocol::fields::{self, struct_fields};
 use crate::responses::request::ResponsesBody;
 use crate::responses::request::ResponsesRequest;
 use crate::responses::wire::{Deleted, ResponseObject, Status, StreamEvent};
@@ -35,11 +36,7 @@ pub async fn create(
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: ResponsesRequest = parse_body(&bytes)?;
-    fields::check(
-        &bytes,
-        Route::Responses,
-        &[struct_fields::<ResponsesRequest>()],
-    )?;
+    fields::check(&bytes, RESPONSES, &[struct_fields::<ResponsesRequest>()])?;
     let mut prep = prepare(req, m, state.config(), &store::of(&state))?;
     serving::constrain(&mut prep.job, prep.asked.take(), m).await?;
     let choices = serving::submit(&prep.job, &m.engine).await?;

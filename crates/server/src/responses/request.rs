@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 
 use serde::Deserialize;
+use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::protocol::fields::Route;
+use crate::protocol::fields::{any, empty_list, NoOp, Route};
 use crate::protocol::request::ContentPart;
 use crate::protocol::schema::request_body;
 
@@ -83,10 +84,47 @@ pub enum ItemContent {
     Parts(Vec<ContentPart>),
 }
 
+/// Responses: the settings that only mean something with reasoning models, background runs or
+/// truncation.
+const RESPONSES_NO_OP: &[NoOp] = &[
+    NoOp {
+        key: "truncation",
+        accepts: |v| v == "disabled",
+        why: "only \"disabled\" is supported (an input too long for the context is refused)",
+    },
+    NoOp {
+        key: "reasoning",
+        accepts: |v| {
+            v.as_object()
+                .is_some_and(|o| o.values().all(Value::is_null))
+        },
+        why: "this model does not reason: reasoning settings are not supported",
+    },
+    NoOp {
+        key: "include",
+        accepts: empty_list,
+        why: "extra output data (`include`) is not supported",
+    },
+    NoOp {
+        key: "background",
+        accepts: |v| v == false,
+        why: "background responses are not supported",
+    },
+    // Obfuscation padding of stream events: no effect on the content.
+    NoOp {
+        key: "stream_options",
+        accepts: any,
+        why: "",
+    },
+];
+
+/// What a Responses body accepts beyond its typed fields.
+pub const RESPONSES: Route = Route::new(RESPONSES_NO_OP);
+
 request_body!(
     ResponsesBody,
     "ResponsesRequest",
-    Route::Responses,
+    RESPONSES,
     "The body of `POST /v1/responses`.",
     [ResponsesRequest],
     examples: [

@@ -7,9 +7,10 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
+use super::protocol::{DETOKENIZE, TOKENIZE};
 use crate::base::parse_body;
 use crate::base::ApiError;
-use crate::protocol::fields::{self, struct_fields, Route};
+use crate::protocol::fields::{self, struct_fields};
 use crate::protocol::response::{Detokenized, ModelCard, ModelList, Tokenized};
 use crate::routes::metrics;
 use crate::routes::protocol::{DetokenizeBody, TokenizeBody};
@@ -93,7 +94,7 @@ pub async fn tokenize(
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: TokenizeRequest = parse_body(&bytes)?;
     let honoured = [struct_fields::<TokenizeRequest>()];
-    fields::check(&bytes, Route::Tokenize, &honoured)?;
+    fields::check(&bytes, TOKENIZE, &honoured)?;
     check_model(req.model.as_deref(), m)?;
     let tok = m.engine.tokenizer();
     let tokens = match (req.prompt, req.messages) {
@@ -132,7 +133,7 @@ pub async fn detokenize(
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: DetokenizeRequest = parse_body(&bytes)?;
     let honoured = [struct_fields::<DetokenizeRequest>()];
-    fields::check(&bytes, Route::Detokenize, &honoured)?;
+    fields::check(&bytes, DETOKENIZE, &honoured)?;
     check_model(req.model.as_deref(), m)?;
     let vocab = m.engine.info().vocab_size;
     let mut ids = Vec::with_capacity(req.tokens.len());

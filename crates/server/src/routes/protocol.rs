@@ -25,10 +25,15 @@ pub struct DetokenizeRequest {
     pub tokens: Vec<i64>,
 }
 
+/// `/tokenize` and `/detokenize` accept nothing beyond their typed fields (and `IGNORED`).
+pub const TOKENIZE: Route = Route::new(&[]);
+/// See `TOKENIZE`.
+pub const DETOKENIZE: Route = Route::new(&[]);
+
 request_body!(
     TokenizeBody,
     "TokenizeRequest",
-    Route::Tokenize,
+    TOKENIZE,
     "The body of `/tokenize`: `prompt` or `messages`.",
     [TokenizeRequest],
     examples: [
@@ -39,7 +44,7 @@ request_body!(
 request_body!(
     DetokenizeBody,
     "DetokenizeRequest",
-    Route::Detokenize,
+    DETOKENIZE,
     "The body of `/detokenize`.",
     [DetokenizeRequest],
     examples: [r#"{"tokens": [2, 9259, 1902]}"#]
