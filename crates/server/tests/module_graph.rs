@@ -6,7 +6,9 @@
 //! groups; a name re-exported by `lib.rs`, such as `crate::ApiError`, counts as the module it
 //! comes from). Comments are skipped; test code counts like any other code. Any strongly
 //! connected component of more than one module is a cycle, and the test fails naming it and one
-//! cycle path through it. The layers the graph must respect are in `lib.rs`'s header.
+//! cycle path through it. A second test holds the graph to the layers of `lib.rs`'s header:
+//! a module imports only modules of lower layers, so the endpoint folders never import each
+//! other, and a new top-level module must be given its layer here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -337,6 +339,43 @@ fn the_server_modules_import_no_cycle() {
         described.join("\n"),
         edges.join("\n")
     );
+}
+
+/// The layers, lowest first (as `lib.rs`'s header lists them).
+const LAYERS: &[&[&str]] = &[
+    &["base", "telemetry"],
+    &["protocol"],
+    &["serving"],
+    &["chat", "completions", "responses", "routes"],
+    &["app"],
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&module))
+}
+
+#[test]
+fn every_module_imports_only_lower_layers() {
+    let g = graph(&src_dir());
+    let mut wrong = Vec::new();
+    for (from, to) in &g {
+        let Some(lf) = layer_of(from) else {
+            wrong.push(format!(
+                "`{from}` has no layer: add it to LAYERS (and lib.rs's header)"
+            ));
+            continue;
+        };
+        for t in to {
+            match layer_of(t) {
+                Some(lt) if lt < lf => {}
+                Some(_) => wrong.push(format!(
+                    "`{from}` imports `{t}`, of its own or a higher layer"
+                )),
+                None => wrong.push(format!("`{t}` has no layer: add it to LAYERS")),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 #[test]
