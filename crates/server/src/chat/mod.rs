@@ -6,6 +6,7 @@
 pub mod handler;
 pub mod protocol;
 pub mod render;
+mod stream;
 pub mod validate;
 
 pub use protocol::{ChatCompletionBody, ChatRequest};

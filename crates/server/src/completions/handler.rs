@@ -2,13 +2,13 @@
 //!
 //! Echo prepends the prompt (decoded from its tokens) to each choice's text; with `logprobs`
 //! it also reports the prompt's log-probs, so `echo` + `max_tokens: 0` scores a prompt, as in
-//! vLLM. Streaming sends the echo as each choice's first chunk.
+//! vLLM. Streaming (the chunk writer is `stream`) sends the echo as each choice's first chunk.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use engine::{Event, FinishReason, TokenLogprob};
+use engine::TokenLogprob;
 use tokenizer::Tokenizer;
 
 use super::protocol::COMPLETIONS;
@@ -17,7 +17,7 @@ use crate::protocol::logprobs::Legacy;
 use crate::protocol::request::CommonParams;
 use crate::protocol::response::{Body, Head, UsageTotals};
 use crate::serving::run::{self, Outcome};
-use crate::serving::sse::{self, ChunkWriter};
+use crate::serving::sse::{self};
 use crate::serving::state::AppState;
 use crate::serving::structured;
 use crate::serving::validate::Job;
@@ -25,10 +25,11 @@ use crate::serving::validate::Job;
 use crate::serving::{self, openai_body};
 
 use super::protocol::{CompletionBody, CompletionChoice, CompletionRequest};
+use super::stream::Chunks;
 use super::validate::completion_job;
 
 /// `object` of the whole response and of its chunks alike.
-const OBJECT: &str = "text_completion";
+pub(super) const OBJECT: &str = "text_completion";
 
 /// `POST /v1/completions`.
 #[utoipa::path(post, path = "/v1/completions", tag = "openai",
@@ -99,7 +100,7 @@ fn whole(head: &Head, job: &Job, tok: &Tokenizer, outs: Vec<Outcome>) -> Body<Co
 }
 
 /// Adds the prompt's tokens and log-probs (the first token has none).
-fn push_prompt(
+pub(super) fn push_prompt(
     lp: &mut Legacy,
     tok: &Tokenizer,
     prompt: &[u32],
@@ -108,112 +109,5 @@ fn push_prompt(
     for (i, &id) in prompt.iter().enumerate() {
         let entry = plp.and_then(|v| v.get(i)).and_then(Option::as_ref);
         lp.push(tok, id, entry);
-    }
-}
-
-/// Streaming state: per choice, whether the echo was sent and the text offset so far.
-struct Chunks {
-    head: Head,
-    job: Job,
-    tok: Tokenizer,
-    echoed: Vec<bool>,
-    offsets: Vec<usize>,
-    usage: UsageTotals,
-}
-
-impl Chunks {
-    fn new(head: Head, job: Job, tok: Tokenizer, n: usize) -> Chunks {
-        let usage = UsageTotals::new(&job.prompts);
-        Chunks {
-            head,
-            job,
-            tok,
-            echoed: vec![false; n],
-            offsets: vec![0; n],
-            usage,
-        }
-    }
-
-    fn chunk(
-        &self,
-        index: usize,
-        text: String,
-        logprobs: Option<Legacy>,
-        finish_reason: Option<FinishReason>,
-    ) -> Body<CompletionChoice> {
-        let choice = CompletionChoice {
-            index,
-            text,
-            logprobs,
-            finish_reason,
-        };
-        self.head.body(OBJECT, vec![choice], None)
-    }
-
-    /// The echo chunk of a choice, with the prompt's log-probs when they were asked for.
-    fn echo(
-        &mut self,
-        index: usize,
-        plp: Option<&[Option<TokenLogprob>]>,
-        out: &mut Vec<Body<CompletionChoice>>,
-    ) {
-        if !self.job.echo || self.echoed[index] {
-            return;
-        }
-        self.echoed[index] = true;
-        let prompt = &self.job.prompts[index / self.job.n];
-        let text = self.tok.decode(prompt, true);
-        let lp = if self.job.request.logprobs.is_some() {
-            let mut lp = Legacy::default();
-            push_prompt(&mut lp, &self.tok, prompt, plp);
-            self.offsets[index] = lp.offset();
-            Some(lp)
-        } else {
-            self.offsets[index] = text.chars().count();
-            None
-        };
-        out.push(self.chunk(index, text, lp, None));
-    }
-}
-
-impl ChunkWriter for Chunks {
-    type Chunk = Body<CompletionChoice>;
-
-    fn on_event(&mut self, index: usize, ev: Event, out: &mut Vec<Self::Chunk>) -> bool {
-        match ev {
-            Event::Accepted => false,
-            Event::PromptLogprobs(plp) => {
-                self.echo(index, Some(&plp), out);
-                false
-            }
-            Event::Token { id, text, logprob } => {
-                self.echo(index, None, out);
-                let lp = self.job.request.logprobs.map(|_| {
-                    let mut lp = Legacy::starting_at(self.offsets[index]);
-                    lp.push(&self.tok, id, logprob.as_ref());
-                    self.offsets[index] = lp.offset();
-                    lp
-                });
-                if !text.is_empty() || lp.is_some() {
-                    out.push(self.chunk(index, text, lp, None));
-                }
-                false
-            }
-            Event::Finished {
-                reason,
-                text,
-                usage,
-            } => {
-                self.echo(index, None, out);
-                self.usage.add(index / self.job.n, &usage);
-                out.push(self.chunk(index, text, None, Some(reason)));
-                true
-            }
-            Event::Error(_) => true,
-        }
-    }
-
-    fn usage_chunk(&self) -> Self::Chunk {
-        self.head.body(OBJECT, Vec::new(), Some(self.usage.usage()))
     }
 }
