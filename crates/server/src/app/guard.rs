@@ -15,13 +15,14 @@
 //!   yet and gets the 413 at once (it then never sends it);
 //! - bounds the request by `request_timeout` (when set): a whole response not ready by then is
 //!   answered 504, and a stream still running then ends with an in-band error (the streams read
-//!   the deadline with `deadline`); either way the engine's receivers are dropped, which aborts
-//!   the requests;
+//!   the deadline with `base::context::deadline`); either way the engine's receivers are
+//!   dropped, which aborts the requests;
 //! - turns a panic in a handler into a 500 with the request id (the connection and the server
 //!   go on; the engine thread contains its own panics).
 //!
-//! The id and the deadline live in a task-local while the handler runs (`current` / `within`
-//! carry them into response streams, which are polled after the handler returned).
+//! The id and the deadline live in a task-local while the handler runs (`base::context`:
+//! `current` / `within` carry them into response streams, which are polled after the handler
+//! returned).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};

@@ -223,7 +223,7 @@ mod tests {
             .expect("honoured and ignored fields pass");
         chat(r#"{"tools": [], "tool_choice": "none"}"#).expect("no-op values pass");
         chat(r#"{"tools": null, "guided_whitespace_pattern": null}"#).expect("null is absent");
-        // Structured output is honoured (its values are checked by `structured.rs`); vLLM's
+        // Structured output is honoured (its values are checked by `serving::structured`); vLLM's
         // other guided-decoding settings are not.
         chat(r#"{"response_format": {"type": "json_object"}, "guided_json": {}}"#)
             .expect("structured output fields are honoured");

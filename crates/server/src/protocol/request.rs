@@ -7,9 +7,9 @@
 //! (serde's `flatten` would lose the path of a wrongly typed field, and with it the `param` of
 //! the 400). Types here only describe shapes: every numeric field is taken wide (`i64`, `f64`)
 //! so that an out-of-range value reaches the validation and gets a precise 400 there, instead of
-//! a generic serde message. The fields here are the ones honoured; `fields.rs` decides about
+//! a generic serde message. The fields here are the ones honoured; `fields` decides about
 //! every other top-level field (ignored harmlessly, accepted at a no-op value, or a 400).
-//! Response bodies are in `response.rs` and `responses/wire.rs`.
+//! Response bodies are in `response` and the endpoint folders.
 
 use std::collections::HashMap;
 
@@ -59,7 +59,7 @@ pub struct CommonParams {
     pub user: Option<String>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
-    /// `{"type": "text" | "json_object" | "json_schema", ...}`: read by `structured.rs`.
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`: read by `serving::structured`.
     #[schema(value_type = Option<Object>)]
     pub response_format: Option<serde_json::Value>,
     /// vLLM extension: a JSON schema (object, or JSON text) the output must follow.

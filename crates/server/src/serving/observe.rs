@@ -3,8 +3,8 @@
 //!
 //! The `layer` middleware opens the record when a request arrives, continuing the caller's W3C
 //! `traceparent`, and keeps it in a task-local while the handler runs, so the code that knows
-//! a fact records it without the record being passed around: `Head::new` names the response,
-//! `run::start` adds the request's parameters and hands each choice a clone, and every finished
+//! a fact records it without the record being passed around: `serving::head` names the
+//! response, `run::start` adds the request's parameters and hands each choice a clone, and every finished
 //! choice adds its usage, finish reason and engine timings. The record is shared (`Arc`); it is
 //! closed when its last holder lets go — when the handler returns for a whole response, when
 //! the stream ends or its client leaves for a streamed one — and closing it sets the span's

@@ -4,7 +4,7 @@
 //!
 //! A router that scores replicas by prefix needs the exact token ids a request becomes here:
 //! the chat template, the special tokens, the tokenizer's pre-tokenization. The body is
-//! validated by the same code as the generating route (`validate::completion_job` /
+//! validated by the same code as the generating route (`completions::completion_job` /
 //! `chat_job`), so a request render accepts is one the route accepts, with the same prompt
 //! tokens and the same sampling settings. Completions answer one object per prompt (a list);
 //! chat answers one object, as vLLM does. Each object is vLLM's token-in request: `request_id`,
