@@ -4,15 +4,15 @@
 //! Each handler carries a `#[utoipa::path]` with its success responses; the request and
 //! response shapes are the `ToSchema` derives of the very types the handlers parse and
 //! serialize (each endpoint folder's `protocol`, `protocol::{request, response, logprobs}`,
-//! `responses::wire`, the worker and
-//! render routes). What every route shares is added here, in one place, from the server's
+//! `responses::wire`, the worker and render routes); each endpoint declares its request body
+//! (`protocol::schema::request_body!`). What every route shares is added here, from the server's
 //! configuration: the root aliases of the OpenAI routes, the OpenAI error body under each status
 //! a route can answer with, the bearer key where the router asks for it, the route that exists
 //! only with `debug_kv_index`, and the configured maxima (`n`, log-probs, the `max_tokens`
 //! cap).
 //!
 //! A request body is one object: the fields of its request types (a chat body is read as
-//! `CommonParams` and `ChatRequest`), the fields `protocol::fields` accepts beyond them (ignored, or
+//! `CommonParams` and `ChatRequest`), the fields its `Route` accepts beyond them (ignored, or
 //! accepted at a no-op value), and no others (`additionalProperties: false`, as `fields::check`
 //! answers any other field with a 400). Operation ids are the method and the path, so they are
 //! unique and stable. The test at the bottom holds the document to the router: every path and
