@@ -1,42 +1,45 @@
 //! Tessera's OpenAI-compatible HTTP server (axum).
 //!
-//! One file per concern: `openai` (request shapes), `fields` (which top-level fields a route
-//! accepts), `response` (response shapes, with the head and `usage` completions and chat
-//! share), `validate` (the one place input is checked and turned into engine requests),
-//! `responses/` (the Responses API: its wire format, stream and store), `chat_template`, `run`
-//! (submitting to the engine, collecting or merging events), `sse` (streamed responses),
-//! `logprobs`, `metrics` (Prometheus text), `openapi` (the `/openapi.json` document, from the
-//! types), `observe` (a span and a log line per request), `telemetry` (the log and trace
-//! pipeline), `error` (the one `ApiError`), `auth`, `cors`, `state`, `tools/` (tool calling:
-//! the request's tools, each template family's call syntax, the parser of replies), `guard`
-//! (per-request id, body limit, deadline and panic containment), `http` (the accept loop with
-//! the connection limits), and `routes/` (one file per route group). The HTTP layer only ever
-//! sees a stream of events per request; the engine thread does the work.
+//! Layers, each importing only the ones before it (a test, `tests/module_graph.rs`, fails on
+//! any import cycle among the top-level modules):
+//! 1. `base`: `ApiError`, the request's id and deadline, ids and time, body reading. Imports
+//!    nothing of the server. `telemetry` (the log and trace pipeline) likewise.
+//! 2. `protocol`: the OpenAI pieces endpoints share (sampling fields, messages, tools, the
+//!    response head and `usage`, log-probs), which top-level fields a route accepts, and a
+//!    request body's OpenAPI schema.
+//! 3. `serving`: the facade every endpoint calls (parse → validate → constrain → submit) and
+//!    its services: state, the shared checks, the chat template, tool calling, structured
+//!    output, the engine runs, SSE, per-request tracing.
+//! 4. The endpoint families, one folder each: `chat`, `completions`, `responses`; and
+//!    `routes`, the small routes (models, tokenize, health, metrics, worker, debug, playground).
+//! 5. `app`: the router wiring them with the guard, key check and CORS, the accept loop and the
+//!    OpenAPI document. The HTTP layer only ever sees a stream of events per request; the engine
+//!    thread does the work.
+//!
+//! Adding an endpoint family (say `/v1/embeddings`):
+//! 1. create `src/embeddings/` with `protocol.rs` (the request type, its `request_body!`
+//!    schema, and its `Route`: what it accepts untyped), the
+//!    validation into a job if it generates, and `handler.rs` (the `#[utoipa::path]` handlers,
+//!    calling the `serving` facade); keep any state it needs with `AppState::endpoint_state`;
+//! 2. declare it here (`pub mod embeddings;`);
+//! 3. register its routes in `app::Served` (`openai_routes` for `/v1` routes) and its
+//!    handlers in `app::openapi`'s `paths(...)`.
+//!
+//! It imports `base`, `protocol` and `serving`, never another endpoint folder or `app`.
 
-pub mod auth;
-pub mod chat_template;
-pub mod cors;
-pub mod error;
-pub mod fields;
-pub mod guard;
-pub mod http;
-pub mod logprobs;
-pub mod metrics;
-pub mod observe;
-pub mod openai;
-pub mod openapi;
-pub mod response;
+pub mod app;
+pub mod base;
+pub mod chat;
+pub mod completions;
+pub mod protocol;
 pub mod responses;
 pub mod routes;
-pub mod run;
-pub mod sse;
-pub mod state;
-pub mod structured;
+pub mod serving;
 pub mod telemetry;
-pub mod tools;
-pub mod validate;
 
-pub use error::ApiError;
-pub use http::serve;
-pub use routes::router;
-pub use state::{load_model, AppState, Loaded, ServerConfig};
+pub use app::http::serve;
+pub use app::router;
+pub use app::{cors, http, openapi};
+pub use base::ApiError;
+pub use serving::state::{load_model, AppState, Loaded, ServerConfig};
+pub use serving::{chat_template, observe, tools};

@@ -1,5 +1,5 @@
 //! The process's log and trace pipeline: `tracing` events go to stderr, human-readable or one
-//! JSON object a line (`--log-format`); request spans (target `observe::TARGET`) go, when an
+//! JSON object a line (`--log-format`); request spans (target `TARGET`) go, when an
 //! OTLP endpoint is given, to an OpenTelemetry batch exporter over HTTP/protobuf.
 //!
 //! Export is off the hot path: ending a span puts it on a bounded queue that the SDK's batch
@@ -21,7 +21,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
-use crate::observe::TARGET;
+/// The `tracing` target of request spans and of the per-request log line (`serving::observe`).
+pub const TARGET: &str = "tessera::request";
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

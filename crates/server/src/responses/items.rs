@@ -15,10 +15,10 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::chat_template::Message;
-use crate::error::ApiError;
-use crate::response::new_id;
-use crate::tools::{Family, Out};
+use crate::base::new_id;
+use crate::base::ApiError;
+use crate::serving::chat_template::Message;
+use crate::serving::tools::{Family, Out};
 
 use super::wire::{FunctionCallItem, OutputItem, OutputMessage, OutputText, Status};
 
@@ -202,7 +202,7 @@ pub fn input_output(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::ParsedCall;
+    use crate::serving::tools::ParsedCall;
 
     fn call(name: &str) -> Out {
         Out::Call(ParsedCall {

@@ -9,9 +9,12 @@
 //! `function_call_output` input items become an assistant message's calls and `tool`
 //! messages (`items`). The output is message and `function_call` items (`items::Items`).
 //! `wire` has the response object and stream events, `stream` the SSE driver, `store` the
-//! bounded store of finished responses.
+//! bounded store of finished responses (kept in the server's state as this family's own),
+//! `request` the request as it arrives, `handler` the routes.
 
+pub mod handler;
 pub mod items;
+pub mod request;
 pub mod store;
 pub mod stream;
 pub mod tools;
@@ -23,16 +26,16 @@ use serde_json::json;
 
 use engine::FinishReason;
 
-use crate::chat_template::Message;
-use crate::error::ApiError;
-use crate::openai::{
-    CommonParams, ContentPart, InputItem, ItemContent, ResponsesInput, ResponsesRequest,
-};
-use crate::response::new_id;
-use crate::state::{unix_now, Loaded, ServerConfig};
-use crate::structured::{self, Asked};
-use crate::tools::Family;
-use crate::validate::{
+use crate::base::new_id;
+use crate::base::unix_now;
+use crate::base::ApiError;
+use crate::protocol::request::{CommonParams, ContentPart};
+use crate::responses::request::{InputItem, ItemContent, ResponsesInput, ResponsesRequest};
+use crate::serving::chat_template::Message;
+use crate::serving::state::{Loaded, ServerConfig};
+use crate::serving::structured::{self, Asked};
+use crate::serving::tools::Family;
+use crate::serving::validate::{
     check_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
     render_messages, Job,
 };

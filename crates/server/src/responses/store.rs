@@ -11,9 +11,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::chat_template::Message;
+use crate::serving::chat_template::Message;
 
 use super::wire::ResponseObject;
+use crate::serving::state::AppState;
 
 /// One response's part of a conversation.
 #[derive(Debug)]
@@ -153,6 +154,11 @@ impl Lru {
             None => false,
         }
     }
+}
+
+/// The server's store (made on first use, holding `max_stored_responses`).
+pub fn of(state: &AppState) -> Arc<ResponseStore> {
+    state.endpoint_state(|cfg| ResponseStore::new(cfg.max_stored_responses))
 }
 
 #[cfg(test)]

@@ -30,14 +30,14 @@ use engine::Event;
 use futures_util::stream::{self, Stream};
 use futures_util::FutureExt;
 
-use crate::error::ApiError;
-use crate::run::Tagged;
-use crate::state::AppState;
-use crate::tools::{ChoiceReader, Out};
+use crate::base::ApiError;
+use crate::serving::run::Tagged;
+use crate::serving::state::AppState;
+use crate::serving::tools::{ChoiceReader, Out};
 
 use super::items::{Change, Items};
 use super::wire::{OutputItem, OutputMessage, OutputText, Status, StreamEvent};
-use super::Prepared;
+use super::{store, Prepared};
 
 struct Driver {
     events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
@@ -70,19 +70,19 @@ pub fn respond(
         done: false,
     };
     d.opening();
-    let ctx = crate::guard::current();
+    let ctx = crate::base::context::current();
     let body = stream::unfold(d, move |mut d| {
         let ctx = ctx.clone();
         async move {
             let step = AssertUnwindSafe(d.next_event()).catch_unwind();
-            let ev = match crate::guard::within(ctx.clone(), step).await {
+            let ev = match crate::base::context::within(ctx.clone(), step).await {
                 Ok(ev) => ev?,
                 Err(panic) => {
-                    let what = crate::guard::panic_message(panic.as_ref()).to_string();
+                    let what = crate::base::context::panic_message(panic.as_ref()).to_string();
                     let e = ApiError::Internal(format!("a response stream panicked: {what}"));
                     d.pending.clear();
-                    crate::guard::within(ctx.clone(), async { d.fail(&e) }).await;
-                    crate::guard::within(ctx, d.next_event()).await?
+                    crate::base::context::within(ctx.clone(), async { d.fail(&e) }).await;
+                    crate::base::context::within(ctx, d.next_event()).await?
                 }
             };
             Some((Ok::<_, Infallible>(frame(&ev)), d))
@@ -267,7 +267,7 @@ impl Driver {
         self.items
             .finish(Status::of(reason).finished_item(), &mut changes);
         let obj = self.prep.finish(self.items.items.clone(), reason, usage);
-        self.prep.keep(&obj, self.state.responses());
+        self.prep.keep(&obj, &store::of(&self.state));
         self.events_for(changes);
         self.push(|n| StreamEvent::terminal(n, obj));
         self.done = true;
@@ -275,7 +275,7 @@ impl Driver {
 
     fn fail(&mut self, e: &ApiError) {
         if let ApiError::Internal(cause) = e {
-            let id = crate::guard::request_id();
+            let id = crate::base::context::request_id();
             tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
         }
         let obj = self.prep.failed(e);
@@ -294,7 +294,7 @@ impl Driver {
             if self.done {
                 return None;
             }
-            let next = match crate::run::next_before(&mut self.events).await {
+            let next = match crate::serving::run::next_before(&mut self.events).await {
                 Ok(next) => next,
                 Err(e) => {
                     self.fail(&e);

@@ -12,12 +12,13 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::ApiError;
-use crate::openai::{
-    FunctionDef, NamedFunction, NamedToolChoice, ResponsesRequest, ToolChoiceIn, ToolDef,
+use crate::base::ApiError;
+use crate::protocol::request::{
+    FunctionDef, NamedFunction, NamedToolChoice, ToolChoiceIn, ToolDef,
 };
-use crate::state::Loaded;
-use crate::tools::{self, ToolFields, ToolSetup};
+use crate::responses::request::ResponsesRequest;
+use crate::serving::state::Loaded;
+use crate::serving::tools::{self, ToolFields, ToolSetup};
 
 /// A Responses function tool as sent.
 #[derive(Debug, Deserialize)]

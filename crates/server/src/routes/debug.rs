@@ -13,8 +13,8 @@ use engine::kv_events::external_hash;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::error::ApiError;
-use crate::state::AppState;
+use crate::base::ApiError;
+use crate::serving::state::AppState;
 
 /// The prefix index as a subscriber of the KV events should hold it.
 #[derive(Serialize, ToSchema)]

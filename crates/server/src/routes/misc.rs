@@ -7,16 +7,19 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::ApiError;
-use crate::fields::{self, struct_fields, Route};
-use crate::metrics;
-use crate::openai::{DetokenizeRequest, TokenizeRequest};
-use crate::openapi::{DetokenizeBody, TokenizeBody};
-use crate::response::{Detokenized, ModelCard, ModelList, Tokenized};
-use crate::state::{AppState, Loaded};
-use crate::validate::{check_model, max_model_len, parse_body, render_chat};
+use super::protocol::{DETOKENIZE, TOKENIZE};
+use crate::base::parse_body;
+use crate::base::ApiError;
+use crate::protocol::fields::{self, struct_fields};
+use crate::protocol::response::{Detokenized, ModelCard, ModelList, Tokenized};
+use crate::routes::metrics;
+use crate::routes::protocol::{DetokenizeBody, TokenizeBody};
+use crate::routes::protocol::{DetokenizeRequest, TokenizeRequest};
+use crate::serving::state::{AppState, Loaded};
+use crate::serving::validate::{check_model, max_model_len, render_chat};
 
-use super::{body_bytes, empty_ok, param};
+use super::empty_ok;
+use crate::base::{body_bytes, param};
 
 /// 200 once the model is loaded and while its engine runs; 503 before, from the moment the
 /// server starts draining (SIGTERM), and after the engine has stopped (shutdown, or a fault it
@@ -91,13 +94,13 @@ pub async fn tokenize(
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: TokenizeRequest = parse_body(&bytes)?;
     let honoured = [struct_fields::<TokenizeRequest>()];
-    fields::check(&bytes, Route::Tokenize, &honoured)?;
+    fields::check(&bytes, TOKENIZE, &honoured)?;
     check_model(req.model.as_deref(), m)?;
     let tok = m.engine.tokenizer();
     let tokens = match (req.prompt, req.messages) {
         (Some(p), None) => tok.encode(&p, req.add_special_tokens.unwrap_or(true), true),
         (None, Some(msgs)) => {
-            let tools = crate::tools::request::tools(req.tools.as_deref())?;
+            let tools = crate::serving::tools::request::tools(req.tools.as_deref())?;
             let rendered: Vec<_> = tools.iter().map(|t| t.rendered()).collect();
             let rendered = (!rendered.is_empty()).then_some(rendered.as_slice());
             let text = render_chat(
@@ -130,7 +133,7 @@ pub async fn detokenize(
     let bytes = body_bytes(body, state.config().body_limit)?;
     let req: DetokenizeRequest = parse_body(&bytes)?;
     let honoured = [struct_fields::<DetokenizeRequest>()];
-    fields::check(&bytes, Route::Detokenize, &honoured)?;
+    fields::check(&bytes, DETOKENIZE, &honoured)?;
     check_model(req.model.as_deref(), m)?;
     let vocab = m.engine.info().vocab_size;
     let mut ids = Vec::with_capacity(req.tokens.len());

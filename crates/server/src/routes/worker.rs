@@ -22,9 +22,10 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::error::ApiError;
-use crate::state::{unix_now, AppState, Loaded};
-use crate::validate::max_model_len;
+use crate::base::unix_now;
+use crate::base::ApiError;
+use crate::serving::state::{AppState, Loaded};
+use crate::serving::validate::max_model_len;
 
 /// The version every worker endpoint reports (the workspace's).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -90,7 +91,7 @@ pub async fn loads(
     State(state): State<AppState>,
     q: Result<Query<LoadsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = super::param(q, "include")?;
+    let Query(q) = crate::base::param(q, "include")?;
     const SECTIONS: [&str; 5] = ["core", "disagg", "queues", "memory", "all"];
     if let Some(include) = &q.include {
         if let Some(bad) = include
