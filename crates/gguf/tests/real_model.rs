@@ -1,7 +1,6 @@
 //! Opens the project's default model (Gemma 3 270M Q4_K_M) when it is available.
 //!
-//! Looked up at `$TESSERA_MODEL`, then `models/` in the workspace (where CI puts it), then
-//! `/work/tmp/model/`. Skips with a message when none exists: weights are never committed.
+//! Looked up at `$TESSERA_MODEL`, then `models/` in the workspace (where CI puts it). Skips with a message when none exists: weights are never committed.
 
 use std::path::PathBuf;
 
@@ -17,7 +16,6 @@ fn model_path() -> Option<PathBuf> {
             )
             .into(),
         ),
-        Some("/work/tmp/model/gemma-3-270m-q4_k_m.gguf".into()),
     ];
     candidates.into_iter().flatten().find(|p| p.is_file())
 }

@@ -4,7 +4,7 @@
 //! The goldens (`tests/goldens/<stem>.json`) come from `scripts/oracle/tokenizer_goldens.py`
 //! (llama-cpp-python, `vocab_only=True`): Gemma 3 270M (SentencePiece, the default model),
 //! Qwen2.5-Coder-0.5B and SmolLM2-135M (byte-level BPE). Gemma's file is looked up at
-//! `$TESSERA_MODEL`, then `<workspace>/models/`, then `/work/tmp/model/`; the others at
+//! `$TESSERA_MODEL`, then `<workspace>/models/`; the others at
 //! `$TESSERA_MODELS_DIR`, then `<workspace>/models/`, under their canonical names. A missing
 //! model fails the tests, with instructions (scripts/test.sh fetches every model).
 
@@ -61,7 +61,7 @@ fn model_path(spec: &Spec) -> Option<PathBuf> {
         }
     }
     let dirs = if spec.is_default_model {
-        vec![workspace().join("models"), PathBuf::from("/work/tmp/model")]
+        vec![workspace().join("models")]
     } else {
         let env = std::env::var_os("TESSERA_MODELS_DIR").map(PathBuf::from);
         env.into_iter()
