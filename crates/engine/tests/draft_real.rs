@@ -2,6 +2,8 @@
 //! greedy output bit-identical to the 1.5B decoding alone, and takes some of its drafts. Models
 //! are found at `$TESSERA_MODELS_DIR/<canonical file name>`, else `<workspace>/models/`
 //! (scripts/test.sh fetches them); a missing model fails with instructions.
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 mod common;
 

@@ -5,6 +5,8 @@
 //! The model is `$TESSERA_MODELS_DIR/smollm2-135m-instruct-q4_1.gguf` (else
 //! `<workspace>/models/`); `tessera fetch-model smollm2-135m` fetches it (scripts/test.sh does).
 //! A missing file fails with that instruction, never a silent pass.
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 use std::path::PathBuf;
 

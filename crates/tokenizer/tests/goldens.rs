@@ -7,6 +7,8 @@
 //! `$TESSERA_MODEL`, then `<workspace>/models/`; the others at
 //! `$TESSERA_MODELS_DIR`, then `<workspace>/models/`, under their canonical names. A missing
 //! model fails the tests, with instructions (scripts/test.sh fetches every model).
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 use std::collections::HashMap;
 use std::path::PathBuf;
