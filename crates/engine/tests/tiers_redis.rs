@@ -31,20 +31,6 @@ fn redis_cfg(tiles: usize, url: &str, write_through: bool) -> EngineConfig {
     }
 }
 
-/// Runs `reqs` to the end on `h`.
-fn drive(h: &mut Harness<FakeModel>, reqs: &[engine::GenerateRequest]) -> Vec<Outcome> {
-    let ids: Vec<_> = reqs.iter().map(|r| h.submit(r.clone())).collect();
-    let t0 = Instant::now();
-    while h.engine.has_work() {
-        h.step();
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "engine did not finish"
-        );
-    }
-    ids.iter().map(|id| h.outcome(*id).clone()).collect()
-}
-
 #[test]
 fn two_engines_sharing_one_redis_share_a_prefix() {
     let redis = redis_server::RedisServer::start(&[]);

@@ -1,35 +1,15 @@
 //! Opens the project's default model (Gemma 3 270M Q4_K_M) and checks its header.
 //!
-//! Looked up at `$TESSERA_MODEL`, then `models/` in the workspace (where scripts/test.sh puts
-//! it). A missing file fails the test with instructions: weights are never committed.
+//! Found by `test_support::default_model_path` (`$TESSERA_MODEL`, else the models directory);
+//! a missing file fails the test with instructions: weights are never committed.
 // Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
 #![cfg(feature = "real-models")]
 
-use std::path::PathBuf;
-
 use gguf::{Array, GgmlType, GgufFile};
-
-fn model_path() -> PathBuf {
-    let p = std::env::var_os("TESSERA_MODEL").map_or_else(
-        || {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../models/gemma-3-270m-q4_k_m.gguf"
-            ))
-        },
-        PathBuf::from,
-    );
-    assert!(
-        p.is_file(),
-        "default model missing at {}: run `cargo run --release -- fetch-model` (or scripts/test.sh)",
-        p.display()
-    );
-    p
-}
 
 #[test]
 fn default_model_has_the_expected_gemma3_header() {
-    let path = model_path();
+    let path = test_support::default_model_path();
     let file = GgufFile::open(&path).expect("the default model opens");
     let md = file.metadata();
     assert_eq!(
