@@ -9,9 +9,10 @@ Markdown table of the medians with the ratios the project's goals are stated in 
 llama-bench tg, prefill >= 1.5x llama-bench pp).
 
     scripts/bench_models.py --throughput target/release/examples/throughput \\
-        --llama-bench /work/llama.cpp/build/bin/llama-bench --models-dir models --rounds 2
+        --llama-bench "$LLAMA_CPP_DIR"/build/bin/llama-bench --models-dir models --rounds 2
 
-llama.cpp is built outside the repository; nothing here builds or fetches it.
+llama.cpp is built outside the repository (`$LLAMA_CPP_DIR` is its checkout); nothing here builds
+or fetches it.
 """
 
 import argparse

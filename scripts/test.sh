@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs Tessera's whole test suite: fetches the default model on first use (the golden and
-# end-to-end tests need it), runs the Rust tests of every crate in release mode, then the
+# Runs Tessera's whole test suite, the full tier (`cargo test --workspace --release` alone is the
+# fast tier: no model, no network, no redis-server). Fetches the models on first use (the golden
+# and end-to-end tests need them), runs the Rust tests of every crate in release mode, then the
 # end-to-end tests (the official `openai` client, curl, a Prometheus parser, an OTLP receiver
 # and headless Chromium against `tessera serve`; tests/e2e/run.sh installs what they need), the
 # scale-out tests (three replicas behind the Shepherd Model Gateway, tests/scale/run.sh) and the
@@ -32,9 +33,11 @@ BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"
 for name in smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b; do
     "$BIN" fetch-model "$name"
 done
-cargo test --workspace --release
+# The full tier: the fast tier's tests plus those that read the real models fetched above
+# (feature `real-models`) and those that start a real redis-server (feature `services`).
+cargo test --workspace --release --features real-models,services
 # The golden outputs again on the AVX2 kernels (the CPU's best ISA ran above).
-TESSERA_ISA=avx2 cargo test --release -p tessera-model --test golden_gemma3
+TESSERA_ISA=avx2 cargo test --release -p tessera-model --features real-models --test golden_gemma3
 TESSERA_BIN="$BIN" tests/e2e/run.sh
 # Three replicas behind the real gateway (smg from PyPI): routing, a killed and a drained replica.
 TESSERA_BIN="$BIN" tests/scale/run.sh

@@ -3,6 +3,8 @@
 mod fetch;
 mod generate;
 mod perplexity;
+#[cfg(test)]
+mod readme_flags;
 mod serve;
 
 use std::path::PathBuf;

@@ -410,6 +410,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
     ))
 }
 
+/// Why the server stops: None = still running, Some(Ok) = a signal, Some(Err) = a fault (the
+/// model failed to load, or the engine thread died).
+type StopReason = Option<Result<(), String>>;
+
+/// Binds the listener at once (so probes get answers while the model loads), loads the model
+/// in the background, and serves until a signal or a fault; then drains within `grace`.
 async fn serve(
     args: ServeArgs,
     path: PathBuf,
@@ -429,10 +435,32 @@ async fn serve(
     );
     let state = AppState::new(server_cfg);
 
-    // Why we stop: None = still running, Some(Ok) = a signal, Some(Err) = the model failed.
-    let (stop_tx, stop_rx) = watch::channel::<Option<Result<(), String>>>(None);
+    let (stop_tx, stop_rx) = watch::channel::<StopReason>(None);
+    spawn_loader(
+        &state,
+        stop_tx.clone(),
+        addr,
+        path,
+        threads,
+        engine_cfg,
+        template,
+    );
+    spawn_watchdog(&state, stop_tx.clone());
+    spawn_signal_handler(&state, stop_tx, grace);
+    serve_until_stopped(listener, state, stop_rx, grace).await
+}
+
+/// Loads the model on a blocking thread, with a spinner; a failure stops the server.
+fn spawn_loader(
+    state: &AppState,
+    stop_tx: watch::Sender<StopReason>,
+    addr: SocketAddr,
+    path: PathBuf,
+    threads: usize,
+    engine_cfg: EngineConfig,
+    template: Option<String>,
+) {
     let loader_state = state.clone();
-    let loader_stop = stop_tx.clone();
     tokio::task::spawn_blocking(move || {
         // A spinner with the elapsed time while the weights are mapped, the tokenizer built and
         // the KV pool allocated (hidden when stderr is not a terminal).
@@ -454,25 +482,31 @@ async fn serve(
                 );
             }
             Err(e) => {
-                let _ = loader_stop.send(Some(Err(format!("loading {}: {e}", path.display()))));
+                let _ = stop_tx.send(Some(Err(format!("loading {}: {e}", path.display()))));
             }
         }
     });
-    // An engine thread that died of a fault it could not contain serves nothing more: stop,
-    // and exit non-zero so that a supervisor restarts the process.
+}
+
+/// An engine thread that died of a fault it could not contain serves nothing more: stop, and
+/// exit non-zero so that a supervisor restarts the process.
+fn spawn_watchdog(state: &AppState, stop_tx: watch::Sender<StopReason>) {
     let watched = state.clone();
-    let watchdog_stop = stop_tx.clone();
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let dead = watched.loaded().is_some_and(|m| !m.engine.is_alive());
-            if dead && watchdog_stop.borrow().is_none() {
+            if dead && stop_tx.borrow().is_none() {
                 tracing::error!("the engine thread has died; stopping");
-                let _ = watchdog_stop.send(Some(Err("the engine thread died".into())));
+                let _ = stop_tx.send(Some(Err("the engine thread died".into())));
                 return;
             }
         }
     });
+}
+
+/// On SIGINT or SIGTERM: drain (/health answers 503, new requests are refused) and stop.
+fn spawn_signal_handler(state: &AppState, stop_tx: watch::Sender<StopReason>, grace: Duration) {
     let signal_state = state.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -483,7 +517,16 @@ async fn serve(
         );
         let _ = stop_tx.send(Some(Ok(())));
     });
+}
 
+/// Serves until a stop reason arrives, stops the engine within `grace` (a backstop exits 5 s
+/// later whatever connections remain), and returns the stop reason as the outcome.
+async fn serve_until_stopped(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    stop_rx: watch::Receiver<StopReason>,
+    grace: Duration,
+) -> Result<()> {
     let engine_state = state.clone();
     let mut graceful_rx = stop_rx.clone();
     // The listener stays open while the engine drains, so probes see the 503 and a gateway's

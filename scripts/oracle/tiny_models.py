@@ -19,7 +19,7 @@ from what we mean (a RoPE layout, gemma3's window pattern, a missing key it defa
 disagree by whole units and the script stops. Agreement is ~1e-2, the f16 KV cache's rounding.
 
 Usage (from the repository root, with the oracle venv):
-    /work/tmp/oracle/bin/python scripts/oracle/tiny_models.py [--gguf-dir DIR] [--out DIR]
+    "$ORACLE_VENV"/bin/python scripts/oracle/tiny_models.py [--gguf-dir DIR] [--out DIR]
 --gguf-dir skips the cargo step and reads tiny-<arch>.gguf files already written to DIR.
 """
 

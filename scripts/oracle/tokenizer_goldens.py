@@ -23,7 +23,7 @@ made of all of them, so the golden test also exercises a multi-thousand-token in
 150 seeded random mixtures of those character classes and special-token strings.
 
 Usage: python tokenizer_goldens.py [--model-name NAME] [--model PATH] [--out PATH] [--bpe-out PATH]
-Run with the oracle venv: /work/tmp/oracle/bin/python scripts/oracle/tokenizer_goldens.py
+Run with the oracle venv (scripts/oracle/README.md): "$ORACLE_VENV"/bin/python scripts/oracle/tokenizer_goldens.py
 """
 
 import argparse

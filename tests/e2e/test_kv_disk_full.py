@@ -1,7 +1,7 @@
-"""The disk KV tier on a full file system: a real 256 KiB tmpfs (mounted here, which needs root;
-the test says so and is skipped otherwise). Every tile write fails with ENOSPC; requests still
-succeed with the tokens of a server without tiers, the fault is counted in
-`tessera_kv_tier_errors{tier="disk"}`, and the log says it once."""
+"""The disk KV tier on a full file system: a real 256 KiB tmpfs (mounted here, which needs root:
+without it the test fails saying so, never a silent skip; CI runs the e2e tests as root). Every
+tile write fails with ENOSPC; requests still succeed with the tokens of a server without tiers,
+the fault is counted in `tessera_kv_tier_errors{tier="disk"}`, and the log says it once."""
 
 import os
 import re
@@ -22,10 +22,10 @@ def full_fs(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+        pytest.fail("mounting a tmpfs needs root: run tests/e2e/run.sh as root (CI does)")
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        pytest.fail(f"cannot mount a tmpfs here (the test needs one): {r.stderr.strip()}")
     try:
         yield mnt
     finally:

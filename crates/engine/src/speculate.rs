@@ -126,6 +126,9 @@ pub(crate) fn planned_len(spec: &mut SpecState, share: f64, max: usize) -> usize
 /// (`SpecState::probe_due`): enough for an accepted run to show, few enough to cost little.
 const PROBE_TOKENS: usize = 3;
 
+/// A drafter's answer for one sequence (`Err`: drafting it panicked).
+type DraftResult = Result<Draft, ()>;
+
 /// Weight of the newest step in the drafter's measured time per drafted position.
 const DRAFT_COST_ALPHA: f64 = 0.2;
 
@@ -141,41 +144,63 @@ pub(crate) struct DraftState {
 
 impl<R: Runner> Engine<R> {
     /// Asks the drafter, if any, for the next tokens of every decoding sequence, as many as
-    /// `draft_len` finds worth feeding.
+    /// `draft_len` finds worth feeding. Phases: what one drafted token costs (`draft_share`),
+    /// how many each sequence drafts (`draft_lengths`), the drafter's call (`run_drafter`), the
+    /// drafts handed to the scheduler (`apply_drafts`).
     pub(crate) fn propose_drafts(&mut self) {
         self.drafts.dists.clear();
-        let Some(spec) = self.spec.as_mut() else {
+        let Some((adaptive, max_tokens)) = self.spec.as_ref().map(|s| (s.adaptive, s.max_tokens))
+        else {
             return;
         };
         let ids = self.sched.decoding_ids();
-        if spec.adaptive && self.sched.prefill_backlog() > 0 {
+        let Some(share) = self.draft_share(adaptive, ids.len()) else {
+            return;
+        };
+        let wanted = self.draft_lengths(ids, share, adaptive, max_tokens);
+        let Some((ids, out)) = self.run_drafter(&wanted) else {
+            return;
+        };
+        self.apply_drafts(ids, out);
+    }
+
+    /// What one drafted token costs as a share of what a decode step produces (0 when not
+    /// adaptive), or `None` when nothing is drafted this step: prompts wait for prefill, or no
+    /// fresh decode-only baseline exists yet (this step measures one).
+    fn draft_share(&self, adaptive: bool, decoding: usize) -> Option<f64> {
+        if !adaptive {
+            return Some(0.0);
+        }
+        if self.sched.prefill_backlog() > 0 {
             // Prompts are waiting for compute, so every step is compute-bound: a drafted token
             // would take the place of a prompt token that must be computed anyway, saving
             // nothing when accepted and wasting its share when not (and a draft model would
             // compute each new prompt a second time).
             tracing::trace!("no drafts while prompts wait for prefill");
-            return;
+            return None;
         }
-        let share = if spec.adaptive {
-            // Without a fresh decode-only baseline, this step measures one.
-            let Some(share) = self.cost.extra_token_share(ids.len()) else {
-                return;
-            };
-            let draft_share = match (self.drafts.secs_per_position, self.cost.decode_step_secs()) {
-                (Some(d), Some(t)) if t > 0.0 => d / t,
-                _ => 0.0,
-            };
-            tracing::debug!(
-                share,
-                draft_share,
-                "drafting cost as a share of a decode step"
-            );
-            share + draft_share
-        } else {
-            0.0
+        let share = self.cost.extra_token_share(decoding)?;
+        let draft_share = match (self.drafts.secs_per_position, self.cost.decode_step_secs()) {
+            (Some(d), Some(t)) if t > 0.0 => d / t,
+            _ => 0.0,
         };
-        // How many tokens each sequence drafts (the request states are updated here), then
-        // the asks, which borrow the sequences' tokens.
+        tracing::debug!(
+            share,
+            draft_share,
+            "drafting cost as a share of a decode step"
+        );
+        Some(share + draft_share)
+    }
+
+    /// How many tokens each sequence drafts (the request states are updated here): the
+    /// sequences that draft, with their lengths, each within its room to `max_total_len`.
+    fn draft_lengths(
+        &mut self,
+        ids: Vec<SeqId>,
+        share: f64,
+        adaptive: bool,
+        max_tokens: usize,
+    ) -> Vec<(SeqId, usize)> {
         let mut wanted = Vec::new();
         for id in ids {
             let (Some(s), Some(r)) = (self.sched.get(id), self.reqs.get_mut(&id)) else {
@@ -185,10 +210,10 @@ impl<R: Runner> Engine<R> {
                 continue;
             }
             let room = s.max_total_len.saturating_sub(s.tokens.len() + 1);
-            let k = if spec.adaptive {
-                planned_len(&mut r.spec, share, spec.max_tokens)
+            let k = if adaptive {
+                planned_len(&mut r.spec, share, max_tokens)
             } else {
-                spec.max_tokens
+                max_tokens
             };
             tracing::trace!(seq = ?id, acceptance = r.spec.acceptance, k, "draft length");
             if k == 0 {
@@ -198,6 +223,13 @@ impl<R: Runner> Engine<R> {
                 wanted.push((id, k.min(room)));
             }
         }
+        wanted
+    }
+
+    /// Asks the drafter for every wanted sequence at once (a panic fails them all), and
+    /// updates the measured time per drafted position. `None` when nothing was asked.
+    fn run_drafter(&mut self, wanted: &[(SeqId, usize)]) -> Option<(Vec<SeqId>, Vec<DraftResult>)> {
+        let spec = self.spec.as_mut()?;
         let asks: Vec<DraftAsk> = wanted
             .iter()
             .filter_map(|&(id, max)| {
@@ -211,7 +243,7 @@ impl<R: Runner> Engine<R> {
             })
             .collect();
         if asks.is_empty() {
-            return;
+            return None;
         }
         let positions = asks.iter().map(|a| a.max).max().unwrap_or(0);
         let t0 = Instant::now();
@@ -228,7 +260,12 @@ impl<R: Runner> Engine<R> {
             .drafter
             .secs_per_position()
             .or_else(|| Some(old.map_or(secs, |o| o + DRAFT_COST_ALPHA * (secs - o))));
-        let ids: Vec<SeqId> = asks.iter().map(|a| a.id).collect();
+        Some((asks.iter().map(|a| a.id).collect(), out))
+    }
+
+    /// Hands each draft to the scheduler (a sampled draft's distributions to the draws); a
+    /// sequence whose drafting failed fails alone.
+    fn apply_drafts(&mut self, ids: Vec<SeqId>, out: Vec<DraftResult>) {
         let mut failed = Vec::new();
         for (id, d) in ids.into_iter().zip(out) {
             match d {

@@ -167,7 +167,7 @@ fn draft_model_drafts_for_the_fake_model_through_preemption_and_sampling() {
     // runs token for token.
     let window = Some(10);
     let model = || FakeModel::new(window);
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64::new(5);
     let reqs: Vec<GenerateRequest> = (0..40u64)
         .map(|i| {
             let p = prompt(500 + i, 1 + rng.below(20));

@@ -2,32 +2,20 @@
 //! greedy output bit-identical to the 1.5B decoding alone, and takes some of its drafts. Models
 //! are found at `$TESSERA_MODELS_DIR/<canonical file name>`, else `<workspace>/models/`
 //! (scripts/test.sh fetches them); a missing model fails with instructions.
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 
 use common::*;
 use engine::{DraftModelConfig, EngineConfig, GenerateRequest, SpeculativeConfig};
+use test_support::model_path;
 
 const TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
 const DRAFT: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
 const TOKENS: usize = 40;
-
-fn model_path(file: &str) -> PathBuf {
-    let dir = std::env::var_os("TESSERA_MODELS_DIR").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models")),
-        PathBuf::from,
-    );
-    let p = dir.join(file);
-    assert!(
-        p.exists(),
-        "model missing at {}: scripts/test.sh fetches it (or set TESSERA_MODELS_DIR)",
-        p.display()
-    );
-    p
-}
 
 const CODE: &str = "<|im_start|>user\nAdd a docstring to this function and return it whole:\n\
     ```python\ndef mean(values):\n    total = 0\n    for v in values:\n        total += v\n    \

@@ -21,7 +21,7 @@ fn model() -> FakeModel {
 /// Drafts that are right with probability `right_pct` / 100 per token (it knows each
 /// request's solo output), random otherwise, of random lengths up to `max_len`.
 struct TestDrafter {
-    rng: Rng,
+    rng: SplitMix64,
     /// Each sequence's prompt and solo output.
     truth: HashMap<SeqId, Vec<u32>>,
     right_pct: usize,
@@ -124,7 +124,7 @@ fn a_rejected_draft_leaves_no_tile_and_no_prefix_entry() {
 
 #[test]
 fn drafts_change_the_steps_never_the_tokens_over_many_random_requests() {
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64::new(11);
     let bases: Vec<Vec<u32>> = (0..4).map(|i| prompt(300 + i, 24)).collect();
     let mut reqs = Vec::new();
     for i in 0..600u64 {
@@ -153,7 +153,7 @@ fn drafts_change_the_steps_never_the_tokens_over_many_random_requests() {
         let proposed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut h = Harness::new(m, tiny_tokenizer(), &cfg);
         let mut drafter = TestDrafter {
-            rng: Rng(right_pct as u64),
+            rng: SplitMix64::new(right_pct as u64),
             truth: HashMap::new(),
             right_pct,
             max_len: 6,
@@ -289,7 +289,7 @@ fn drafts_leave_logprobs_stop_strings_and_forked_choices_as_they_were() {
         if let Some(truth) = drafts {
             h.engine.set_speculation(Speculation {
                 drafter: Box::new(TestDrafter {
-                    rng: Rng(3),
+                    rng: SplitMix64::new(3),
                     truth: truth.clone(),
                     right_pct: 80,
                     max_len: 5,
@@ -361,7 +361,7 @@ fn adaptive_drafting_stops_while_a_prompt_waits_for_prefill_and_resumes_after() 
             inner: TestDrafter {
                 // No known outputs: random drafts, mostly rejected (what is counted here is
                 // whether the engine asks for drafts, not what they bring).
-                rng: Rng(9),
+                rng: SplitMix64::new(9),
                 truth: HashMap::new(),
                 right_pct: 0,
                 max_len: 3,

@@ -58,7 +58,7 @@ fn a_subscriber_applying_the_events_ends_with_the_engines_prefix_index() {
         ..fake_config(&m, 4, 60)
     };
     let h = EngineHandle::spawn(cfg, move || Ok((m, tiny_tokenizer()))).expect("starts");
-    let mut rng = Rng(11);
+    let mut rng = SplitMix64::new(11);
     let bases: Vec<Vec<u32>> = (0..5).map(|i| prompt(100 + i, 40)).collect();
     for round in 0..40 {
         let mut streams = Vec::new();

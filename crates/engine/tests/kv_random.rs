@@ -12,7 +12,7 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::Rng;
+use common::SplitMix64;
 
 use engine::kv_events::{KvEvent, StoredTile};
 use engine::kv_manager::{KvManager, SeqTiles};
@@ -23,7 +23,7 @@ use model::KvLayout;
 #[test]
 fn random_allocator_operations_keep_every_invariant() {
     const N: usize = 48;
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     let mut a = TileAllocator::new(N, true);
     // Shadow: holders of each tile, and the key each tile was registered with.
     let mut held: Vec<TileId> = Vec::new();
@@ -45,7 +45,7 @@ fn random_allocator_operations_keep_every_invariant() {
             }
             6 if !held.is_empty() => {
                 let t = held[rng.below(held.len())];
-                let key = (rng.next() % 64) as u128;
+                let key = (rng.next_u64() % 64) as u128;
                 a.register(t, key);
                 if a.lookup(key) == Some(t) {
                     key_of.entry(t.0).or_insert(key);
@@ -53,7 +53,7 @@ fn random_allocator_operations_keep_every_invariant() {
             }
             _ => {
                 // A prefix lookup, shared if found.
-                let key = (rng.next() % 64) as u128;
+                let key = (rng.next_u64() % 64) as u128;
                 match a.lookup(key) {
                     Some(t) => {
                         assert_eq!(key_of.get(&t.0), Some(&key), "op {op}: wrong tile for key");
@@ -248,7 +248,7 @@ impl World {
         }
     }
 
-    fn new_seq(&mut self, rng: &mut Rng, bases: &[Vec<u32>]) {
+    fn new_seq(&mut self, rng: &mut SplitMix64, bases: &[Vec<u32>]) {
         let base = &bases[rng.below(bases.len())];
         let keep = rng.below(base.len() + 1);
         let mut tokens = base[..keep].to_vec();
@@ -271,7 +271,7 @@ impl World {
 
     /// Forks sequence `s` after its computed tokens (an `n` > 1 request): the child continues
     /// with tokens of its own.
-    fn fork(&mut self, rng: &mut Rng, s: usize) {
+    fn fork(&mut self, rng: &mut SplitMix64, s: usize) {
         let parent = &self.seqs[s];
         if parent.computed == 0 {
             return;
@@ -315,7 +315,7 @@ impl World {
         }
     }
 
-    fn advance(&mut self, rng: &mut Rng, s: usize) {
+    fn advance(&mut self, rng: &mut SplitMix64, s: usize) {
         let seq = &mut self.seqs[s];
         let left = seq.tokens.len() - seq.computed;
         if left == 0 {
@@ -360,7 +360,7 @@ impl World {
     /// keeps only the positions of an agreeing prefix; the tiles taken for the rest are freed.
     /// (The shadow's tokens are the truth, so a position computed for a rejected token holds
     /// private contents, like a tile being filled.)
-    fn speculate(&mut self, rng: &mut Rng, s: usize) {
+    fn speculate(&mut self, rng: &mut SplitMix64, s: usize) {
         let seq = &mut self.seqs[s];
         if seq.computed + 1 >= seq.tokens.len() {
             return;
@@ -405,7 +405,7 @@ fn random_kv_manager_run_with(
     caching: bool,
     key_fn: Option<engine::tiles::KeyFn>,
 ) {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let bases: Vec<Vec<u32>> = (0..4)
         .map(|_| (0..60).map(|_| rng.below(5) as u32).collect())
         .collect();

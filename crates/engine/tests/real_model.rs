@@ -1,6 +1,8 @@
 //! End to end through the `Engine` with the default model (Gemma 3 270M), greedy: the ways of
 //! running a request that must not change its tokens. Short (16 tokens) because CI is slow;
 //! run with `cargo test --release`.
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 mod common;
 

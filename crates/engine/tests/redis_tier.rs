@@ -2,6 +2,8 @@
 //! their namespaced keys, and every fault — Redis down at start, killed mid-run, hung, full —
 //! is an error returned within the timeouts, never a panic or a stall, after which the tier
 //! works again by itself once Redis does.
+// Full tier only: starts a real `redis-server` (`--features services`).
+#![cfg(feature = "services")]
 
 mod redis_server;
 

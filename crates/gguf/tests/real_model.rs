@@ -1,33 +1,15 @@
-//! Opens the project's default model (Gemma 3 270M Q4_K_M) when it is available.
+//! Opens the project's default model (Gemma 3 270M Q4_K_M) and checks its header.
 //!
-//! Looked up at `$TESSERA_MODEL`, then `models/` in the workspace (where CI puts it), then
-//! `/work/tmp/model/`. Skips with a message when none exists: weights are never committed.
-
-use std::path::PathBuf;
+//! Found by `test_support::default_model_path` (`$TESSERA_MODEL`, else the models directory);
+//! a missing file fails the test with instructions: weights are never committed.
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 use gguf::{Array, GgmlType, GgufFile};
 
-fn model_path() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("TESSERA_MODEL").map(PathBuf::from),
-        Some(
-            concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../models/gemma-3-270m-q4_k_m.gguf"
-            )
-            .into(),
-        ),
-        Some("/work/tmp/model/gemma-3-270m-q4_k_m.gguf".into()),
-    ];
-    candidates.into_iter().flatten().find(|p| p.is_file())
-}
-
 #[test]
 fn default_model_has_the_expected_gemma3_header() {
-    let Some(path) = model_path() else {
-        eprintln!("skipping: default model not found (set TESSERA_MODEL or put it in models/)");
-        return;
-    };
+    let path = test_support::default_model_path();
     let file = GgufFile::open(&path).expect("the default model opens");
     let md = file.metadata();
     assert_eq!(

@@ -139,21 +139,42 @@ fn for_each_range_covers_every_index_once_in_chunk_sized_ranges() {
 }
 
 #[test]
-fn each_thread_starts_at_its_home_share() {
-    // Index t begins at the start of share t, whichever thread runs it (the caller takes an
-    // index a worker has not begun), so every thread's first range starts a share: 0 or 32.
-    // (With one shared counter the second thread would begin wherever the first had got to.)
-    use std::collections::HashMap;
+fn each_index_runs_its_home_share_first_and_then_the_next_shares_in_turn() {
+    // Index t owns share t (chunks n_chunks*t/n .. n_chunks*(t+1)/n) and only then helps with
+    // shares t+1, t+2, ... (cyclically), each in increasing order. Which index gets how many
+    // chunks depends on scheduling; this order does not, under any schedule: so an index's
+    // first chunk lies in its own share unless others finished that share before it began.
+    // (With one shared counter an index would begin wherever the others had got to.)
     use std::sync::Mutex;
-    let pool = Threads::new(2);
-    for _ in 0..50 {
-        let firsts: Mutex<HashMap<std::thread::ThreadId, usize>> = Mutex::new(HashMap::new());
-        pool.for_each_range(64, 4, &|_, r| {
-            std::thread::sleep(std::time::Duration::from_micros(50));
-            let mut m = firsts.lock().expect("not poisoned");
-            m.entry(std::thread::current().id()).or_insert(r.start);
-        });
-        let m = firsts.into_inner().expect("not poisoned");
-        assert!(m.values().all(|&s| s == 0 || s == 32), "{m:?}");
+    for n in [2usize, 3] {
+        let pool = Threads::new(n);
+        let (len, chunk) = (64usize, 4usize);
+        let n_chunks = len / chunk;
+        let home = |c: usize| {
+            (0..n)
+                .find(|&t| c < n_chunks * (t + 1) / n)
+                .expect("in a share")
+        };
+        for _ in 0..50 {
+            let runs: Mutex<Vec<Vec<usize>>> = Mutex::new(vec![Vec::new(); n]);
+            pool.for_each_range(len, chunk, &|t, r| {
+                // A pause makes the indices overlap more often; no assertion depends on it.
+                std::thread::sleep(std::time::Duration::from_micros(20));
+                runs.lock().expect("not poisoned")[t].push(r.start / chunk);
+            });
+            let runs = runs.into_inner().expect("not poisoned");
+            let mut all: Vec<usize> = runs.iter().flatten().copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..n_chunks).collect::<Vec<_>>(), "n {n}: {runs:?}");
+            for (t, chunks) in runs.iter().enumerate() {
+                // (share's distance from t in the visiting order, chunk): strictly increasing.
+                let order: Vec<(usize, usize)> =
+                    chunks.iter().map(|&c| ((home(c) + n - t) % n, c)).collect();
+                assert!(
+                    order.windows(2).all(|w| w[0] < w[1]),
+                    "n {n}: index {t} ran {chunks:?} (all: {runs:?})"
+                );
+            }
+        }
     }
 }

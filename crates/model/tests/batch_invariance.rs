@@ -1,6 +1,8 @@
 //! Batch invariance: a sequence's logits are bit-identical whether it runs alone or in a ragged
 //! batch with other sequences (prefills and decodes of other lengths, in any order). This is
 //! what makes outputs reproducible under continuous batching.
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 mod common;
 

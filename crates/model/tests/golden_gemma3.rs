@@ -5,6 +5,8 @@
 //! its top two candidates at every step. We must produce the same ids up to the end, or up to a
 //! step where llama.cpp's own top two were within `NEAR_TIE` (its own code paths disagree at such
 //! near-ties); a divergence at a clear choice fails.
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 mod common;
 

@@ -17,6 +17,8 @@
 //! Qwen2.5-Coder-0.5B (0.18) and up to 0.40 on Qwen2.5-Coder-1.5B (0.28), and Gemma's greedy ids flip at a top-1/top-2 gap of up to 0.54
 //! (`headline_gap_at_divergence`). `gap` (a step at or above it must pick llama.cpp's token) and
 //! `logprob` (the largest accepted difference on llama.cpp's token) stand above those.
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 mod common;
 

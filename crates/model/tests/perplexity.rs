@@ -1,6 +1,8 @@
 //! Perplexity of the default model on a fixed English text is within 1% of llama.cpp's
 //! (`tests/goldens/gemma3_perplexity.json`, made by `scripts/oracle/perplexity.py` the way
 //! `llama-perplexity -c 512` computes it).
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 mod common;
 

@@ -5,26 +5,12 @@
 //! The model is `$TESSERA_MODELS_DIR/smollm2-135m-instruct-q4_1.gguf` (else
 //! `<workspace>/models/`); `tessera fetch-model smollm2-135m` fetches it (scripts/test.sh does).
 //! A missing file fails with that instruction, never a silent pass.
-
-use std::path::PathBuf;
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 use model::{LogitsWanted, Session};
 
 const FILE: &str = "smollm2-135m-instruct-q4_1.gguf";
-
-fn model_path() -> PathBuf {
-    let dir = std::env::var_os("TESSERA_MODELS_DIR").map_or_else(
-        || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../models")),
-        PathBuf::from,
-    );
-    let p = dir.join(FILE);
-    assert!(
-        p.exists(),
-        "{} missing: run `cargo run --release -- fetch-model smollm2-135m` (or scripts/test.sh)",
-        p.display()
-    );
-    p
-}
 
 fn argmax(v: &[f32]) -> u32 {
     let mut best = 0;
@@ -38,7 +24,7 @@ fn argmax(v: &[f32]) -> u32 {
 
 #[test]
 fn smollm2_tokenizes_digits_one_by_one_and_continues_greedily_with_the_answer() {
-    let m = model::load(&model_path(), 2).expect("SmolLM2 loads");
+    let m = model::load(&test_support::model_path(FILE), 2).expect("SmolLM2 loads");
     let (tok, mut tf) = (m.tokenizer, m.transformer);
     // "Hello", " world", "!", " ", "1", "2", "3": no BOS (the file says so), every digit alone.
     assert_eq!(

@@ -3,25 +3,12 @@
 //! both for a mix of the golden corpus's texts and for one paragraph with no newline (the slow
 //! case for SentencePiece: nothing splits the text before the merges).
 //!
-//! The model is found at `$TESSERA_MODEL`, else `<workspace>/models/gemma-3-270m-q4_k_m.gguf`.
-
-use std::path::PathBuf;
+//! The model is found by `test_support::default_model_path` (`$TESSERA_MODEL`, else the models
+//! directory); a missing model fails with instructions.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use serde_json::Value;
 use tokenizer::Tokenizer;
-
-fn model_path() -> PathBuf {
-    std::env::var_os("TESSERA_MODEL").map_or_else(
-        || {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../models/gemma-3-270m-q4_k_m.gguf"
-            ))
-        },
-        PathBuf::from,
-    )
-}
 
 /// The golden corpus's texts for the default model.
 fn corpus() -> Vec<(String, String)> {
@@ -53,7 +40,7 @@ fn ten_thousand_tokens_of(tok: &Tokenizer, unit: &str, sep: &str) -> String {
 }
 
 fn encode(c: &mut Criterion) {
-    let path = model_path();
+    let path = test_support::default_model_path();
     let file = gguf::GgufFile::open(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (fetch it with `tessera fetch-model`)",

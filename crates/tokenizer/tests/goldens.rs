@@ -4,12 +4,14 @@
 //! The goldens (`tests/goldens/<stem>.json`) come from `scripts/oracle/tokenizer_goldens.py`
 //! (llama-cpp-python, `vocab_only=True`): Gemma 3 270M (SentencePiece, the default model),
 //! Qwen2.5-Coder-0.5B and SmolLM2-135M (byte-level BPE). Gemma's file is looked up at
-//! `$TESSERA_MODEL`, then `<workspace>/models/`, then `/work/tmp/model/`; the others at
-//! `$TESSERA_MODELS_DIR`, then `<workspace>/models/`, under their canonical names. A missing
-//! model fails the tests, with instructions (scripts/test.sh fetches every model).
+//! `$TESSERA_MODEL`, then the models directory; the others in the models directory
+//! (`$TESSERA_MODELS_DIR`, else `<workspace>/models/`), under their canonical names
+//! (`test_support::model_path`). A missing model fails the tests, with instructions
+//! (scripts/test.sh fetches every model).
+// Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
+#![cfg(feature = "real-models")]
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -49,38 +51,11 @@ const SMOLLM2: Spec = Spec {
     spm: false,
 };
 
-fn workspace() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-/// Where the model file is, if anywhere.
-fn model_path(spec: &Spec) -> Option<PathBuf> {
-    if spec.is_default_model {
-        if let Some(p) = std::env::var_os("TESSERA_MODEL") {
-            return Some(PathBuf::from(p)).filter(|p| p.exists());
-        }
-    }
-    let dirs = if spec.is_default_model {
-        vec![workspace().join("models"), PathBuf::from("/work/tmp/model")]
-    } else {
-        let env = std::env::var_os("TESSERA_MODELS_DIR").map(PathBuf::from);
-        env.into_iter()
-            .chain([workspace().join("models")])
-            .collect()
-    };
-    dirs.into_iter()
-        .map(|d| d.join(spec.file))
-        .find(|p| p.exists())
-}
-
 fn load(spec: &Spec) -> Tokenizer {
-    let Some(path) = model_path(spec) else {
-        panic!(
-            "{} not found (looked at $TESSERA_MODEL for the default model, $TESSERA_MODELS_DIR, \
-             <workspace>/models/). Fetch it with `tessera fetch-model` (scripts/test.sh fetches \
-             every model) or point TESSERA_MODELS_DIR at it.",
-            spec.file
-        );
+    let path = if spec.is_default_model {
+        test_support::default_model_path()
+    } else {
+        test_support::model_path(spec.file)
     };
     let start = Instant::now();
     let file = gguf::GgufFile::open(&path)

@@ -10,7 +10,6 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -22,23 +21,13 @@ use model::kv::{KvDtype, KvGroup};
 use model::{Batch, KvLayout, KvPool, LogitsWanted, ModelError, TileId, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-/// The default model for end-to-end tests: `$TESSERA_MODEL`, else `<workspace>/models/…`.
-/// Missing model = failure with instructions, never a silent pass.
-pub fn default_model_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("TESSERA_MODEL") {
-        return PathBuf::from(p);
-    }
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../models/gemma-3-270m-q4_k_m.gguf"
-    ));
-    assert!(
-        p.exists(),
-        "default model missing at {}: run `cargo run --release -- fetch-model` (or scripts/test.sh)",
-        p.display()
-    );
-    p
-}
+/// The default model for end-to-end tests: see `test_support` (a missing model fails with
+/// instructions, never a silent pass).
+#[allow(unused_imports)] // each test binary uses its own part
+pub use test_support::default_model_path;
+/// The randomized tests' seeded generator.
+#[allow(unused_imports)] // each test binary uses its own part
+pub use test_support::SplitMix64;
 
 /// The tokenizer of model's tiny test vocabulary (SentencePiece, 315 tokens, `</s>` = 2).
 pub fn tiny_tokenizer() -> Tokenizer {
@@ -48,21 +37,6 @@ pub fn tiny_tokenizer() -> Tokenizer {
 }
 
 pub const FAKE_KV_DIM: usize = 2;
-
-/// A seeded generator for the randomized tests (SplitMix64).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0.wrapping_sub(0x9E37_79B9_7F4A_7C15))
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// See the module header.
 pub struct FakeModel {
@@ -494,4 +468,18 @@ pub fn solo(model: impl Fn() -> FakeModel, tile_size: usize, req: &GenerateReque
     let id = h.submit(req.clone());
     h.run();
     h.outcome(id).clone()
+}
+
+/// Runs `reqs` to the end on `h`.
+pub fn drive(h: &mut Harness<FakeModel>, reqs: &[engine::GenerateRequest]) -> Vec<Outcome> {
+    let ids: Vec<_> = reqs.iter().map(|r| h.submit(r.clone())).collect();
+    let t0 = std::time::Instant::now();
+    while h.engine.has_work() {
+        h.step();
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "engine did not finish"
+        );
+    }
+    ids.iter().map(|id| h.outcome(*id).clone()).collect()
 }

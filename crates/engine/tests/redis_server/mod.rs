@@ -10,7 +10,7 @@
 #![allow(dead_code)] // each test binary uses its own part of it
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,11 +48,7 @@ pub fn binary() -> PathBuf {
         })
 }
 
-/// A loopback port nothing listens on right now.
-pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("binds an ephemeral loopback port");
-    l.local_addr().expect("has an address").port()
-}
+pub use test_support::free_port;
 
 impl RedisServer {
     /// Starts a server on a free port with `extra` arguments (e.g. `--maxmemory 1mb`).
