@@ -12,6 +12,7 @@
 //!
 //! Models are found at `$TESSERA_MODELS_DIR/<canonical file name>`, else `<workspace>/models/`;
 //! a missing file fails (scripts/test.sh fetches all three).
+#![cfg(feature = "real-models")]
 
 use std::path::PathBuf;
 
