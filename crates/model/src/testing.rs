@@ -25,8 +25,11 @@
 
 use gguf::{Array, GgmlType, GgufWriter};
 
-/// The architectures `tiny_model_gguf` can build.
+/// The dense architectures `tiny_model_gguf` can build (each has llama.cpp goldens).
 pub const TINY_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+
+/// The mixture-of-experts architectures `tiny_model_gguf` can build (no llama.cpp goldens yet).
+pub const TINY_MOE_ARCHS: &[&str] = &["qwen3moe"];
 
 /// The seed of the committed goldens (`tests/goldens/tiny/`). Chosen among the first few dozen
 /// so that in every architecture's 16-token greedy continuation the top two logits of each
@@ -81,6 +84,9 @@ struct TinySpec {
     qk_norm: bool,
     post_norms: bool,
     sliding_window: Option<u32>,
+    /// `(expert_count, expert_used_count, expert_feed_forward_length)`: every layer's FFN is a
+    /// mixture of experts.
+    moe: Option<(usize, usize, usize)>,
 }
 
 impl TinySpec {
@@ -102,6 +108,7 @@ impl TinySpec {
         qk_norm: false,
         post_norms: false,
         sliding_window: None,
+        moe: None,
     };
 
     fn for_arch(arch: &str) -> Option<TinySpec> {
@@ -127,6 +134,17 @@ impl TinySpec {
                 rms_eps: 1e-6,
                 rope_base: 1_000_000.0,
                 qk_norm: true,
+                ..b
+            },
+            // Qwen 3 attention; eight experts of width 32, two per token.
+            "qwen3moe" => TinySpec {
+                arch: "qwen3moe",
+                head_dim: 32,
+                key_length: true,
+                rms_eps: 1e-6,
+                rope_base: 1_000_000.0,
+                qk_norm: true,
+                moe: Some((8, 2, 32)),
                 ..b
             },
             // Seven layers so the pattern of six (five sliding, one global) has its global layer
@@ -191,8 +209,9 @@ pub fn tiny_model_gguf(arch: &str, seed: u64) -> Vec<u8> {
     match tiny_model_writer(arch, seed) {
         Some(w) => w.write_to_vec(),
         None => panic!(
-            "no tiny model for {arch:?} (have: {})",
-            TINY_ARCHS.join(", ")
+            "no tiny model for {arch:?} (have: {}, {})",
+            TINY_ARCHS.join(", "),
+            TINY_MOE_ARCHS.join(", ")
         ),
     }
 }
@@ -236,6 +255,11 @@ fn write_hparams(w: &mut GgufWriter, s: &TinySpec) {
     if s.key_length {
         w.add_metadata(key("attention.key_length"), s.head_dim as u32);
         w.add_metadata(key("attention.value_length"), s.head_dim as u32);
+    }
+    if let Some((n_expert, n_used, ff_exp)) = s.moe {
+        w.add_metadata(key("expert_count"), n_expert as u32);
+        w.add_metadata(key("expert_used_count"), n_used as u32);
+        w.add_metadata(key("expert_feed_forward_length"), ff_exp as u32);
     }
     if let Some(window) = s.sliding_window {
         w.add_metadata(key("attention.sliding_window"), window);
@@ -294,6 +318,10 @@ fn write_weights(w: &mut GgufWriter, s: &TinySpec, rng: &mut SplitMix64) {
             add_f32(w, &n("post_attention_norm.weight"), &[d], post_norm(rng, d));
         }
         add_f32(w, &n("ffn_norm.weight"), &[d], norm(rng, d));
+        if let Some(moe) = s.moe {
+            write_experts(w, i, d, moe, rng);
+            continue;
+        }
         add_matrix(w, &n("ffn_gate.weight"), d, ff, rng);
         if i == 1 {
             let up = rng.fill(d * ff, 0.0, fan_in_scale(d));
@@ -311,6 +339,29 @@ fn write_weights(w: &mut GgufWriter, s: &TinySpec, rng: &mut SplitMix64) {
         let out = rng.fill(d * vocab, 0.0, EMBED_HALF_WIDTH);
         add_f32(w, "output.weight", &[d, vocab], out);
     }
+}
+
+/// Layer `i`'s router and stacked experts (GGUF dims `[input, output, expert]`); layer 1's up
+/// experts are F16, the rest F32.
+fn write_experts(
+    w: &mut GgufWriter,
+    i: usize,
+    d: usize,
+    (n_expert, _, ff): (usize, usize, usize),
+    rng: &mut SplitMix64,
+) {
+    let n = |t: &str| format!("blk.{i}.{t}");
+    add_matrix(w, &n("ffn_gate_inp.weight"), d, n_expert, rng);
+    let gate = rng.fill(d * ff * n_expert, 0.0, fan_in_scale(d));
+    add_f32(w, &n("ffn_gate_exps.weight"), &[d, ff, n_expert], gate);
+    let up = rng.fill(d * ff * n_expert, 0.0, fan_in_scale(d));
+    if i == 1 {
+        add_f16(w, &n("ffn_up_exps.weight"), &[d, ff, n_expert], &up);
+    } else {
+        add_f32(w, &n("ffn_up_exps.weight"), &[d, ff, n_expert], up);
+    }
+    let down = rng.fill(ff * d * n_expert, 0.0, fan_in_scale(ff));
+    add_f32(w, &n("ffn_down_exps.weight"), &[ff, d, n_expert], down);
 }
 
 /// RMS-norm weights near one (GGUF Gemma files store 1 + w, so this holds for Gemma too).
@@ -362,7 +413,7 @@ mod tests {
 
     #[test]
     fn same_seed_gives_same_bytes_and_other_seed_differs() {
-        for arch in TINY_ARCHS {
+        for arch in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
             let a = tiny_model_gguf(arch, 7);
             assert_eq!(a, tiny_model_gguf(arch, 7), "{arch}");
             assert_ne!(a, tiny_model_gguf(arch, 8), "{arch}");
@@ -371,7 +422,7 @@ mod tests {
 
     #[test]
     fn tiny_files_parse_with_the_declared_vocab_and_layers() {
-        for arch in TINY_ARCHS {
+        for arch in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
             let bytes = tiny_model_gguf(arch, 1);
             let parsed = gguf::parse(&bytes).expect("tiny model must parse");
             let md = &parsed.metadata;
