@@ -40,7 +40,7 @@ from llama_cpp import Llama
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
 # Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS); their goldens are not read by
 # a Rust test yet.
-MOE_ARCHS = ["qwen3moe"]
+MOE_ARCHS = ["qwen3moe", "qwen2moe"]
 N_PROMPT = 24
 N_CONTINUATION = 16
 N_CTX = 256
@@ -151,7 +151,8 @@ def attention(q, k, v, window):
 
 def moe_ffn(h, w, n_used, norm_topk):
     """Mixture of experts, token by token: softmax over all router logits, the top n_used
-    (largest first), optionally renormalised to sum to one, SwiGLU experts, weighted sum.
+    (largest first), optionally renormalised to sum to one, SwiGLU experts, weighted sum; plus,
+    if the layer has one (qwen2moe), the shared expert times the sigmoid of its gate.
     Expert tensors read as [expert, out, in]."""
     logits = h @ w("ffn_gate_inp.weight").T
     p = np.exp(logits - logits.max(1, keepdims=True))
@@ -164,6 +165,11 @@ def moe_ffn(h, w, n_used, norm_topk):
         for e, wt in zip(picked, weights):
             g, u = gate[e] @ h[i], up[e] @ h[i]
             out[i] += wt * (down[e] @ (g / (1 + np.exp(-g)) * u))
+    if w("ffn_gate_inp_shexp.weight") is not None:
+        g, u = h @ w("ffn_gate_shexp.weight").T, h @ w("ffn_up_shexp.weight").T
+        shared = (g / (1 + np.exp(-g)) * u) @ w("ffn_down_shexp.weight").T
+        gate = 1 / (1 + np.exp(-(h @ w("ffn_gate_inp_shexp.weight").reshape(-1))))
+        out += gate[:, None] * shared
     return out
 
 

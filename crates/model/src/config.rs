@@ -17,6 +17,8 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    /// Qwen 2 attention with a mixture-of-experts FFN plus a gated shared expert in every layer.
+    Qwen2Moe,
     /// Qwen 3 attention with a mixture-of-experts FFN in every layer.
     Qwen3Moe,
 }
@@ -24,7 +26,7 @@ pub enum Arch {
 impl Arch {
     /// The `general.architecture` strings we accept, for error messages.
     pub const SUPPORTED: &'static [&'static str] =
-        &["gemma3", "llama", "qwen2", "qwen3", "qwen3moe"];
+        &["gemma3", "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe"];
 
     pub fn from_name(name: &str) -> Option<Arch> {
         match name {
@@ -32,6 +34,7 @@ impl Arch {
             "llama" => Some(Arch::Llama),
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
+            "qwen2moe" => Some(Arch::Qwen2Moe),
             "qwen3moe" => Some(Arch::Qwen3Moe),
             _ => None,
         }
@@ -43,6 +46,7 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen2Moe => "qwen2moe",
             Arch::Qwen3Moe => "qwen3moe",
         }
     }
@@ -77,7 +81,8 @@ pub struct LayerSpec {
 
 /// The mixture-of-experts FFN of every layer: a router picks `n_used` of `n_expert` SwiGLU
 /// experts per token (softmax over all experts' logits, then the top `n_used`), whose outputs
-/// are summed with the picked probabilities as weights.
+/// are summed with the picked probabilities as weights. Qwen 2 MoE adds a shared SwiGLU expert
+/// that every token runs, scaled by a sigmoid gate of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeSpec {
     pub n_expert: usize,
@@ -86,6 +91,8 @@ pub struct MoeSpec {
     pub d_ff_exp: usize,
     /// Rescale the picked probabilities to sum to one (Qwen 3 MoE's `norm_topk_prob`).
     pub norm_topk: bool,
+    /// Hidden width of the shared expert, if the layers have one.
+    pub shared_ff: Option<usize>,
 }
 
 impl MoeSpec {
@@ -93,6 +100,7 @@ impl MoeSpec {
         md: &Metadata,
         key: &dyn Fn(&str) -> String,
         norm_topk: bool,
+        shared: bool,
     ) -> Result<MoeSpec, ModelError> {
         let n_expert = md.require_u32(&key("expert_count"))? as usize;
         let n_used = md.require_u32(&key("expert_used_count"))? as usize;
@@ -112,11 +120,21 @@ impl MoeSpec {
                 key("expert_count")
             )));
         }
+        let shared_ff = if shared {
+            let k = key("expert_shared_feed_forward_length");
+            match md.require_u32(&k)? {
+                0 => return Err(ModelError::invalid(format!("{k} must be positive"))),
+                v => Some(v as usize),
+            }
+        } else {
+            None
+        };
         Ok(MoeSpec {
             n_expert,
             n_used,
             d_ff_exp,
             norm_topk,
+            shared_ff,
         })
     }
 }
@@ -171,7 +189,7 @@ impl ModelConfig {
         let d_model = md.require_u32(&key("embedding_length"))? as usize;
         let d_ff = match arch {
             // MoE files may carry the dense width of their source model; no layer uses it.
-            Arch::Qwen3Moe => md
+            Arch::Qwen2Moe | Arch::Qwen3Moe => md
                 .get_u32(&key("feed_forward_length"))?
                 .map_or(0, |v| v as usize),
             _ => md.require_u32(&key("feed_forward_length"))? as usize,
@@ -295,7 +313,11 @@ impl ModelConfig {
             Arch::Qwen3 => self.qk_norm = true,
             Arch::Qwen3Moe => {
                 self.qk_norm = true;
-                self.moe = Some(MoeSpec::from_metadata(md, key, true)?);
+                self.moe = Some(MoeSpec::from_metadata(md, key, true, false)?);
+            }
+            Arch::Qwen2Moe => {
+                self.qkv_bias = true;
+                self.moe = Some(MoeSpec::from_metadata(md, key, false, true)?);
             }
         }
         Ok(())

@@ -1,10 +1,12 @@
-//! The mixture-of-experts FFN (Qwen 3 MoE), grouped by expert.
+//! The mixture-of-experts FFN (Qwen 3 MoE, Qwen 2 MoE), grouped by expert.
 //!
 //! Per token, a router matrix gives one logit per expert; their softmax is taken over all
 //! experts, the `n_used` largest probabilities pick the experts (ties to the lower index), and,
 //! with `norm_topk`, the picked probabilities are rescaled to sum to one. Each picked expert is
 //! a SwiGLU MLP; the token's output is the weighted sum of its experts' outputs, accumulated in
 //! the order the experts were picked (largest probability first), as llama.cpp sums them.
+//! Qwen 2 MoE then adds a shared SwiGLU expert, run by every token, scaled per token by
+//! `sigmoid(gate_inp_shexp · h)`.
 //!
 //! Design: the step's tokens are grouped by expert. For every expert with routed tokens, their
 //! normed rows are gathered and run through the same batched kernels as a dense layer (gate and
@@ -60,6 +62,17 @@ pub struct MoeWeights {
     pub up: Experts,
     /// `[d_model][d_ff_exp]` per expert.
     pub down: Experts,
+    pub shared: Option<SharedExpert>,
+}
+
+/// Qwen 2 MoE's shared expert: a SwiGLU MLP every token runs, its output scaled by
+/// `sigmoid(gate_inp · h)`.
+pub struct SharedExpert {
+    /// `[d_model]`: the gate's logit is its dot with the token's row (GGUF stores it 1-D).
+    pub gate_inp: Vec<f32>,
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
 }
 
 /// Buffers of the MoE FFN, reused across layers and steps; they only grow.
@@ -141,6 +154,40 @@ pub fn moe_ffn(
                 o.iter_mut().zip(y).for_each(|(o, y)| *o += wt * y);
             }
         }
+    }
+    if let Some(sh) = &w.shared {
+        shared_expert(th, sh, h, n, d, out, s, mm);
+    }
+}
+
+/// Adds the shared expert of the `n` rows of `h`, each scaled by its sigmoid gate, to `out`.
+#[allow(clippy::too_many_arguments)]
+fn shared_expert(
+    th: &Threads,
+    sh: &SharedExpert,
+    h: &[f32],
+    n: usize,
+    d: usize,
+    out: &mut [f32],
+    s: &mut MoeScratch,
+    mm: &mut MatmulScratch,
+) {
+    let ff = sh.gate.rows;
+    let gate = sized(&mut s.gate, n * ff);
+    let up = sized(&mut s.up, n * ff);
+    let (wg, wu) = (sh.gate.weights(), sh.up.weights());
+    matmul_shared(th, [&wg, &wu], &h[..n * d], n, [&mut *gate, &mut *up], mm);
+    kernels::silu_mul(gate, up);
+    let ys = sized(&mut s.ys, n * d);
+    matmul(th, &sh.down.weights(), gate, n, ys, mm);
+    for ((o, y), x) in out[..n * d]
+        .chunks_exact_mut(d)
+        .zip(ys.chunks_exact(d))
+        .zip(h.chunks_exact(d))
+    {
+        let g: f32 = x.iter().zip(&sh.gate_inp).map(|(a, b)| a * b).sum();
+        let scale = 1.0 / (1.0 + (-g).exp());
+        o.iter_mut().zip(y).for_each(|(o, y)| *o += scale * y);
     }
 }
 

@@ -29,7 +29,7 @@ use gguf::{Array, GgmlType, GgufWriter};
 pub const TINY_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
 
 /// The mixture-of-experts architectures `tiny_model_gguf` can build (no llama.cpp goldens yet).
-pub const TINY_MOE_ARCHS: &[&str] = &["qwen3moe"];
+pub const TINY_MOE_ARCHS: &[&str] = &["qwen3moe", "qwen2moe"];
 
 /// The seed of the committed goldens (`tests/goldens/tiny/`). Chosen among the first few dozen
 /// so that in every architecture's 16-token greedy continuation the top two logits of each
@@ -84,9 +84,18 @@ struct TinySpec {
     qk_norm: bool,
     post_norms: bool,
     sliding_window: Option<u32>,
-    /// `(expert_count, expert_used_count, expert_feed_forward_length)`: every layer's FFN is a
-    /// mixture of experts.
-    moe: Option<(usize, usize, usize)>,
+    /// Every layer's FFN is a mixture of experts.
+    moe: Option<TinyMoe>,
+}
+
+/// A tiny mixture of experts: `expert_count`, `expert_used_count`, each expert's hidden width,
+/// and the shared expert's (Qwen 2 MoE).
+#[derive(Clone, Copy, Debug)]
+struct TinyMoe {
+    n_expert: usize,
+    n_used: usize,
+    ff: usize,
+    shared_ff: Option<usize>,
 }
 
 impl TinySpec {
@@ -144,7 +153,28 @@ impl TinySpec {
                 rms_eps: 1e-6,
                 rope_base: 1_000_000.0,
                 qk_norm: true,
-                moe: Some((8, 2, 32)),
+                moe: Some(TinyMoe {
+                    n_expert: 8,
+                    n_used: 2,
+                    ff: 32,
+                    shared_ff: None,
+                }),
+                ..b
+            },
+            // Qwen 2 attention (QKV bias, untied output); eight experts of width 32, two per
+            // token, and a shared expert of width 64.
+            "qwen2moe" => TinySpec {
+                arch: "qwen2moe",
+                rms_eps: 1e-6,
+                rope_base: 1_000_000.0,
+                qkv_bias: true,
+                untied_output: true,
+                moe: Some(TinyMoe {
+                    n_expert: 8,
+                    n_used: 2,
+                    ff: 32,
+                    shared_ff: Some(64),
+                }),
                 ..b
             },
             // Seven layers so the pattern of six (five sliding, one global) has its global layer
@@ -256,10 +286,13 @@ fn write_hparams(w: &mut GgufWriter, s: &TinySpec) {
         w.add_metadata(key("attention.key_length"), s.head_dim as u32);
         w.add_metadata(key("attention.value_length"), s.head_dim as u32);
     }
-    if let Some((n_expert, n_used, ff_exp)) = s.moe {
-        w.add_metadata(key("expert_count"), n_expert as u32);
-        w.add_metadata(key("expert_used_count"), n_used as u32);
-        w.add_metadata(key("expert_feed_forward_length"), ff_exp as u32);
+    if let Some(moe) = s.moe {
+        w.add_metadata(key("expert_count"), moe.n_expert as u32);
+        w.add_metadata(key("expert_used_count"), moe.n_used as u32);
+        w.add_metadata(key("expert_feed_forward_length"), moe.ff as u32);
+        if let Some(sff) = moe.shared_ff {
+            w.add_metadata(key("expert_shared_feed_forward_length"), sff as u32);
+        }
     }
     if let Some(window) = s.sliding_window {
         w.add_metadata(key("attention.sliding_window"), window);
@@ -341,15 +374,10 @@ fn write_weights(w: &mut GgufWriter, s: &TinySpec, rng: &mut SplitMix64) {
     }
 }
 
-/// Layer `i`'s router and stacked experts (GGUF dims `[input, output, expert]`); layer 1's up
-/// experts are F16, the rest F32.
-fn write_experts(
-    w: &mut GgufWriter,
-    i: usize,
-    d: usize,
-    (n_expert, _, ff): (usize, usize, usize),
-    rng: &mut SplitMix64,
-) {
+/// Layer `i`'s router and stacked experts (GGUF dims `[input, output, expert]`), then the
+/// shared expert if any; layer 1's up experts are F16, the rest F32.
+fn write_experts(w: &mut GgufWriter, i: usize, d: usize, moe: TinyMoe, rng: &mut SplitMix64) {
+    let (n_expert, ff) = (moe.n_expert, moe.ff);
     let n = |t: &str| format!("blk.{i}.{t}");
     add_matrix(w, &n("ffn_gate_inp.weight"), d, n_expert, rng);
     let gate = rng.fill(d * ff * n_expert, 0.0, fan_in_scale(d));
@@ -362,6 +390,13 @@ fn write_experts(
     }
     let down = rng.fill(ff * d * n_expert, 0.0, fan_in_scale(ff));
     add_f32(w, &n("ffn_down_exps.weight"), &[ff, d, n_expert], down);
+    if let Some(sff) = moe.shared_ff {
+        let gate_inp = rng.fill(d, 0.0, fan_in_scale(d));
+        add_f32(w, &n("ffn_gate_inp_shexp.weight"), &[d], gate_inp);
+        add_matrix(w, &n("ffn_gate_shexp.weight"), d, sff, rng);
+        add_matrix(w, &n("ffn_up_shexp.weight"), d, sff, rng);
+        add_matrix(w, &n("ffn_down_shexp.weight"), sff, d, rng);
+    }
 }
 
 /// RMS-norm weights near one (GGUF Gemma files store 1 + w, so this holds for Gemma too).

@@ -11,7 +11,7 @@ use gguf::{GgmlType, GgufFile};
 use kernels::{Layout, Weights};
 
 use crate::config::ModelConfig;
-use crate::moe::{Experts, MoeWeights};
+use crate::moe::{Experts, MoeWeights, SharedExpert};
 use crate::ModelError;
 
 /// A matrix of `rows` output features by `cols` input features, in its GGUF block format.
@@ -161,6 +161,15 @@ impl ModelWeights {
                             gate: l.experts(&n("ffn_gate_exps.weight"), e, eff, d)?,
                             up: l.experts(&n("ffn_up_exps.weight"), e, eff, d)?,
                             down: l.experts(&n("ffn_down_exps.weight"), e, d, eff)?,
+                            shared: match spec.shared_ff {
+                                None => None,
+                                Some(sff) => Some(SharedExpert {
+                                    gate_inp: l.vector(&n("ffn_gate_inp_shexp.weight"), d)?,
+                                    gate: l.matrix(&n("ffn_gate_shexp.weight"), sff, d)?,
+                                    up: l.matrix(&n("ffn_up_shexp.weight"), sff, d)?,
+                                    down: l.matrix(&n("ffn_down_shexp.weight"), d, sff)?,
+                                }),
+                            },
                         })
                     }
                 },
@@ -216,7 +225,14 @@ impl ModelWeights {
                     }
                 }
                 // Experts stay in the file's pages, read in place.
-                Ffn::Moe(m) => one(&mut m.router),
+                Ffn::Moe(m) => {
+                    one(&mut m.router);
+                    if let Some(sh) = &mut m.shared {
+                        for m in [&mut sh.gate, &mut sh.up, &mut sh.down] {
+                            one(m);
+                        }
+                    }
+                }
             }
         }
     }

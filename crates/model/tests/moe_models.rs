@@ -1,25 +1,27 @@
-//! The `qwen3moe` architecture on a tiny random-weight model the test writes itself
-//! (`model::testing::tiny_model_gguf("qwen3moe", seed)`: 3 layers, 8 experts of width 32, 2 per
-//! token, one F16 expert tensor).
+//! The mixture-of-experts architectures (`qwen3moe`, `qwen2moe`) on tiny random-weight models
+//! the test writes itself (`model::testing::tiny_model_gguf(arch, seed)`: 3 layers, 8 experts
+//! of width 32, 2 per token, one F16 expert tensor; qwen2moe adds a shared expert of width 64).
 //!
-//! Design: llama.cpp goldens for this model do not exist yet, so the forward pass is checked
-//! against a float64 re-implementation written here from the definition (Qwen 3 attention with
-//! QK-norm and NeoX RoPE; per token, softmax over all experts' router logits, the top 2,
-//! renormalised, SwiGLU experts, weighted sum). The reference reads the tensors straight from
-//! the GGUF bytes and runs token by token, one expert at a time, sharing no code with the
-//! grouped forward pass.
+//! Design: llama.cpp goldens for these models do not exist yet, so the forward pass is checked
+//! against a float64 re-implementation written here from the definitions (Qwen 3 attention with
+//! QK-norm, or Qwen 2 attention with QKV bias, NeoX RoPE; per token, softmax over all experts'
+//! router logits, the top 2, renormalised for qwen3moe only, SwiGLU experts, weighted sum;
+//! qwen2moe adds its shared expert times the sigmoid of its gate). The reference reads the
+//! tensors straight from the GGUF bytes and runs token by token, one expert at a time, sharing
+//! no code with the grouped forward pass.
 //!
 //! Tolerance: Tessera keeps K and V in f16 and sums in f32, so logits differ from the float64
 //! reference by the same floor as the dense tiny models (<= 1.6e-2 there, see
 //! `llama_family.rs`); the bound is that of the dense goldens, 5e-2. The test also checks that
 //! the reference run without the top-k renormalisation (a plausible mistake) moves the logits
-//! by more than ten times the bound, so the bound can see a routing error.
+//! by more than ten times the bound, so the bound can see a routing error (for qwen2moe the
+//! mistake checked is the reverse: renormalising when it should not).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gguf::GgmlType;
-use model::testing::{tiny_model_gguf, tiny_model_writer};
+use model::testing::{tiny_model_gguf, tiny_model_writer, TINY_MOE_ARCHS};
 use model::{LoadedModel, LogitsWanted, ModelError, Session};
 
 const SEED: u64 = 7;
@@ -44,6 +46,7 @@ fn load_bytes(name: &str, bytes: &[u8]) -> Result<LoadedModel, ModelError> {
 
 /// The tensors and hyper-parameters of the tiny file, as float64.
 struct Reference {
+    arch: String,
     bytes: Vec<u8>,
     parsed: gguf::Parsed,
     n_layers: usize,
@@ -61,29 +64,35 @@ struct Reference {
 impl Reference {
     fn new(bytes: Vec<u8>) -> Reference {
         let parsed = gguf::parse(&bytes).expect("tiny file parses");
+        let md = &parsed.metadata;
+        let arch = md
+            .require_str("general.architecture")
+            .expect("architecture")
+            .to_string();
         let u = |k: &str| {
-            parsed
-                .metadata
-                .require_u32(&format!("qwen3moe.{k}"))
+            md.require_u32(&format!("{arch}.{k}"))
                 .unwrap_or_else(|e| panic!("{k}: {e}")) as usize
         };
         let f = |k: &str| {
-            parsed
-                .metadata
-                .require_f32(&format!("qwen3moe.{k}"))
+            md.require_f32(&format!("{arch}.{k}"))
                 .unwrap_or_else(|e| panic!("{k}: {e}")) as f64
+        };
+        let hd = match md.get_u32(&format!("{arch}.attention.key_length")) {
+            Ok(Some(v)) => v as usize,
+            _ => u("embedding_length") / u("attention.head_count"),
         };
         Reference {
             n_layers: u("block_count"),
             d: u("embedding_length"),
             n_heads: u("attention.head_count"),
             n_kv: u("attention.head_count_kv"),
-            hd: u("attention.key_length"),
+            hd,
             n_expert: u("expert_count"),
             k: u("expert_used_count"),
             ff: u("expert_feed_forward_length"),
             eps: f("attention.layer_norm_rms_epsilon"),
             base: f("rope.freq_base"),
+            arch,
             parsed,
             bytes,
         }
@@ -91,15 +100,15 @@ impl Reference {
 
     /// Every value of tensor `name`, in file order.
     fn t(&self, name: &str) -> Vec<f64> {
-        let info = self
-            .parsed
-            .tensors
-            .iter()
-            .find(|t| t.name == name)
-            .unwrap_or_else(|| panic!("tensor {name} missing"));
+        self.opt(name)
+            .unwrap_or_else(|| panic!("tensor {name} missing"))
+    }
+
+    fn opt(&self, name: &str) -> Option<Vec<f64>> {
+        let info = self.parsed.tensors.iter().find(|t| t.name == name)?;
         let n: u64 = info.dims.iter().product();
         let start = self.parsed.data_offset + info.offset as usize;
-        match info.ggml_type {
+        Some(match info.ggml_type {
             GgmlType::F32 => self.bytes[start..start + 4 * n as usize]
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)
@@ -109,7 +118,7 @@ impl Reference {
                 .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f64())
                 .collect(),
             other => panic!("{name}: reference reads F32/F16 only, not {other:?}"),
-        }
+        })
     }
 
     /// Per-token logits of `tokens` as one sequence from position 0.
@@ -139,8 +148,9 @@ impl Reference {
         }
         let onorm = self.t("output_norm.weight");
         let vocab = embd.len() / d;
+        let out = self.opt("output.weight").unwrap_or(embd);
         x.iter()
-            .map(|r| matvec(&embd, &rms(r, &onorm, self.eps), vocab))
+            .map(|r| matvec(&out, &rms(r, &onorm, self.eps), vocab))
             .collect()
     }
 
@@ -153,25 +163,38 @@ impl Reference {
             self.t(&n("attn_v.weight")),
         );
         let (qn, kn) = (
-            self.t(&n("attn_q_norm.weight")),
-            self.t(&n("attn_k_norm.weight")),
+            self.opt(&n("attn_q_norm.weight")),
+            self.opt(&n("attn_k_norm.weight")),
         );
-        let head_prep = |v: Vec<f64>, norm: &[f64], pos: usize| -> Vec<f64> {
+        let proj = |w: &[f64], bias: &str, r: &[f64], rows: usize| -> Vec<f64> {
+            let mut y = matvec(w, r, rows);
+            if let Some(b) = self.opt(&n(bias)) {
+                add(&mut y, &b);
+            }
+            y
+        };
+        let head_prep = |v: Vec<f64>, norm: &Option<Vec<f64>>, pos: usize| -> Vec<f64> {
             v.chunks_exact(hd)
-                .flat_map(|head| rope(&rms(head, norm, self.eps), pos, self.base))
+                .flat_map(|head| match norm {
+                    Some(w) => rope(&rms(head, w, self.eps), pos, self.base),
+                    None => rope(head, pos, self.base),
+                })
                 .collect::<Vec<_>>()
         };
         let q: Vec<Vec<f64>> = h
             .iter()
             .enumerate()
-            .map(|(p, r)| head_prep(matvec(&wq, r, nh * hd), &qn, p))
+            .map(|(p, r)| head_prep(proj(&wq, "attn_q.bias", r, nh * hd), &qn, p))
             .collect();
         let k: Vec<Vec<f64>> = h
             .iter()
             .enumerate()
-            .map(|(p, r)| head_prep(matvec(&wk, r, nkv * hd), &kn, p))
+            .map(|(p, r)| head_prep(proj(&wk, "attn_k.bias", r, nkv * hd), &kn, p))
             .collect();
-        let v: Vec<Vec<f64>> = h.iter().map(|r| matvec(&wv, r, nkv * hd)).collect();
+        let v: Vec<Vec<f64>> = h
+            .iter()
+            .map(|r| proj(&wv, "attn_v.bias", r, nkv * hd))
+            .collect();
         let scale = 1.0 / (hd as f64).sqrt();
         (0..h.len())
             .map(|t| {
@@ -229,7 +252,26 @@ impl Reference {
             let y = matvec(&dn[e * d * ff..(e + 1) * d * ff], &a, d);
             out.iter_mut().zip(&y).for_each(|(o, y)| *o += w * y);
         }
+        if let Some(gi) = self.opt(&n("ffn_gate_inp_shexp.weight")) {
+            let g = self.t(&n("ffn_gate_shexp.weight"));
+            let sff = g.len() / d;
+            let gate = matvec(&g, h, sff);
+            let up = matvec(&self.t(&n("ffn_up_shexp.weight")), h, sff);
+            let a: Vec<f64> = gate
+                .iter()
+                .zip(&up)
+                .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                .collect();
+            let y = matvec(&self.t(&n("ffn_down_shexp.weight")), &a, d);
+            let scale = 1.0 / (1.0 + (-dot(&gi, h)).exp());
+            out.iter_mut().zip(&y).for_each(|(o, y)| *o += scale * y);
+        }
         out
+    }
+
+    /// Whether the architecture renormalises the picked experts' weights.
+    fn norm_topk(&self) -> bool {
+        self.arch == "qwen3moe"
     }
 }
 
@@ -289,44 +331,62 @@ const PROMPT: &[u32] = &[
 ];
 
 #[test]
-fn tiny_qwen3moe_loads_with_its_expert_layout() {
-    let m = load_bytes("moe-load", &tiny_model_gguf("qwen3moe", SEED)).expect("loads");
-    let cfg = m.transformer.config();
-    let spec = cfg.moe.expect("qwen3moe has a MoE spec");
-    assert_eq!(
-        (spec.n_expert, spec.n_used, spec.d_ff_exp, spec.norm_topk),
-        (8, 2, 32, true)
-    );
-    assert!(cfg.qk_norm);
+fn tiny_moe_models_load_with_their_expert_layout() {
+    for (arch, norm_topk, shared_ff, qk_norm) in [
+        ("qwen3moe", true, None, true),
+        ("qwen2moe", false, Some(64), false),
+    ] {
+        let m = load_bytes("moe-load", &tiny_model_gguf(arch, SEED)).expect("loads");
+        let cfg = m.transformer.config();
+        let spec = cfg.moe.unwrap_or_else(|| panic!("{arch} has no MoE spec"));
+        assert_eq!(
+            (spec.n_expert, spec.n_used, spec.d_ff_exp),
+            (8, 2, 32),
+            "{arch}"
+        );
+        assert_eq!(
+            (spec.norm_topk, spec.shared_ff),
+            (norm_topk, shared_ff),
+            "{arch}"
+        );
+        assert_eq!((cfg.qk_norm, cfg.qkv_bias), (qk_norm, !qk_norm), "{arch}");
+    }
 }
 
 #[test]
 fn prompt_logits_match_a_float64_per_token_reference() {
-    let bytes = tiny_model_gguf("qwen3moe", SEED);
-    let reference = Reference::new(bytes.clone());
-    let mut m = load_bytes("moe-ref", &bytes).expect("loads");
-    let tf = &mut m.transformer;
-    let mut session = Session::new(tf, 1, MAX_LEN, TILE);
-    let mut logits = Vec::new();
-    session
-        .run(tf, &[(0, PROMPT, LogitsWanted::All)], &mut logits)
-        .expect("runs");
-    let want = reference.logits(PROMPT, true);
-    let diff = max_diff(&logits, &want);
-    println!("qwen3moe: max |ours - f64 reference| = {diff:.3e}");
-    assert!(diff <= LOGIT_TOL, "max logit difference {diff}");
-    let unnormalised = reference.logits(PROMPT, false);
-    let gap = max_diff(&logits, &unnormalised);
-    println!("qwen3moe: without top-k renormalisation the reference moves by {gap:.3e}");
-    assert!(
-        gap > 10.0 * LOGIT_TOL,
-        "the bound cannot see a routing error"
-    );
+    for arch in TINY_MOE_ARCHS {
+        let bytes = tiny_model_gguf(arch, SEED);
+        let reference = Reference::new(bytes.clone());
+        let mut m = load_bytes("moe-ref", &bytes).expect("loads");
+        let tf = &mut m.transformer;
+        let mut session = Session::new(tf, 1, MAX_LEN, TILE);
+        let mut logits = Vec::new();
+        session
+            .run(tf, &[(0, PROMPT, LogitsWanted::All)], &mut logits)
+            .expect("runs");
+        let norm = reference.norm_topk();
+        let diff = max_diff(&logits, &reference.logits(PROMPT, norm));
+        println!("{arch}: max |ours - f64 reference| = {diff:.3e}");
+        assert!(diff <= LOGIT_TOL, "{arch}: max logit difference {diff}");
+        let gap = max_diff(&logits, &reference.logits(PROMPT, !norm));
+        println!("{arch}: with the other top-k normalisation the reference moves by {gap:.3e}");
+        assert!(
+            gap > 10.0 * LOGIT_TOL,
+            "{arch}: the bound cannot see a routing error"
+        );
+    }
 }
 
 #[test]
 fn logits_are_bit_identical_alone_and_batched_with_other_lengths() {
-    let mut m = load_bytes("moe-batch", &tiny_model_gguf("qwen3moe", SEED)).expect("loads");
+    for arch in TINY_MOE_ARCHS {
+        batch_invariance(arch);
+    }
+}
+
+fn batch_invariance(arch: &str) {
+    let mut m = load_bytes("moe-batch", &tiny_model_gguf(arch, SEED)).expect("loads");
     let tf = &mut m.transformer;
     let vocab = tf.config().vocab_size;
     let (a, b, c) = (&PROMPT[..11], &PROMPT[3..], &PROMPT[..2]);
@@ -359,7 +419,7 @@ fn logits_are_bit_identical_alone_and_batched_with_other_lengths() {
         .expect("runs");
     assert!(
         logits == b_prompt,
-        "prompt logits differ when prefilled beside other sequences"
+        "{arch}: prompt logits differ when prefilled beside other sequences"
     );
     session
         .run(
@@ -375,14 +435,14 @@ fn logits_are_bit_identical_alone_and_batched_with_other_lengths() {
     for (i, seq) in [2, 0, 1].into_iter().enumerate() {
         assert!(
             logits[i * vocab..(i + 1) * vocab] == alone[seq][..],
-            "sequence {seq}'s decode logits differ when batched"
+            "{arch}: sequence {seq}'s decode logits differ when batched"
         );
     }
 }
 
 fn load_error(w: &gguf::GgufWriter) -> String {
     match load_bytes("moe-bad", &w.write_to_vec()) {
-        Ok(_) => panic!("a broken qwen3moe file was accepted"),
+        Ok(_) => panic!("a broken MoE file was accepted"),
         Err(e) => format!("{e}"),
     }
 }
@@ -414,6 +474,21 @@ fn a_missing_expert_tensor_is_refused_naming_it() {
     assert!(w.remove_tensor("blk.2.ffn_down_exps.weight"));
     let msg = load_error(&w);
     assert!(msg.contains("blk.2.ffn_down_exps.weight"), "{msg}");
+}
+
+#[test]
+fn a_missing_shared_expert_tensor_or_width_is_refused_naming_it() {
+    let mut w = tiny_model_writer("qwen2moe", SEED).expect("qwen2moe is a tiny arch");
+    assert!(w.remove_tensor("blk.0.ffn_gate_inp_shexp.weight"));
+    let msg = load_error(&w);
+    assert!(msg.contains("blk.0.ffn_gate_inp_shexp.weight"), "{msg}");
+    let mut w = tiny_model_writer("qwen2moe", SEED).expect("qwen2moe is a tiny arch");
+    assert!(w.remove_metadata("qwen2moe.expert_shared_feed_forward_length"));
+    let msg = load_error(&w);
+    assert!(
+        msg.contains("qwen2moe.expert_shared_feed_forward_length"),
+        "{msg}"
+    );
 }
 
 #[test]
