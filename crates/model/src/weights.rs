@@ -80,8 +80,8 @@ pub enum Ffn {
         up: Matrix,
         down: Matrix,
     },
-    /// A router and its experts.
-    Moe(MoeWeights),
+    /// A router and its experts (boxed: far larger than a dense MLP's three views).
+    Moe(Box<MoeWeights>),
 }
 
 /// All weights of a model.
@@ -155,7 +155,7 @@ impl ModelWeights {
                     },
                     Some(spec) => {
                         let (e, eff) = (spec.n_expert, spec.d_ff_exp);
-                        Ffn::Moe(MoeWeights {
+                        Ffn::Moe(Box::new(MoeWeights {
                             spec,
                             router: l.matrix(&n("ffn_gate_inp.weight"), e, d)?,
                             gate: l.experts(&n("ffn_gate_exps.weight"), e, eff, d)?,
@@ -170,7 +170,7 @@ impl ModelWeights {
                                     down: l.matrix(&n("ffn_down_shexp.weight"), d, sff)?,
                                 }),
                             },
-                        })
+                        }))
                     }
                 },
                 post_ffn_norm: if cfg.post_norms {
