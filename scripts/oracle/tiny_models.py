@@ -35,6 +35,7 @@ import tempfile
 import numpy as np
 import llama_cpp
 from gguf import GGUFReader
+from gguf.quants import dequantize
 from llama_cpp import Llama
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
@@ -52,6 +53,9 @@ DECIMALS = 5
 MIN_MARGIN = 0.05
 # Largest accepted |llama.cpp - float64 reference|; llama.cpp's f16 KV cache alone costs ~1.6e-2.
 REFERENCE_TOL = 0.05
+# The MoE models' Q8_0 experts round activations to 8 bits in the matmul (Tessera measured 4.8e-2
+# against the float64 reference, 1.0e-2 without Q8_0), so their bound is wider.
+MOE_REFERENCE_TOL = 0.1
 
 
 def repo_root():
@@ -113,7 +117,9 @@ def read_gguf(path):
     reader = GGUFReader(path)
     md = {f.name: f.contents() for f in reader.fields.values()
           if not f.name.startswith("tokenizer.")}
-    tensors = {t.name: np.array(t.data, dtype=np.float64) for t in reader.tensors}
+    # Quantized tensors (the MoE models' Q8_0 experts) come as raw blocks: dequantized here.
+    tensors = {t.name: np.array(dequantize(t.data, t.tensor_type), dtype=np.float64)
+               for t in reader.tensors}
     return md, tensors
 
 
@@ -256,7 +262,7 @@ def main():
             ref_diff, (row_i, tok) = check_reference(path, golden)
             print(f"{arch}: max |llama.cpp - float64 reference| = {ref_diff:.2e} "
                   f"(row {row_i}, token {tok})")
-            if ref_diff > REFERENCE_TOL:
+            if ref_diff > (MOE_REFERENCE_TOL if arch in MOE_ARCHS else REFERENCE_TOL):
                 sys.exit(f"{arch}: llama.cpp disagrees with the float64 reference; "
                          "it reads the tiny file differently from what the generator means")
             out = os.path.join(args.out, f"{arch}.json")

@@ -375,7 +375,8 @@ fn write_weights(w: &mut GgufWriter, s: &TinySpec, rng: &mut SplitMix64) {
 }
 
 /// Layer `i`'s router and stacked experts (GGUF dims `[input, output, expert]`), then the
-/// shared expert if any; layer 1's up experts are F16, the rest F32.
+/// shared expert if any; layer 1's up experts are F16, layer 2's down experts Q8_0 (the
+/// quantized path real MoE files take), the rest F32.
 fn write_experts(w: &mut GgufWriter, i: usize, d: usize, moe: TinyMoe, rng: &mut SplitMix64) {
     let (n_expert, ff) = (moe.n_expert, moe.ff);
     let n = |t: &str| format!("blk.{i}.{t}");
@@ -389,7 +390,11 @@ fn write_experts(w: &mut GgufWriter, i: usize, d: usize, moe: TinyMoe, rng: &mut
         add_f32(w, &n("ffn_up_exps.weight"), &[d, ff, n_expert], up);
     }
     let down = rng.fill(ff * d * n_expert, 0.0, fan_in_scale(ff));
-    add_f32(w, &n("ffn_down_exps.weight"), &[ff, d, n_expert], down);
+    if i == 2 {
+        add_q8_0(w, &n("ffn_down_exps.weight"), &[ff, d, n_expert], &down);
+    } else {
+        add_f32(w, &n("ffn_down_exps.weight"), &[ff, d, n_expert], down);
+    }
     if let Some(sff) = moe.shared_ff {
         let gate_inp = rng.fill(d, 0.0, fan_in_scale(d));
         add_f32(w, &n("ffn_gate_inp_shexp.weight"), &[d], gate_inp);
@@ -436,6 +441,20 @@ fn add_f16(w: &mut GgufWriter, name: &str, dims: &[usize], values: &[f32]) {
         .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
         .collect();
     w.add_tensor(name, &dims_u64(dims), GgmlType::F16, bytes);
+}
+
+/// Q8_0: per 32 values, an f16 scale `max|x| / 127` and 32 signed bytes `round(x / scale)`.
+/// `values.len()` must be a multiple of 32.
+fn add_q8_0(w: &mut GgufWriter, name: &str, dims: &[usize], values: &[f32]) {
+    let mut bytes = Vec::with_capacity(values.len() / 32 * 34);
+    for block in values.chunks_exact(32) {
+        let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        bytes.extend(half::f16::from_f32(scale).to_le_bytes());
+        bytes.extend(block.iter().map(|v| (v * inv).round() as i8 as u8));
+    }
+    w.add_tensor(name, &dims_u64(dims), GgmlType::Q8_0, bytes);
 }
 
 fn dims_u64(dims: &[usize]) -> Vec<u64> {
