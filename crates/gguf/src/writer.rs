@@ -55,6 +55,28 @@ impl GgufWriter {
         self
     }
 
+    /// Removes a metadata entry (the others keep their order); whether it was there.
+    pub fn remove_metadata(&mut self, key: &str) -> bool {
+        let mut kept = Metadata::new();
+        let mut found = false;
+        for (k, v) in self.metadata.iter() {
+            if k == key {
+                found = true;
+            } else {
+                kept.insert(k, v.clone());
+            }
+        }
+        self.metadata = kept;
+        found
+    }
+
+    /// Removes every tensor named `name`; whether there was one.
+    pub fn remove_tensor(&mut self, name: &str) -> bool {
+        let before = self.tensors.len();
+        self.tensors.retain(|t| t.name != name);
+        self.tensors.len() != before
+    }
+
     /// Adds a tensor with `dims` in ggml order (`dims[0]` innermost) and its raw bytes.
     pub fn add_tensor(
         &mut self,

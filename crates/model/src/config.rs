@@ -17,11 +17,16 @@ pub enum Arch {
     Llama,
     Qwen2,
     Qwen3,
+    /// Qwen 2 attention with a mixture-of-experts FFN plus a gated shared expert in every layer.
+    Qwen2Moe,
+    /// Qwen 3 attention with a mixture-of-experts FFN in every layer.
+    Qwen3Moe,
 }
 
 impl Arch {
     /// The `general.architecture` strings we accept, for error messages.
-    pub const SUPPORTED: &'static [&'static str] = &["gemma3", "llama", "qwen2", "qwen3"];
+    pub const SUPPORTED: &'static [&'static str] =
+        &["gemma3", "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe"];
 
     pub fn from_name(name: &str) -> Option<Arch> {
         match name {
@@ -29,6 +34,8 @@ impl Arch {
             "llama" => Some(Arch::Llama),
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
+            "qwen2moe" => Some(Arch::Qwen2Moe),
+            "qwen3moe" => Some(Arch::Qwen3Moe),
             _ => None,
         }
     }
@@ -39,6 +46,8 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Qwen2Moe => "qwen2moe",
+            Arch::Qwen3Moe => "qwen3moe",
         }
     }
 }
@@ -70,6 +79,66 @@ pub struct LayerSpec {
     pub rope_inv_freq: Vec<f32>,
 }
 
+/// The mixture-of-experts FFN of every layer: a router picks `n_used` of `n_expert` SwiGLU
+/// experts per token (softmax over all experts' logits, then the top `n_used`), whose outputs
+/// are summed with the picked probabilities as weights. Qwen 2 MoE adds a shared SwiGLU expert
+/// that every token runs, scaled by a sigmoid gate of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeSpec {
+    pub n_expert: usize,
+    pub n_used: usize,
+    /// Hidden width of one expert.
+    pub d_ff_exp: usize,
+    /// Rescale the picked probabilities to sum to one (Qwen 3 MoE's `norm_topk_prob`).
+    pub norm_topk: bool,
+    /// Hidden width of the shared expert, if the layers have one.
+    pub shared_ff: Option<usize>,
+}
+
+impl MoeSpec {
+    fn from_metadata(
+        md: &Metadata,
+        key: &dyn Fn(&str) -> String,
+        norm_topk: bool,
+        shared: bool,
+    ) -> Result<MoeSpec, ModelError> {
+        let n_expert = md.require_u32(&key("expert_count"))? as usize;
+        let n_used = md.require_u32(&key("expert_used_count"))? as usize;
+        let d_ff_exp = md.require_u32(&key("expert_feed_forward_length"))? as usize;
+        if n_expert == 0 || n_used == 0 || d_ff_exp == 0 {
+            return Err(ModelError::invalid(format!(
+                "{}, {} and {} must be positive",
+                key("expert_count"),
+                key("expert_used_count"),
+                key("expert_feed_forward_length")
+            )));
+        }
+        if n_used > n_expert {
+            return Err(ModelError::invalid(format!(
+                "{} = {n_used} exceeds {} = {n_expert}",
+                key("expert_used_count"),
+                key("expert_count")
+            )));
+        }
+        let shared_ff = if shared {
+            let k = key("expert_shared_feed_forward_length");
+            match md.require_u32(&k)? {
+                0 => return Err(ModelError::invalid(format!("{k} must be positive"))),
+                v => Some(v as usize),
+            }
+        } else {
+            None
+        };
+        Ok(MoeSpec {
+            n_expert,
+            n_used,
+            d_ff_exp,
+            norm_topk,
+            shared_ff,
+        })
+    }
+}
+
 /// Everything the forward pass needs to know about a model.
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
@@ -80,7 +149,10 @@ pub struct ModelConfig {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
+    /// Hidden width of the dense MLP (0 when every layer is a mixture of experts).
     pub d_ff: usize,
+    /// `Some` when every layer's FFN is a mixture of experts.
+    pub moe: Option<MoeSpec>,
     pub vocab_size: usize,
     /// The context length the model was trained for.
     pub context_length: usize,
@@ -115,7 +187,13 @@ impl ModelConfig {
         let key = |k: &str| format!("{arch_name}.{k}");
         let n_layers = md.require_u32(&key("block_count"))? as usize;
         let d_model = md.require_u32(&key("embedding_length"))? as usize;
-        let d_ff = md.require_u32(&key("feed_forward_length"))? as usize;
+        let d_ff = match arch {
+            // MoE files may carry the dense width of their source model; no layer uses it.
+            Arch::Qwen2Moe | Arch::Qwen3Moe => md
+                .get_u32(&key("feed_forward_length"))?
+                .map_or(0, |v| v as usize),
+            _ => md.require_u32(&key("feed_forward_length"))? as usize,
+        };
         let n_heads = md.require_u32(&key("attention.head_count"))? as usize;
         let n_kv_heads = md
             .get_u32(&key("attention.head_count_kv"))?
@@ -176,6 +254,7 @@ impl ModelConfig {
             n_kv_heads,
             head_dim,
             d_ff,
+            moe: None,
             vocab_size,
             context_length,
             rms_eps,
@@ -232,6 +311,14 @@ impl ModelConfig {
             Arch::Llama => self.rope_style = RopeStyle::Interleaved,
             Arch::Qwen2 => self.qkv_bias = true,
             Arch::Qwen3 => self.qk_norm = true,
+            Arch::Qwen3Moe => {
+                self.qk_norm = true;
+                self.moe = Some(MoeSpec::from_metadata(md, key, true, false)?);
+            }
+            Arch::Qwen2Moe => {
+                self.qkv_bias = true;
+                self.moe = Some(MoeSpec::from_metadata(md, key, false, true)?);
+            }
         }
         Ok(())
     }

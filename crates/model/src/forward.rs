@@ -25,7 +25,8 @@ use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::batch::{Batch, LogitsWanted};
 use crate::config::{Activation, ModelConfig, RopeStyle};
 use crate::kv::{KvLayout, KvPool, TileId};
-use crate::weights::{Matrix, ModelWeights};
+use crate::moe::{moe_ffn, MoeScratch};
+use crate::weights::{Ffn, Matrix, ModelWeights};
 use crate::ModelError;
 use kernels::{rms_norm_rows, rms_norm_rows_in_place};
 
@@ -45,6 +46,7 @@ struct Workspace {
     rope: Vec<Vec<(f32, f32)>>,
     picked: Vec<f32>,
     attn: Vec<Mutex<AttnScratch>>,
+    moe: MoeScratch,
     mm: MatmulScratch,
 }
 
@@ -256,38 +258,19 @@ impl Transformer {
         attend_all(&self.threads, kv, &chunks, heads, q, att, &mut ws.attn);
     }
 
-    /// Layer `li`'s MLP half on the normed residual in `ws.h`: gate and up in one parallel
-    /// region, the activation times up, the down projection, (post-norm) and the residual.
+    /// Layer `li`'s MLP half on the normed residual in `ws.h`: the FFN (dense or mixture of
+    /// experts) into `ws.o`, (post-norm) and the residual.
     fn mlp_block(&mut self, li: usize, rows: RowSplit) {
         let (cfg, lw, th, ws) = (&self.cfg, &self.w.layers[li], &self.threads, &mut self.ws);
-        let (n, d, ff, eps) = (rows.n, cfg.d_model, cfg.d_ff, cfg.rms_eps);
-        let gate = sized(&mut ws.gate, n * ff);
-        let up = sized(&mut ws.up, n * ff);
-        matmul_shared(
-            th,
-            [&lw.w_gate.weights(), &lw.w_up.weights()],
-            &ws.h[..n * d],
-            n,
-            [&mut *gate, &mut *up],
-            &mut ws.mm,
-        );
-        {
-            let (gr, up) = (rows.cut(gate, ff), &*up);
-            rows.run(th, &|r| {
-                let gate = gr.take_rows(&r);
-                let up = &up[r.start * ff..r.end * ff];
-                match cfg.activation {
-                    Activation::Silu => kernels::silu_mul(gate, up),
-                    Activation::GeluTanh => {
-                        // ggml's f16 table, as llama.cpp computes it.
-                        kernels::gelu_tanh(gate);
-                        kernels::mul(gate, up);
-                    }
-                }
-            });
+        let (n, d, eps) = (rows.n, cfg.d_model, cfg.rms_eps);
+        match &lw.ffn {
+            Ffn::Moe(mw) => {
+                let o = sized(&mut ws.o, n * d);
+                moe_ffn(th, mw, &ws.h[..n * d], n, o, &mut ws.moe, &mut ws.mm);
+            }
+            Ffn::Dense { gate, up, down } => dense_mlp(th, cfg, [gate, up, down], ws, rows),
         }
-        let o = sized(&mut ws.o, n * d);
-        mm(th, &lw.w_down, &ws.gate[..n * ff], n, o, &mut ws.mm);
+        let o = &mut ws.o[..n * d];
         let (or, xr) = (rows.cut(o, d), rows.cut(&mut ws.x[..n * d], d));
         rows.run(th, &|r| {
             let (o, x) = (or.take_rows(&r), xr.take_rows(&r));
@@ -333,6 +316,39 @@ impl Transformer {
             logits.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
         }
     }
+}
+
+/// The gated MLP of the `rows.n` rows of `ws.h` into `ws.o`: gate and up in one parallel
+/// region, the activation times up, then the down projection.
+fn dense_mlp(th: &Threads, cfg: &ModelConfig, w: [&Matrix; 3], ws: &mut Workspace, rows: RowSplit) {
+    let (n, d, ff) = (rows.n, cfg.d_model, cfg.d_ff);
+    let gate = sized(&mut ws.gate, n * ff);
+    let up = sized(&mut ws.up, n * ff);
+    matmul_shared(
+        th,
+        [&w[0].weights(), &w[1].weights()],
+        &ws.h[..n * d],
+        n,
+        [&mut *gate, &mut *up],
+        &mut ws.mm,
+    );
+    {
+        let (gr, up) = (rows.cut(gate, ff), &*up);
+        rows.run(th, &|r| {
+            let gate = gr.take_rows(&r);
+            let up = &up[r.start * ff..r.end * ff];
+            match cfg.activation {
+                Activation::Silu => kernels::silu_mul(gate, up),
+                Activation::GeluTanh => {
+                    // ggml's f16 table, as llama.cpp computes it.
+                    kernels::gelu_tanh(gate);
+                    kernels::mul(gate, up);
+                }
+            }
+        });
+    }
+    let o = sized(&mut ws.o, n * d);
+    mm(th, w[2], &ws.gate[..n * ff], n, o, &mut ws.mm);
 }
 
 fn mm(th: &Threads, w: &Matrix, x: &[f32], n: usize, out: &mut [f32], s: &mut MatmulScratch) {

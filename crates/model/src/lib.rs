@@ -11,6 +11,7 @@ pub mod eval;
 pub mod forward;
 pub mod kv;
 pub mod logits;
+pub mod moe;
 pub mod sampler;
 pub mod session;
 #[doc(hidden)]

@@ -25,8 +25,11 @@
 
 use gguf::{Array, GgmlType, GgufWriter};
 
-/// The architectures `tiny_model_gguf` can build.
+/// The dense architectures `tiny_model_gguf` can build (each has llama.cpp goldens).
 pub const TINY_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+
+/// The mixture-of-experts architectures `tiny_model_gguf` can build (no llama.cpp goldens yet).
+pub const TINY_MOE_ARCHS: &[&str] = &["qwen3moe", "qwen2moe"];
 
 /// The seed of the committed goldens (`tests/goldens/tiny/`). Chosen among the first few dozen
 /// so that in every architecture's 16-token greedy continuation the top two logits of each
@@ -81,6 +84,18 @@ struct TinySpec {
     qk_norm: bool,
     post_norms: bool,
     sliding_window: Option<u32>,
+    /// Every layer's FFN is a mixture of experts.
+    moe: Option<TinyMoe>,
+}
+
+/// A tiny mixture of experts: `expert_count`, `expert_used_count`, each expert's hidden width,
+/// and the shared expert's (Qwen 2 MoE).
+#[derive(Clone, Copy, Debug)]
+struct TinyMoe {
+    n_expert: usize,
+    n_used: usize,
+    ff: usize,
+    shared_ff: Option<usize>,
 }
 
 impl TinySpec {
@@ -102,6 +117,7 @@ impl TinySpec {
         qk_norm: false,
         post_norms: false,
         sliding_window: None,
+        moe: None,
     };
 
     fn for_arch(arch: &str) -> Option<TinySpec> {
@@ -127,6 +143,38 @@ impl TinySpec {
                 rms_eps: 1e-6,
                 rope_base: 1_000_000.0,
                 qk_norm: true,
+                ..b
+            },
+            // Qwen 3 attention; eight experts of width 32, two per token.
+            "qwen3moe" => TinySpec {
+                arch: "qwen3moe",
+                head_dim: 32,
+                key_length: true,
+                rms_eps: 1e-6,
+                rope_base: 1_000_000.0,
+                qk_norm: true,
+                moe: Some(TinyMoe {
+                    n_expert: 8,
+                    n_used: 2,
+                    ff: 32,
+                    shared_ff: None,
+                }),
+                ..b
+            },
+            // Qwen 2 attention (QKV bias, untied output); eight experts of width 32, two per
+            // token, and a shared expert of width 64.
+            "qwen2moe" => TinySpec {
+                arch: "qwen2moe",
+                rms_eps: 1e-6,
+                rope_base: 1_000_000.0,
+                qkv_bias: true,
+                untied_output: true,
+                moe: Some(TinyMoe {
+                    n_expert: 8,
+                    n_used: 2,
+                    ff: 32,
+                    shared_ff: Some(64),
+                }),
                 ..b
             },
             // Seven layers so the pattern of six (five sliding, one global) has its global layer
@@ -191,8 +239,9 @@ pub fn tiny_model_gguf(arch: &str, seed: u64) -> Vec<u8> {
     match tiny_model_writer(arch, seed) {
         Some(w) => w.write_to_vec(),
         None => panic!(
-            "no tiny model for {arch:?} (have: {})",
-            TINY_ARCHS.join(", ")
+            "no tiny model for {arch:?} (have: {}, {})",
+            TINY_ARCHS.join(", "),
+            TINY_MOE_ARCHS.join(", ")
         ),
     }
 }
@@ -236,6 +285,14 @@ fn write_hparams(w: &mut GgufWriter, s: &TinySpec) {
     if s.key_length {
         w.add_metadata(key("attention.key_length"), s.head_dim as u32);
         w.add_metadata(key("attention.value_length"), s.head_dim as u32);
+    }
+    if let Some(moe) = s.moe {
+        w.add_metadata(key("expert_count"), moe.n_expert as u32);
+        w.add_metadata(key("expert_used_count"), moe.n_used as u32);
+        w.add_metadata(key("expert_feed_forward_length"), moe.ff as u32);
+        if let Some(sff) = moe.shared_ff {
+            w.add_metadata(key("expert_shared_feed_forward_length"), sff as u32);
+        }
     }
     if let Some(window) = s.sliding_window {
         w.add_metadata(key("attention.sliding_window"), window);
@@ -294,6 +351,10 @@ fn write_weights(w: &mut GgufWriter, s: &TinySpec, rng: &mut SplitMix64) {
             add_f32(w, &n("post_attention_norm.weight"), &[d], post_norm(rng, d));
         }
         add_f32(w, &n("ffn_norm.weight"), &[d], norm(rng, d));
+        if let Some(moe) = s.moe {
+            write_experts(w, i, d, moe, rng);
+            continue;
+        }
         add_matrix(w, &n("ffn_gate.weight"), d, ff, rng);
         if i == 1 {
             let up = rng.fill(d * ff, 0.0, fan_in_scale(d));
@@ -310,6 +371,36 @@ fn write_weights(w: &mut GgufWriter, s: &TinySpec, rng: &mut SplitMix64) {
     if s.untied_output {
         let out = rng.fill(d * vocab, 0.0, EMBED_HALF_WIDTH);
         add_f32(w, "output.weight", &[d, vocab], out);
+    }
+}
+
+/// Layer `i`'s router and stacked experts (GGUF dims `[input, output, expert]`), then the
+/// shared expert if any; layer 1's up experts are F16, layer 2's down experts Q8_0 (the
+/// quantized path real MoE files take), the rest F32.
+fn write_experts(w: &mut GgufWriter, i: usize, d: usize, moe: TinyMoe, rng: &mut SplitMix64) {
+    let (n_expert, ff) = (moe.n_expert, moe.ff);
+    let n = |t: &str| format!("blk.{i}.{t}");
+    add_matrix(w, &n("ffn_gate_inp.weight"), d, n_expert, rng);
+    let gate = rng.fill(d * ff * n_expert, 0.0, fan_in_scale(d));
+    add_f32(w, &n("ffn_gate_exps.weight"), &[d, ff, n_expert], gate);
+    let up = rng.fill(d * ff * n_expert, 0.0, fan_in_scale(d));
+    if i == 1 {
+        add_f16(w, &n("ffn_up_exps.weight"), &[d, ff, n_expert], &up);
+    } else {
+        add_f32(w, &n("ffn_up_exps.weight"), &[d, ff, n_expert], up);
+    }
+    let down = rng.fill(ff * d * n_expert, 0.0, fan_in_scale(ff));
+    if i == 2 {
+        add_q8_0(w, &n("ffn_down_exps.weight"), &[ff, d, n_expert], &down);
+    } else {
+        add_f32(w, &n("ffn_down_exps.weight"), &[ff, d, n_expert], down);
+    }
+    if let Some(sff) = moe.shared_ff {
+        let gate_inp = rng.fill(d, 0.0, fan_in_scale(d));
+        add_f32(w, &n("ffn_gate_inp_shexp.weight"), &[d], gate_inp);
+        add_matrix(w, &n("ffn_gate_shexp.weight"), d, sff, rng);
+        add_matrix(w, &n("ffn_up_shexp.weight"), d, sff, rng);
+        add_matrix(w, &n("ffn_down_shexp.weight"), sff, d, rng);
     }
 }
 
@@ -352,6 +443,20 @@ fn add_f16(w: &mut GgufWriter, name: &str, dims: &[usize], values: &[f32]) {
     w.add_tensor(name, &dims_u64(dims), GgmlType::F16, bytes);
 }
 
+/// Q8_0: per 32 values, an f16 scale `max|x| / 127` and 32 signed bytes `round(x / scale)`.
+/// `values.len()` must be a multiple of 32.
+fn add_q8_0(w: &mut GgufWriter, name: &str, dims: &[usize], values: &[f32]) {
+    let mut bytes = Vec::with_capacity(values.len() / 32 * 34);
+    for block in values.chunks_exact(32) {
+        let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = amax / 127.0;
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        bytes.extend(half::f16::from_f32(scale).to_le_bytes());
+        bytes.extend(block.iter().map(|v| (v * inv).round() as i8 as u8));
+    }
+    w.add_tensor(name, &dims_u64(dims), GgmlType::Q8_0, bytes);
+}
+
 fn dims_u64(dims: &[usize]) -> Vec<u64> {
     dims.iter().map(|&x| x as u64).collect()
 }
@@ -362,7 +467,7 @@ mod tests {
 
     #[test]
     fn same_seed_gives_same_bytes_and_other_seed_differs() {
-        for arch in TINY_ARCHS {
+        for arch in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
             let a = tiny_model_gguf(arch, 7);
             assert_eq!(a, tiny_model_gguf(arch, 7), "{arch}");
             assert_ne!(a, tiny_model_gguf(arch, 8), "{arch}");
@@ -371,7 +476,7 @@ mod tests {
 
     #[test]
     fn tiny_files_parse_with_the_declared_vocab_and_layers() {
-        for arch in TINY_ARCHS {
+        for arch in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
             let bytes = tiny_model_gguf(arch, 1);
             let parsed = gguf::parse(&bytes).expect("tiny model must parse");
             let md = &parsed.metadata;

@@ -11,6 +11,7 @@ use gguf::{GgmlType, GgufFile};
 use kernels::{Layout, Weights};
 
 use crate::config::ModelConfig;
+use crate::moe::{Experts, MoeWeights, SharedExpert};
 use crate::ModelError;
 
 /// A matrix of `rows` output features by `cols` input features, in its GGUF block format.
@@ -67,10 +68,20 @@ pub struct LayerWeights {
     pub k_norm: Option<Vec<f32>>,
     pub post_attn_norm: Option<Vec<f32>>,
     pub ffn_norm: Vec<f32>,
-    pub w_gate: Matrix,
-    pub w_up: Matrix,
-    pub w_down: Matrix,
+    pub ffn: Ffn,
     pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// A layer's feed-forward network.
+pub enum Ffn {
+    /// One gated MLP: gate and up `[d_ff][d_model]`, down `[d_model][d_ff]`.
+    Dense {
+        gate: Matrix,
+        up: Matrix,
+        down: Matrix,
+    },
+    /// A router and its experts (boxed: far larger than a dense MLP's three views).
+    Moe(Box<MoeWeights>),
 }
 
 /// All weights of a model.
@@ -136,9 +147,32 @@ impl ModelWeights {
                     None
                 },
                 ffn_norm: need_vec("ffn_norm.weight", d)?,
-                w_gate: l.matrix(&n("ffn_gate.weight"), ff, d)?,
-                w_up: l.matrix(&n("ffn_up.weight"), ff, d)?,
-                w_down: l.matrix(&n("ffn_down.weight"), d, ff)?,
+                ffn: match cfg.moe {
+                    None => Ffn::Dense {
+                        gate: l.matrix(&n("ffn_gate.weight"), ff, d)?,
+                        up: l.matrix(&n("ffn_up.weight"), ff, d)?,
+                        down: l.matrix(&n("ffn_down.weight"), d, ff)?,
+                    },
+                    Some(spec) => {
+                        let (e, eff) = (spec.n_expert, spec.d_ff_exp);
+                        Ffn::Moe(Box::new(MoeWeights {
+                            spec,
+                            router: l.matrix(&n("ffn_gate_inp.weight"), e, d)?,
+                            gate: l.experts(&n("ffn_gate_exps.weight"), e, eff, d)?,
+                            up: l.experts(&n("ffn_up_exps.weight"), e, eff, d)?,
+                            down: l.experts(&n("ffn_down_exps.weight"), e, d, eff)?,
+                            shared: match spec.shared_ff {
+                                None => None,
+                                Some(sff) => Some(SharedExpert {
+                                    gate_inp: l.vector(&n("ffn_gate_inp_shexp.weight"), d)?,
+                                    gate: l.matrix(&n("ffn_gate_shexp.weight"), sff, d)?,
+                                    up: l.matrix(&n("ffn_up_shexp.weight"), sff, d)?,
+                                    down: l.matrix(&n("ffn_down_shexp.weight"), d, sff)?,
+                                }),
+                            },
+                        }))
+                    }
+                },
                 post_ffn_norm: if cfg.post_norms {
                     Some(need_vec("post_ffw_norm.weight", d)?)
                 } else {
@@ -181,16 +215,24 @@ impl ModelWeights {
         };
         one(&mut self.output);
         for l in &mut self.layers {
-            for m in [
-                &mut l.wq,
-                &mut l.wk,
-                &mut l.wv,
-                &mut l.wo,
-                &mut l.w_gate,
-                &mut l.w_up,
-                &mut l.w_down,
-            ] {
+            for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo] {
                 one(m);
+            }
+            match &mut l.ffn {
+                Ffn::Dense { gate, up, down } => {
+                    for m in [gate, up, down] {
+                        one(m);
+                    }
+                }
+                // Experts stay in the file's pages, read in place.
+                Ffn::Moe(m) => {
+                    one(&mut m.router);
+                    if let Some(sh) = &mut m.shared {
+                        for m in [&mut sh.gate, &mut sh.up, &mut sh.down] {
+                            one(m);
+                        }
+                    }
+                }
             }
         }
     }
@@ -231,6 +273,46 @@ impl Loader {
             problem: e.to_string(),
         })?;
         Ok(m)
+    }
+
+    /// `n_expert` matrices of `[rows][cols]` stacked in one tensor (GGUF dims
+    /// `[cols, rows, n_expert]`), each expert's rows contiguous; viewed in place.
+    fn experts(
+        &self,
+        name: &str,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Experts, ModelError> {
+        let t = self.file.require_tensor(name)?;
+        let dims = &t.info.dims;
+        let want = [cols as u64, rows as u64, n_expert as u64];
+        let bad = |problem: String| ModelError::BadTensor {
+            path: self.path(),
+            name: name.to_string(),
+            problem,
+        };
+        if dims.len() < 3 || dims[..3] != want || dims[3..].iter().any(|&x| x != 1) {
+            return Err(bad(format!(
+                "shape {dims:?}, expected {want:?} ([input, output, experts])"
+            )));
+        }
+        if !t.data.len().is_multiple_of(n_expert) {
+            return Err(bad(format!(
+                "{} bytes do not split into {n_expert} experts",
+                t.data.len()
+            )));
+        }
+        let per = t.data.len() / n_expert;
+        Weights::new(t.info.ggml_type, &t.data[..per], rows, cols)
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(Experts {
+            ty: t.info.ggml_type,
+            data: t.data,
+            n_expert,
+            rows,
+            cols,
+        })
     }
 
     /// An F32 (or other format, dequantized) vector of `len` values.

@@ -1,0 +1,242 @@
+//! The mixture-of-experts FFN (Qwen 3 MoE, Qwen 2 MoE), grouped by expert.
+//!
+//! Per token, a router matrix gives one logit per expert; their softmax is taken over all
+//! experts, the `n_used` largest probabilities pick the experts (ties to the lower index), and,
+//! with `norm_topk`, the picked probabilities are rescaled to sum to one. Each picked expert is
+//! a SwiGLU MLP; the token's output is the weighted sum of its experts' outputs, accumulated in
+//! the order the experts were picked (largest probability first), as llama.cpp sums them.
+//! Qwen 2 MoE then adds a shared SwiGLU expert, run by every token, scaled per token by
+//! `sigmoid(gate_inp_shexp · h)`.
+//!
+//! Design: the step's tokens are grouped by expert. For every expert with routed tokens, their
+//! normed rows are gathered and run through the same batched kernels as a dense layer (gate and
+//! up sharing their input's quantization, then down), so each expert's weights are read once
+//! per step however many tokens chose it. Results land in one slot per (token, pick) and are
+//! combined per token afterwards.
+//!
+//! Invariants:
+//! - Expert weights are never copied: `Experts` views the file's 3-D tensor, and expert `e` is
+//!   the byte range `e * per_expert .. (e + 1) * per_expert` (GGUF stores each expert's rows
+//!   contiguously), used row-major as it is in the file.
+//! - A token's output depends only on its own row: the kernels are batch-invariant, routing is
+//!   per row, and the combination order is fixed by the token's picks, so a sequence's logits
+//!   are the same alone or batched with others.
+
+use gguf::GgmlType;
+use kernels::{matmul, matmul_shared, Layout, MatmulScratch, Threads, Weights};
+
+use crate::config::MoeSpec;
+use crate::weights::Matrix;
+
+/// `n_expert` matrices of `[rows][cols]`, stacked in one tensor of the mapped file.
+#[derive(Clone, Copy, Debug)]
+pub struct Experts {
+    pub ty: GgmlType,
+    pub data: &'static [u8],
+    pub n_expert: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Experts {
+    /// Expert `e`'s matrix, a view of its bytes in the file. `e < n_expert`.
+    pub fn expert(&self, e: usize) -> Weights<'static> {
+        let per = self.data.len() / self.n_expert;
+        Weights {
+            ty: self.ty,
+            data: &self.data[e * per..(e + 1) * per],
+            rows: self.rows,
+            cols: self.cols,
+            layout: Layout::RowMajor,
+        }
+    }
+}
+
+/// One layer's router and experts.
+pub struct MoeWeights {
+    pub spec: MoeSpec,
+    /// `[n_expert][d_model]`: one logit per expert.
+    pub router: Matrix,
+    /// `[d_ff_exp][d_model]` per expert.
+    pub gate: Experts,
+    pub up: Experts,
+    /// `[d_model][d_ff_exp]` per expert.
+    pub down: Experts,
+    pub shared: Option<SharedExpert>,
+}
+
+/// Qwen 2 MoE's shared expert: a SwiGLU MLP every token runs, its output scaled by
+/// `sigmoid(gate_inp · h)`.
+pub struct SharedExpert {
+    /// `[d_model]`: the gate's logit is its dot with the token's row (GGUF stores it 1-D).
+    pub gate_inp: Vec<f32>,
+    pub gate: Matrix,
+    pub up: Matrix,
+    pub down: Matrix,
+}
+
+/// Buffers of the MoE FFN, reused across layers and steps; they only grow.
+#[derive(Default)]
+pub struct MoeScratch {
+    router_logits: Vec<f32>,
+    /// `(expert, weight)` per (token, pick), token-major.
+    picks: Vec<(usize, f32)>,
+    /// Per expert, the (token, pick) slots routed to it, in token order.
+    slots: Vec<Vec<usize>>,
+    xs: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    ys: Vec<f32>,
+    /// `[n * n_used][d_model]`: each pick's expert output.
+    slot_out: Vec<f32>,
+}
+
+fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// The MoE FFN of the `n` rows of `h` (`[n][d]`, already normed) into `out` (`[n][d]`).
+pub fn moe_ffn(
+    th: &Threads,
+    w: &MoeWeights,
+    h: &[f32],
+    n: usize,
+    out: &mut [f32],
+    s: &mut MoeScratch,
+    mm: &mut MatmulScratch,
+) {
+    let spec = &w.spec;
+    let (ne, k, d, ff) = (spec.n_expert, spec.n_used, w.down.rows, spec.d_ff_exp);
+    let logits = sized(&mut s.router_logits, n * ne);
+    matmul(th, &w.router.weights(), &h[..n * d], n, logits, mm);
+    s.picks.clear();
+    for row in logits.chunks_exact(ne) {
+        route(row, k, spec.norm_topk, &mut s.picks);
+    }
+    s.slots.resize_with(ne, Vec::new);
+    s.slots.iter_mut().for_each(Vec::clear);
+    for (slot, &(e, _)) in s.picks.iter().enumerate() {
+        s.slots[e].push(slot);
+    }
+    let slot_out = sized(&mut s.slot_out, n * k * d);
+    for (e, slots) in s.slots.iter().enumerate() {
+        let m = slots.len();
+        if m == 0 {
+            continue;
+        }
+        let xs = sized(&mut s.xs, m * d);
+        for (dst, &slot) in xs.chunks_exact_mut(d).zip(slots) {
+            let t = slot / k;
+            dst.copy_from_slice(&h[t * d..(t + 1) * d]);
+        }
+        let gate = sized(&mut s.gate, m * ff);
+        let up = sized(&mut s.up, m * ff);
+        let (wg, wu) = (w.gate.expert(e), w.up.expert(e));
+        matmul_shared(th, [&wg, &wu], xs, m, [&mut *gate, &mut *up], mm);
+        kernels::silu_mul(gate, up);
+        let ys = sized(&mut s.ys, m * d);
+        matmul(th, &w.down.expert(e), gate, m, ys, mm);
+        for (src, &slot) in ys.chunks_exact(d).zip(slots) {
+            slot_out[slot * d..(slot + 1) * d].copy_from_slice(src);
+        }
+    }
+    for (t, o) in out[..n * d].chunks_exact_mut(d).enumerate() {
+        for j in 0..k {
+            let slot = t * k + j;
+            let wt = s.picks[slot].1;
+            let y = &slot_out[slot * d..(slot + 1) * d];
+            if j == 0 {
+                o.iter_mut().zip(y).for_each(|(o, y)| *o = wt * y);
+            } else {
+                o.iter_mut().zip(y).for_each(|(o, y)| *o += wt * y);
+            }
+        }
+    }
+    if let Some(sh) = &w.shared {
+        shared_expert(th, sh, h, n, d, out, s, mm);
+    }
+}
+
+/// Adds the shared expert of the `n` rows of `h`, each scaled by its sigmoid gate, to `out`.
+#[allow(clippy::too_many_arguments)]
+fn shared_expert(
+    th: &Threads,
+    sh: &SharedExpert,
+    h: &[f32],
+    n: usize,
+    d: usize,
+    out: &mut [f32],
+    s: &mut MoeScratch,
+    mm: &mut MatmulScratch,
+) {
+    let ff = sh.gate.rows;
+    let gate = sized(&mut s.gate, n * ff);
+    let up = sized(&mut s.up, n * ff);
+    let (wg, wu) = (sh.gate.weights(), sh.up.weights());
+    matmul_shared(th, [&wg, &wu], &h[..n * d], n, [&mut *gate, &mut *up], mm);
+    kernels::silu_mul(gate, up);
+    let ys = sized(&mut s.ys, n * d);
+    matmul(th, &sh.down.weights(), gate, n, ys, mm);
+    for ((o, y), x) in out[..n * d]
+        .chunks_exact_mut(d)
+        .zip(ys.chunks_exact(d))
+        .zip(h.chunks_exact(d))
+    {
+        let g: f32 = x.iter().zip(&sh.gate_inp).map(|(a, b)| a * b).sum();
+        let scale = 1.0 / (1.0 + (-g).exp());
+        o.iter_mut().zip(y).for_each(|(o, y)| *o += scale * y);
+    }
+}
+
+/// Appends one token's `k` picks `(expert, weight)` to `picks`, largest probability first:
+/// softmax over all of `logits`, the top `k` (ties to the lower index), renormalised to sum to
+/// one when `norm`.
+pub fn route(logits: &[f32], k: usize, norm: bool, picks: &mut Vec<(usize, f32)>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps = logits.iter().map(|&l| (l - max).exp());
+    let sum: f32 = exps.clone().sum();
+    let first = picks.len();
+    for _ in 0..k {
+        let mut best: Option<(usize, f32)> = None;
+        for (e, p) in exps.clone().enumerate() {
+            let taken = picks[first..].iter().any(|&(pe, _)| pe == e);
+            if !taken && best.is_none_or(|(_, bp)| p > bp) {
+                best = Some((e, p));
+            }
+        }
+        if let Some((e, p)) = best {
+            picks.push((e, p / sum));
+        }
+    }
+    if norm {
+        let total: f32 = picks[first..].iter().map(|&(_, p)| p).sum();
+        if total > 0.0 {
+            picks[first..].iter_mut().for_each(|(_, p)| *p /= total);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_picks_the_largest_probabilities_first_and_renormalises() {
+        let mut picks = Vec::new();
+        route(&[0.0, 2.0, -1.0, 1.0], 2, true, &mut picks);
+        assert_eq!(picks.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 3]);
+        let (a, b) = (2.0f64.exp(), 1.0f64.exp());
+        assert!((picks[0].1 as f64 - a / (a + b)).abs() < 1e-6);
+        assert!((picks[1].1 as f64 - b / (a + b)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn route_without_norm_keeps_the_softmax_over_all_experts() {
+        let mut picks = Vec::new();
+        route(&[0.0, 0.0, 0.0, 0.0], 1, false, &mut picks);
+        assert_eq!(picks, [(0, 0.25)]);
+    }
+}
