@@ -208,9 +208,11 @@ for s in $SERVERS; do
     tessera) run tessera "$BIN" serve --model "$GGUF" --host 127.0.0.1 --port "$PORT" ;;
     tessera-slo) run tessera-slo "$BIN" serve --model "$GGUF" --host 127.0.0.1 --port "$PORT" \
         --slo-ttft-ms "$TTFT_MS" --slo-tpot-ms "$TPOT_MS" ;;
+    tessera-slo-1024) run tessera-slo-1024 "$BIN" serve --model "$GGUF" --host 127.0.0.1 \
+        --port "$PORT" --slo-ttft-ms "$TTFT_MS" --slo-tpot-ms "$TPOT_MS" --max-batch-tokens 1024 ;;
     llama-np*) llama "${s#llama-np}" ;;
     vllm) vllm ;;
-    *) echo "error: unknown server '$s' (tessera, tessera-slo, llama-npN, vllm)" >&2; exit 1 ;;
+    *) echo "error: unknown server '$s' (tessera, tessera-slo, tessera-slo-1024, llama-npN, vllm)" >&2; exit 1 ;;
   esac
 done
 
