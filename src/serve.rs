@@ -19,6 +19,13 @@ use server::telemetry::LogFormat;
 use server::{AppState, ServerConfig};
 use tokio::sync::watch;
 
+/// `--max-batch-tokens` by default: short steps, so streams wait little for their next token.
+const MAX_BATCH_TOKENS: usize = 128;
+/// `--max-batch-tokens` by default with a TPOT target, which then bounds each step: at 128 a
+/// prompt of several hundred tokens took several steps while the streams stayed far under the
+/// target (docs/GOODPUT.md).
+const MAX_BATCH_TOKENS_SLO: usize = 1024;
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// GGUF model file, or a known model's name (`tessera fetch-model --list`; fetched on first
@@ -52,8 +59,9 @@ pub struct ServeArgs {
     /// Most tokens (decode tokens plus prefill chunks) in one engine step; with chunked prefill a
     /// longer prompt is prefilled over several steps. A smaller value keeps steps shorter, so
     /// running streams wait less for their next token, and prompts take more steps to prefill.
-    #[arg(long, default_value_t = 128)]
-    max_batch_tokens: usize,
+    /// Default 128, or 1024 with --slo-tpot-ms (the TPOT target then bounds each step).
+    #[arg(long, value_name = "N")]
+    max_batch_tokens: Option<usize>,
     /// How many times as long as a decode-only step a step that carries prefill alongside
     /// running streams may take (a ratio). The prefill tokens of such steps are capped from
     /// measured step times, which bounds the streams' inter-token latency; a lower value evens
@@ -382,7 +390,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         tile_size: args.tile_size,
         kv_bytes,
         kv_dtype: args.kv_dtype,
-        max_batch_tokens: args.max_batch_tokens,
+        max_batch_tokens: args
+            .max_batch_tokens
+            .unwrap_or(if args.slo_tpot_ms.is_some() {
+                MAX_BATCH_TOKENS_SLO
+            } else {
+                MAX_BATCH_TOKENS
+            }),
         max_seqs: args.max_seqs,
         chunked_prefill: !args.no_chunked_prefill,
         prefix_caching: !args.no_prefix_cache,
