@@ -29,6 +29,7 @@ impl CpuRunner {
             n_tiles: pool.n_tiles(),
             vocab_size: model.config().vocab_size,
             context_length: model.config().context_length,
+            embedding: None,
         };
         Ok(CpuRunner {
             model,

@@ -22,13 +22,14 @@ use crate::admission::WaitSlot;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{EngineConfig, SpeculativeConfig};
 use crate::draft_model::DraftModel;
+use crate::embed::EmbedQueue;
 use crate::emit::RequestState;
 use crate::error::StartError;
 use crate::forks::Forks;
 use crate::kv_events::{KvEvent, KvEventSink, KvIndexSnapshot};
 use crate::ngram::NgramDrafter;
 use crate::request::{EngineError, Event, FinishReason, GenerateRequest, Timings, Usage};
-use crate::runner::{KvSpec, Runner};
+use crate::runner::{EmbedFacts, KvSpec, Runner};
 use crate::scheduler::{AddError, Scheduler, StepPlan};
 use crate::sequence::{SeqId, Sequence};
 use crate::slo::{SloTargets, Starvation};
@@ -142,6 +143,11 @@ pub struct Engine<R: Runner> {
     warming: bool,
     /// Where each step's prefix index changes go, when they are published.
     kv_events: Option<KvEventSink>,
+    /// What the runner embeds, when it is an embedding model (`embed`); it then generates
+    /// nothing.
+    pub(crate) embedding: Option<EmbedFacts>,
+    /// Embedding inputs waiting for a step.
+    pub(crate) embeds: EmbedQueue,
 }
 
 impl<R: Runner> Engine<R> {
@@ -210,6 +216,8 @@ impl<R: Runner> Engine<R> {
             tiers,
             warming: true,
             kv_events: cfg.kv_events.clone(),
+            embedding: facts.embedding,
+            embeds: EmbedQueue::default(),
         })
     }
 
@@ -248,6 +256,11 @@ impl<R: Runner> Engine<R> {
         self.vocab_size
     }
 
+    /// What the runner embeds, when the model is an embedding model.
+    pub fn embedding(&self) -> Option<EmbedFacts> {
+        self.embedding
+    }
+
     /// Fails every request with an internal error and frees its tiles.
     pub fn fail_all(&mut self, msg: &str) {
         self.forks.clear();
@@ -255,6 +268,7 @@ impl<R: Runner> Engine<R> {
         for id in ids {
             self.fail_one(id, msg);
         }
+        self.fail_embeds(EngineError::Internal(msg.to_string()));
     }
 
     /// Fails one request with an internal error naming it (a fault contained to it: the
@@ -275,7 +289,9 @@ impl<R: Runner> Engine<R> {
     }
 
     pub fn has_work(&self) -> bool {
-        !self.sched.is_idle() || self.tiers.as_ref().is_some_and(|t| t.parked() > 0)
+        !self.sched.is_idle()
+            || !self.embeds.is_empty()
+            || self.tiers.as_ref().is_some_and(|t| t.parked() > 0)
     }
 
     /// One slice of the runner's idle-time work (`Runner::idle`); true while some is left.
@@ -362,7 +378,7 @@ impl<R: Runner> Engine<R> {
         self.insert_state(id, req, events, arrival, slot);
     }
 
-    fn next_arrival(&mut self) -> u64 {
+    pub(crate) fn next_arrival(&mut self) -> u64 {
         self.arrivals += 1;
         self.arrivals
     }
@@ -422,6 +438,11 @@ impl<R: Runner> Engine<R> {
 
     fn check(&self, req: &GenerateRequest) -> Result<(), EngineError> {
         let bad = |m: String| Err(EngineError::InvalidRequest(m));
+        if self.embedding.is_some() {
+            return bad("this model computes embeddings and generates no text: use \
+                        /v1/embeddings (or /rerank on a reranker)"
+                .into());
+        }
         if req.prompt.is_empty() {
             return bad("the prompt is empty".into());
         }
@@ -453,6 +474,10 @@ impl<R: Runner> Engine<R> {
 
     /// Aborts a request (explicitly, or because its client went away).
     pub fn abort(&mut self, id: SeqId) {
+        if self.abort_embed(id) {
+            self.publish_counts();
+            return;
+        }
         self.finish(id, FinishReason::Abort);
     }
 
@@ -463,6 +488,7 @@ impl<R: Runner> Engine<R> {
             .iter()
             .filter(|(_, r)| r.events.is_closed())
             .map(|(&id, _)| id)
+            .chain(self.embeds.disconnected())
             .collect();
         for id in gone {
             self.abort(id);
@@ -512,6 +538,9 @@ impl<R: Runner> Engine<R> {
 
     /// Runs one step. Returns the number of tokens processed (0 when idle).
     pub fn step(&mut self) -> Result<usize, ModelError> {
+        if !self.embeds.is_empty() {
+            return self.embed_step();
+        }
         let cap = self.prefill_cap();
         self.sched.set_prefill_cap(cap);
         self.sched.set_deadline_clock(self.deadline_clock());
@@ -660,6 +689,7 @@ impl<R: Runner> Engine<R> {
         for id in ids {
             self.abort(id);
         }
+        self.fail_embeds(EngineError::Stopped);
     }
 
     pub(crate) fn publish_counts(&self) {
@@ -667,7 +697,7 @@ impl<R: Runner> Engine<R> {
         let st = &self.stats;
         st.running.store(self.sched.num_running() as u64, Relaxed);
         let parked = self.tiers.as_ref().map_or(0, |t| t.parked());
-        let waiting = self.sched.num_waiting() + self.forks.waiting() + parked;
+        let waiting = self.sched.num_waiting() + self.forks.waiting() + parked + self.embeds.len();
         st.waiting.store(waiting as u64, Relaxed);
         st.tiles_in_use.store(c.in_use as u64, Relaxed);
         st.tiles_cached.store(c.cached as u64, Relaxed);

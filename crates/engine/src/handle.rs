@@ -16,11 +16,12 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use crate::admission::{Admission, WaitSlot};
 use crate::config::EngineConfig;
 use crate::constraint::{CompiledConstraint, Constraint, GrammarStats, Grammars};
+use crate::embed::EmbedEvent;
 use crate::engine::{Engine, Member};
 use crate::error::StartError;
 use crate::kv_events::KvIndexSnapshot;
 use crate::request::{EngineError, Event, GenerateRequest};
-use crate::runner::{IntoRunner, Runner};
+use crate::runner::{EmbedFacts, IntoRunner, Runner};
 use crate::sequence::SeqId;
 use crate::stats::EngineStats;
 
@@ -31,11 +32,30 @@ enum Command {
     /// One request, or the choices of one prompt, computed once (see `Engine::submit_admitted`),
     /// with their places in the admission count.
     SubmitGroup(Vec<Member>, Vec<WaitSlot>),
+    /// The inputs of one embedding request, with its place in the admission count.
+    Embed(EmbedSubmission),
     Abort(SeqId),
     /// Read the prefix index (`Engine::kv_index`) between two steps.
     KvIndex(tokio::sync::oneshot::Sender<KvIndexSnapshot>),
     /// Stop accepting; finish in-flight work until the deadline, then abort the rest and exit.
     Shutdown(Instant),
+}
+
+/// One embedding request on its way to the engine thread.
+struct EmbedSubmission {
+    id: SeqId,
+    inputs: Vec<Vec<u32>>,
+    priority: i32,
+    events: UnboundedSender<EmbedEvent>,
+    slot: WaitSlot,
+}
+
+/// The events of one embedding request's inputs. Dropping it aborts the inputs still waiting.
+pub struct EmbedStream {
+    pub id: SeqId,
+    /// How many inputs the request has (one `EmbedEvent::Embedded` each, unless it fails).
+    pub inputs: usize,
+    pub events: UnboundedReceiver<EmbedEvent>,
 }
 
 /// Facts about the loaded model the server needs.
@@ -51,6 +71,8 @@ pub struct ModelInfo {
     pub tile_size: usize,
     /// Most sequences in one step (`EngineConfig::max_seqs`): the running batch's width.
     pub max_seqs: usize,
+    /// Set on an embedding model: what each input's row holds.
+    pub embedding: Option<EmbedFacts>,
 }
 
 /// The events of one request. Dropping it aborts the request.
@@ -118,6 +140,7 @@ impl EngineHandle {
                     kv_tiles: engine.scheduler().tile_counts().total,
                     tile_size: thread_cfg.tile_size,
                     max_seqs: thread_cfg.max_seqs,
+                    embedding: engine.embedding(),
                 };
                 if ready_tx.send(Ok((tokenizer, info))).is_err() {
                     return;
@@ -191,6 +214,32 @@ impl EngineHandle {
             .send(Command::SubmitGroup(members, slots))
             .map_err(|_| EngineError::Stopped)?;
         Ok(streams)
+    }
+
+    /// Queues the inputs of one embedding request (token ids each, whole: an input is never
+    /// split across steps); one place in the waiting line for all. Fails at once when the line
+    /// is full or the engine stopped; a refused input comes back as an `EmbedEvent::Error`.
+    pub fn embed(&self, inputs: Vec<Vec<u32>>, priority: i32) -> Result<EmbedStream, EngineError> {
+        let slot = self.reserve(1)?.pop().ok_or_else(|| {
+            EngineError::Internal("no admission slot for an embedding request".into())
+        })?;
+        let id = SeqId(self.next_id.fetch_add(1, Relaxed));
+        let (events, rx) = unbounded_channel();
+        let n = inputs.len();
+        self.tx
+            .send(Command::Embed(EmbedSubmission {
+                id,
+                inputs,
+                priority,
+                events,
+                slot,
+            }))
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(EmbedStream {
+            id,
+            inputs: n,
+            events: rx,
+        })
     }
 
     /// Places in the waiting line for `n` more requests (`admission`), all or none.
@@ -372,6 +421,13 @@ fn apply<R: Runner>(engine: &mut Engine<R>, cmd: Command, deadline: &mut Option<
                 }
             } else {
                 engine.submit_admitted(members, slots);
+            }
+        }
+        Command::Embed(e) => {
+            if deadline.is_some() {
+                let _ = e.events.send(EmbedEvent::Error(EngineError::Stopped));
+            } else {
+                engine.submit_embed(e.id, e.inputs, e.priority, e.events, Some(e.slot));
             }
         }
         Command::Abort(id) => engine.abort(id),

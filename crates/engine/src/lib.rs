@@ -17,6 +17,8 @@
 //! - `step_cost`: measured step costs, from which the prefill cap of decoding steps follows.
 //! - `slo`: latency targets (TTFT, TPOT): the prefill budget of a step from the streams' pace,
 //!   and first-token deadlines that order the prompts.
+//! - `embed`: embedding requests (whole inputs pooled into vectors or scores, no KV kept) on a
+//!   runner that embeds.
 //! - `admission` / `handle`: the waiting-line limit, the engine thread and the cloneable
 //!   `EngineHandle` the server talks to.
 
@@ -27,6 +29,7 @@ pub mod constraint;
 pub mod cpu_runner;
 pub mod draft_model;
 mod draw;
+pub mod embed;
 mod emit;
 pub mod engine;
 pub mod error;
@@ -52,13 +55,14 @@ pub mod tiles;
 pub use config::{DraftModelConfig, EngineConfig, SpeculativeConfig};
 pub use cpu_runner::CpuRunner;
 pub use draft_model::DraftModel;
+pub use embed::EmbedEvent;
 pub use engine::{Engine, Member};
 pub use error::{ConfigError, StartError};
-pub use handle::{EngineHandle, LoadError, ModelInfo, RequestStream};
+pub use handle::{EmbedStream, EngineHandle, LoadError, ModelInfo, RequestStream};
 pub use request::{
     EngineError, Event, FinishReason, GenerateRequest, Timings, TokenLogprob, Usage,
 };
-pub use runner::{kv_pool, IntoRunner, KvSpec, Runner, RunnerFacts};
+pub use runner::{kv_pool, EmbedBatch, EmbedFacts, IntoRunner, KvSpec, Runner, RunnerFacts};
 pub use sequence::SeqId;
 pub use slo::SloTargets;
 pub use speculate::{draft_len, Dist, Draft, DraftAsk, Drafter, Speculation};

@@ -24,6 +24,23 @@ pub struct RunnerFacts {
     pub n_tiles: usize,
     pub vocab_size: usize,
     pub context_length: usize,
+    /// Set when the runner computes embeddings (`Runner::embed`) instead of generating.
+    pub embedding: Option<EmbedFacts>,
+}
+
+/// What an embedding runner returns per input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbedFacts {
+    /// Floats per input: the pooled vector's size, or 1 on a reranker.
+    pub dim: usize,
+    /// A reranker: the one float is a relevance score (rank pooling), not a vector.
+    pub scores: bool,
+}
+
+/// Whole inputs to embed in one call (each computed apart from the others, keeping no KV).
+#[derive(Clone, Copy, Debug)]
+pub struct EmbedBatch<'a> {
+    pub inputs: &'a [&'a [u32]],
 }
 
 /// What the engine asks of a runner's KV storage (from `EngineConfig`).
@@ -54,6 +71,16 @@ pub trait Runner: Send + 'static {
     /// Overwrites tile `tile` with bytes `export_tile` produced; bytes of another layout,
     /// version or size are refused and leave the tile as it was.
     fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), ModelError>;
+
+    /// Appends the pooled row of each input of `batch` to `out` (`facts().embedding.dim`
+    /// floats each, in order): raw, neither truncated nor normalised. Only runners whose facts
+    /// say they embed implement it.
+    fn embed(&mut self, batch: &EmbedBatch, out: &mut Vec<f32>) -> Result<(), ModelError> {
+        let _ = (batch, out);
+        Err(ModelError::BadBatch(
+            "this runner computes no embeddings".into(),
+        ))
+    }
 
     /// One slice of idle-time work (faulting KV storage in); true while some is left.
     fn idle(&mut self) -> bool {

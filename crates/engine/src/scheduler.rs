@@ -249,6 +249,11 @@ impl Scheduler {
         self.cfg.max_batch_tokens.max(1)
     }
 
+    /// Sequences per step (`SchedulerConfig::max_seqs`, at least 1).
+    pub fn max_seqs(&self) -> usize {
+        self.cfg.max_seqs.max(1)
+    }
+
     /// Tokens a piece may still take: the step's budget, and for prefill pieces in a step that
     /// decodes, what is left of the prefill cap.
     fn budget_left(&self, plan: &StepPlan, decoding: bool) -> usize {

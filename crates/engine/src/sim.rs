@@ -110,6 +110,7 @@ impl IntoRunner for SimModel {
                 n_tiles,
                 vocab_size: self.vocab,
                 context_length: self.context,
+                embedding: None,
             },
             clock: self.clock,
             model: self.model,

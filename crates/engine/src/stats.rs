@@ -75,6 +75,8 @@ pub struct EngineStats {
     pub finished_length: AtomicU64,
     pub finished_abort: AtomicU64,
     pub steps: AtomicU64,
+    /// Embedding inputs computed.
+    pub embedded_inputs: AtomicU64,
     /// Drafts proposed (one per sequence and step that fed a draft), their tokens, and the
     /// drafted tokens accepted.
     pub spec_drafts: AtomicU64,
@@ -114,6 +116,7 @@ impl Default for EngineStats {
             finished_length: z(),
             finished_abort: z(),
             steps: z(),
+            embedded_inputs: z(),
             spec_drafts: z(),
             spec_draft_tokens: z(),
             spec_accepted_tokens: z(),

@@ -149,6 +149,7 @@ impl IntoRunner for FakeModel {
             n_tiles: kv.n_tiles(),
             vocab_size: self.vocab,
             context_length: self.context,
+            embedding: None,
         };
         Ok(FakeRunner {
             model: self,

@@ -31,6 +31,7 @@ use axum::Router;
 use crate::base::{ApiError, ErrorLabel};
 use crate::chat;
 use crate::completions;
+use crate::embeddings;
 use crate::responses;
 use crate::routes::{debug, misc, playground, worker};
 use crate::serving::observe;
@@ -124,11 +125,13 @@ impl Served {
 
     /// The OpenAI routes, each under `/v1` and at the root.
     fn openai_routes(&mut self) -> Router<AppState> {
-        let routes: [(&str, MethodRouter<AppState>); 8] = [
+        let routes: [(&str, MethodRouter<AppState>); 10] = [
             ("/completions", post(completions::handler::handle)),
             ("/chat/completions", post(chat::handler::handle)),
             ("/completions/render", post(completions::render::render)),
             ("/chat/completions/render", post(chat::render::render)),
+            ("/embeddings", post(embeddings::handler::embeddings)),
+            ("/rerank", post(embeddings::handler::rerank)),
             ("/models", get(misc::models)),
             ("/models/{id}", get(misc::model)),
             ("/responses", post(responses::handler::create)),

@@ -31,7 +31,7 @@ use utoipa::{OpenApi, ToSchema};
 use crate::base::ErrorBody;
 use crate::routes::{debug, misc, playground, worker};
 use crate::serving::state::{AppState, ServerConfig};
-use crate::{chat, completions, responses};
+use crate::{chat, completions, embeddings, responses};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -45,6 +45,8 @@ use crate::{chat, completions, responses};
         responses::handler::create,
         responses::handler::retrieve,
         responses::handler::delete,
+        embeddings::handler::embeddings,
+        embeddings::handler::rerank,
         misc::tokenize,
         misc::detokenize,
         misc::health,
@@ -129,14 +131,15 @@ pub fn document(cfg: &ServerConfig) -> Document {
     doc
 }
 
-/// The root aliases of the OpenAI and render routes, and the worker routes' `get_` names.
+/// The root aliases of the OpenAI, render and rerank routes, and the worker routes' `get_` names.
 fn add_aliases(doc: &mut Document) {
     let mut extra = Vec::new();
     for (path, item) in &doc.paths.paths {
         let openai = operations_of(item).any(|op| {
-            op.tags
-                .as_ref()
-                .is_some_and(|t| t.iter().any(|t| t == "openai" || t == "render"))
+            op.tags.as_ref().is_some_and(|t| {
+                t.iter()
+                    .any(|t| matches!(t.as_str(), "openai" | "render" | "rerank"))
+            })
         });
         if let (true, Some(root)) = (openai, path.strip_prefix("/v1")) {
             extra.push((root.to_string(), item.clone()));
