@@ -10,7 +10,8 @@
 //! 3. `serving`: the facade every endpoint calls (parse → validate → constrain → submit) and
 //!    its services: state, the shared checks, the chat template, tool calling, structured
 //!    output, the engine runs, SSE, per-request tracing.
-//! 4. The endpoint families, one folder each: `chat`, `completions`, `responses`; and
+//! 4. The endpoint families, one folder each: `chat`, `completions`, `responses`, `messages`
+//!    (Anthropic's Messages API); and
 //!    `routes`, the small routes (models, tokenize, health, metrics, worker, debug, playground).
 //! 5. `app`: the router wiring them with the guard, key check and CORS, the accept loop and the
 //!    OpenAPI document. The HTTP layer only ever sees a stream of events per request; the engine
@@ -31,6 +32,7 @@ pub mod app;
 pub mod base;
 pub mod chat;
 pub mod completions;
+pub mod messages;
 pub mod protocol;
 pub mod responses;
 pub mod routes;

@@ -346,7 +346,7 @@ const LAYERS: &[&[&str]] = &[
     &["base", "telemetry"],
     &["protocol"],
     &["serving"],
-    &["chat", "completions", "responses", "routes"],
+    &["chat", "completions", "messages", "responses", "routes"],
     &["app"],
 ];
 
