@@ -4,7 +4,9 @@ The shared server (the default model, started by run.sh with an API key) answers
 requests: the client sends its key as `x-api-key`, so every test here also checks that header.
 The tools round trip (tool_use, then a tool_result, then a text answer) runs on
 Qwen2.5-Coder-1.5B-Instruct, as in test_tools.py (the 0.5B model calls the tool again after
-every result). Everything is greedy (temperature 0), so replies are reproducible.
+every result). Everything is greedy (temperature 0), so replies are reproducible; the 2.x client
+has no sampling arguments (Anthropic's newer models take none), so `temperature` goes in
+`extra_body`, as the wire field it is.
 """
 
 import json
@@ -30,6 +32,7 @@ WEATHER = {
     },
 }
 ASK_PARIS = [{"role": "user", "content": "What is the weather like in Paris today?"}]
+GREEDY = {"temperature": 0}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +41,7 @@ def claude(base_url, api_key):
 
 
 def create(claude, model, **kw):
-    args = {"model": model, "max_tokens": 24, "temperature": 0, "messages": ASK, **kw}
+    args = {"model": model, "max_tokens": 24, "extra_body": GREEDY, "messages": ASK, **kw}
     return claude.messages.create(**args)
 
 
@@ -77,7 +80,7 @@ def test_create_gives_a_text_message_with_its_usage(claude, model):
 
 def test_the_stream_helpers_give_the_whole_reply(claude, model):
     whole = create(claude, model, system="You are terse.")
-    with claude.messages.stream(model=model, max_tokens=24, temperature=0, messages=ASK,
+    with claude.messages.stream(model=model, max_tokens=24, extra_body=GREEDY, messages=ASK,
                                 system=[{"type": "text", "text": "You are terse."}]) as s:
         streamed = "".join(s.text_stream)
         final = s.get_final_message()
@@ -88,15 +91,30 @@ def test_the_stream_helpers_give_the_whole_reply(claude, model):
         whole.usage.input_tokens + whole.usage.cache_read_input_tokens
 
 
-def test_the_event_sequence_is_anthropic_s(claude, model):
-    events = list(create(claude, model, stream=True))
-    kinds = [e.type for e in events]
+def test_the_event_sequence_is_anthropic_s(base_url, api_key, model):
+    # Raw, as the client hides `ping`: each frame is `event: <type>` and `data: {"type": <type>, ...}`.
+    payload = {"model": model, "max_tokens": 24, "temperature": 0, "messages": ASK, "stream": True}
+    req = urllib.request.Request(
+        f"{base_url}/v1/messages", data=json.dumps(payload).encode(),
+        headers={"Content-Type": "application/json", "x-api-key": api_key, "anthropic-version": "2023-06-01"},
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        frames = [f for f in r.read().decode().split("\n\n") if f.strip() and not f.startswith(":")]
+    events = []
+    for f in frames:
+        lines = dict(line.split(": ", 1) for line in f.splitlines())
+        data = json.loads(lines["data"])
+        assert data["type"] == lines["event"], f
+        events.append(data)
+    kinds = [e["type"] for e in events]
     assert kinds[:3] == ["message_start", "content_block_start", "ping"], kinds
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"], kinds
     assert set(kinds[3:-3]) == {"content_block_delta"}, kinds
-    assert events[0].message.content == [] and events[0].message.stop_reason is None
-    assert all(e.index == 0 and e.delta.type == "text_delta" for e in events[3:-3])
-    assert events[-2].delta.stop_reason in ("end_turn", "max_tokens")
+    assert events[0]["message"]["content"] == [] and events[0]["message"]["stop_reason"] is None
+    assert all(e["index"] == 0 and e["delta"]["type"] == "text_delta" for e in events[3:-3])
+    assert events[-2]["delta"]["stop_reason"] in ("end_turn", "max_tokens")
+    text = "".join(e["delta"]["text"] for e in events[3:-3])
+    assert text == text_of(create(anthropic.Anthropic(base_url=base_url, api_key=api_key or "none"), model))
 
 
 def test_max_tokens_ends_with_stop_reason_max_tokens(claude, model):
@@ -112,7 +130,7 @@ def test_a_stop_sequence_ends_the_reply_and_is_named(claude, model, stream):
     assert stop.strip(), free
     before = free[: free.find(stop)]
     if stream:
-        with claude.messages.stream(model=model, max_tokens=24, temperature=0, messages=ASK,
+        with claude.messages.stream(model=model, max_tokens=24, extra_body=GREEDY, messages=ASK,
                                     stop_sequences=[stop, "never-written"]) as s:
             m = s.get_final_message()
     else:
@@ -130,7 +148,7 @@ def test_count_tokens_counts_the_rendered_prompt(claude, model):
 
 def test_errors_have_anthropic_s_shape(claude, model, base_url, api_key):
     with pytest.raises(anthropic.BadRequestError) as e:
-        create(claude, model, top_p=2)
+        create(claude, model, extra_body={"top_p": 2})
     assert e.value.body["type"] == "error"
     assert e.value.body["error"]["type"] == "invalid_request_error"
     assert "top_p" in e.value.body["error"]["message"]
@@ -181,7 +199,7 @@ def qwen15(tmp_path_factory):
 
 
 def ask_tools(qwen, messages, **kw):
-    return qwen.client.messages.create(model=qwen.model, max_tokens=160, temperature=0, messages=messages,
+    return qwen.client.messages.create(model=qwen.model, max_tokens=160, extra_body=GREEDY, messages=messages,
                                        tools=[WEATHER], **kw)
 
 
@@ -211,7 +229,7 @@ def test_a_tools_round_trip_ends_in_a_text_answer(qwen15):
 
 def test_a_streamed_tool_use_reassembles_to_the_whole_one(qwen15):
     whole = ask_tools(qwen15, ASK_PARIS, tool_choice={"type": "any"})
-    with qwen15.client.messages.stream(model=qwen15.model, max_tokens=160, temperature=0, messages=ASK_PARIS, tools=[WEATHER],
+    with qwen15.client.messages.stream(model=qwen15.model, max_tokens=160, extra_body=GREEDY, messages=ASK_PARIS, tools=[WEATHER],
                                 tool_choice={"type": "any"}) as s:
         final = s.get_final_message()
     assert whole.stop_reason == final.stop_reason == "tool_use"

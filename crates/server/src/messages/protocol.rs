@@ -187,6 +187,12 @@ const MESSAGES_NO_OP: &[NoOp] = &[
         accepts: |v| v.get("type").is_some_and(|t| t == "disabled"),
         why: THINKING,
     },
+    // Top-level prompt caching: prefixes are cached without it.
+    NoOp {
+        key: "cache_control",
+        accepts: crate::protocol::fields::any,
+        why: "",
+    },
     NoOp {
         key: "mcp_servers",
         accepts: crate::protocol::fields::empty_list,
