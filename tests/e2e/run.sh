@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end tests: real clients (the official `openai` package, curl, prometheus_client's
-# parser, an OTLP receiver on opentelemetry-proto, headless Chromium driven by Playwright, a
-# ZeroMQ subscriber on pyzmq decoding KV events with msgspec, schemathesis fuzzing against
-# /openapi.json) against `tessera serve` on the default model.
+# End-to-end tests: real clients (the official `openai` and `anthropic` packages, curl,
+# prometheus_client's parser, an OTLP receiver on opentelemetry-proto, headless Chromium driven by
+# Playwright, a ZeroMQ subscriber on pyzmq decoding KV events with msgspec, schemathesis fuzzing
+# against /openapi.json) against `tessera serve` on the default model.
 #
 # Builds the release binary, installs what the tests need when it is missing (Debian's chromium
 # as root; the Python packages into .venv/, git-ignored), starts the server on a free port with
@@ -13,8 +13,9 @@
 #
 # Environment: TESSERA_BIN (skip the build and use this binary), TESSERA_MODEL (a GGUF file;
 # default: the default model, fetched on first use), CARGO_TARGET_DIR (honoured). The tool-calling
-# tests (test_tools.py) start servers of their own on qwen2.5-coder-0.5b-instruct-q4_k_m.gguf and
-# qwen2.5-coder-1.5b-instruct-q4_k_m.gguf from TESSERA_MODELS_DIR, and fail when they are missing.
+# tests (test_tools.py, test_anthropic.py's tools round trip) start servers of their own on
+# qwen2.5-coder-0.5b-instruct-q4_k_m.gguf and qwen2.5-coder-1.5b-instruct-q4_k_m.gguf from
+# TESSERA_MODELS_DIR, and fail when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
@@ -40,9 +41,9 @@ VENV="$ROOT/.venv"
 if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import openai, pytest, prometheus_client, playwright, opentelemetry.proto, zmq, msgspec, jsonschema, pydantic, schemathesis, openapi_spec_validator" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import openai, anthropic, pytest, prometheus_client, playwright, opentelemetry.proto, zmq, msgspec, jsonschema, pydantic, schemathesis, openapi_spec_validator" 2>/dev/null; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        openai pytest prometheus_client playwright opentelemetry-proto pyzmq msgspec jsonschema pydantic \
+        openai anthropic==2.17.0 pytest prometheus_client playwright opentelemetry-proto pyzmq msgspec jsonschema pydantic \
         schemathesis==4.32.5 openapi-spec-validator==0.9.0
 fi
 

@@ -346,7 +346,14 @@ const LAYERS: &[&[&str]] = &[
     &["base", "telemetry"],
     &["protocol"],
     &["serving"],
-    &["chat", "completions", "responses", "routes"],
+    &[
+        "chat",
+        "completions",
+        "embeddings",
+        "messages",
+        "responses",
+        "routes",
+    ],
     &["app"],
 ];
 

@@ -5,14 +5,25 @@
 
 use axum::http::{header, HeaderMap, Method};
 
-/// Whether `headers` carry `Authorization: Bearer <expected>`.
+/// Anthropic's key header.
+const X_API_KEY: &str = "x-api-key";
+
+/// Whether `headers` carry the key: `Authorization: Bearer <expected>` (OpenAI's clients) or
+/// `x-api-key: <expected>` (Anthropic's), on any route. Both are compared when both are sent.
 pub fn authorized(headers: &HeaderMap, expected: &str) -> bool {
-    let given = headers
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("");
-    bearer_matches(given.trim(), expected)
+    let x_api_key = headers
+        .get(X_API_KEY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // Both comparisons run whatever the first gives, so the time tells nothing more.
+    let a = bearer_matches(bearer.trim(), expected);
+    let b = bearer_matches(x_api_key.trim(), expected);
+    a | b
 }
 
 /// Whether a request with `method` can only be for a key-protected route. Every route that
@@ -40,6 +51,26 @@ pub fn bearer_matches(given: &str, expected: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_is_read_from_either_header() {
+        let mut h = HeaderMap::new();
+        assert!(!authorized(&h, "sk"));
+        h.insert("x-api-key", "sk".parse().expect("a header value"));
+        assert!(authorized(&h, "sk"));
+        h.insert("x-api-key", "other".parse().expect("a header value"));
+        assert!(!authorized(&h, "sk"));
+        h.insert(
+            header::AUTHORIZATION,
+            "Bearer sk".parse().expect("a header value"),
+        );
+        assert!(
+            authorized(&h, "sk"),
+            "a right bearer key with a wrong x-api-key"
+        );
+        h.remove("x-api-key");
+        assert!(authorized(&h, "sk"));
+    }
 
     #[test]
     fn equal_keys_match_and_any_difference_does_not() {

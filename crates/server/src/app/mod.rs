@@ -13,7 +13,10 @@
 //! gateway's polls of the worker routes (`worker`), which are keyed but not logged.
 //! `/openapi.json` (`openapi`) describes every route and is open like the probes. The OpenAI
 //! routes are served under `/v1` and at the root alike (as llama-server does), so clients
-//! configured with a bare base URL work.
+//! configured with a bare base URL work; Anthropic's (`/v1/messages`, and its `count_tokens`)
+//! under `/v1` only, as its clients call them, and their errors, whichever layer answers them,
+//! are re-rendered in Anthropic's shape (`anthropic_errors`). The key is read from
+//! `Authorization: Bearer` or Anthropic's `x-api-key` (`auth`) on every route.
 
 pub mod auth;
 pub mod cors;
@@ -28,10 +31,12 @@ use axum::response::Response;
 use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 
+use crate::base::context::{within, Context};
 use crate::base::{ApiError, ErrorLabel};
 use crate::chat;
 use crate::completions;
 use crate::embeddings;
+use crate::messages;
 use crate::responses;
 use crate::routes::{debug, misc, playground, worker};
 use crate::serving::observe;
@@ -50,6 +55,8 @@ pub(crate) fn build(state: AppState) -> (Router, Vec<String>) {
     let cfg = state.config();
     let mut served = Served::default();
     let api = served.openai_routes();
+    let api = served.add(api, MESSAGES, post(messages::handler::create));
+    let api = served.add(api, COUNT_TOKENS, post(messages::handler::count_tokens));
     let api = served.add(api, "/tokenize", post(misc::tokenize));
     let mut api = served.add(api, "/detokenize", post(misc::detokenize));
     if cfg.debug_kv_index {
@@ -85,6 +92,7 @@ pub(crate) fn build(state: AppState) -> (Router, Vec<String>) {
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(cfg.body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), guard::layer))
+        .layer(middleware::from_fn(anthropic_errors))
         .layer(middleware::from_fn_with_state(state.clone(), count_errors))
         .with_state(state.clone());
     let app = match cors::layer(&state.config().allowed_origins) {
@@ -190,7 +198,8 @@ async fn refuse_while_draining(
     next.run(req).await
 }
 
-/// 401 unless the request carries `Authorization: Bearer <key>` (when a key is set).
+/// 401 unless the request carries the key (`Authorization: Bearer <key>` or
+/// `x-api-key: <key>`), when one is set.
 async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(key) = &state.config().api_key {
         if !authorized(req.headers(), key) {
@@ -198,6 +207,36 @@ async fn require_key(State(state): State<AppState>, req: Request, next: Next) ->
         }
     }
     next.run(req).await
+}
+
+/// Anthropic's Messages API routes.
+const MESSAGES: &str = "/v1/messages";
+const COUNT_TOKENS: &str = "/v1/messages/count_tokens";
+
+/// On the Messages API's routes, every error in Anthropic's shape and status, whichever layer
+/// answered it (the key check, the guard's limits and deadline, the draining refusal, the
+/// handler): its response carries the `ApiError`, re-rendered here with the other headers kept.
+async fn anthropic_errors(req: Request, next: Next) -> Response {
+    let anthropic = matches!(req.uri().path(), MESSAGES | COUNT_TOKENS);
+    let resp = next.run(req).await;
+    if !anthropic {
+        return resp;
+    }
+    let Some(e) = resp.extensions().get::<ApiError>().cloned() else {
+        return resp;
+    };
+    // Outside the guard: the request's id (which the body names) is read back from the header.
+    let id = resp.headers().get(&guard::REQUEST_ID);
+    let ctx = id
+        .and_then(|v| v.to_str().ok())
+        .map(|id| Context::new(id.into(), None));
+    let mut out = within(ctx, async { e.anthropic_response() }).await;
+    for (name, value) in resp.headers() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
 }
 
 /// Counts error responses by the label `ApiError` attached.

@@ -6,8 +6,9 @@
 //! serialize (each endpoint folder's `protocol`, `protocol::{request, response, logprobs}`,
 //! `responses::wire`, the worker and render routes); each endpoint declares its request body
 //! (`protocol::schema::request_body!`). What every route shares is added here, from the server's
-//! configuration: the root aliases of the OpenAI routes, the OpenAI error body under each status
-//! a route can answer with, the bearer key where the router asks for it, the route that exists
+//! configuration: the root aliases of the OpenAI routes, the OpenAI error body (Anthropic's on
+//! the Messages API) under each status a route can answer with, the key (bearer or `x-api-key`)
+//! where the router asks for it, the route that exists
 //! only with `debug_kv_index`, and the configured maxima (`n`, log-probs, the `max_tokens`
 //! cap).
 //!
@@ -24,14 +25,16 @@ use serde_json::json;
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::path::{Operation, PathItem};
 use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::security::{
+    ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+};
 use utoipa::openapi::{Content, OpenApi as Document, Ref, RefOr, ResponseBuilder};
 use utoipa::{OpenApi, ToSchema};
 
-use crate::base::ErrorBody;
+use crate::base::{AnthropicErrorBody, ErrorBody};
 use crate::routes::{debug, misc, playground, worker};
 use crate::serving::state::{AppState, ServerConfig};
-use crate::{chat, completions, embeddings, responses};
+use crate::{chat, completions, embeddings, messages, responses};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -47,6 +50,8 @@ use crate::{chat, completions, embeddings, responses};
         responses::handler::delete,
         embeddings::handler::embeddings,
         embeddings::handler::rerank,
+        messages::handler::create,
+        messages::handler::count_tokens,
         misc::tokenize,
         misc::detokenize,
         misc::health,
@@ -59,7 +64,7 @@ use crate::{chat, completions, embeddings, responses};
         playground::page,
         spec,
     ),
-    components(schemas(ErrorBody))
+    components(schemas(ErrorBody, AnthropicErrorBody))
 )]
 struct ApiDoc;
 
@@ -86,7 +91,8 @@ pub fn document(cfg: &ServerConfig) -> Document {
     doc.info.title = "Tessera".into();
     doc.info.description = Some(
         "An OpenAI-compatible LLM inference server (completions, chat completions, responses), \
-         with vLLM's tokenizer and render routes and SGLang's worker routes."
+         with Anthropic's Messages API, vLLM's tokenizer and render routes and SGLang's worker \
+         routes."
             .into(),
     );
     if !cfg.debug_kv_index {
@@ -96,9 +102,10 @@ pub fn document(cfg: &ServerConfig) -> Document {
     let key = cfg.api_key.is_some();
     if key {
         let bearer = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build();
-        doc.components
-            .get_or_insert_with(Default::default)
-            .add_security_scheme("bearer", SecurityScheme::Http(bearer));
+        let x_api_key = SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("x-api-key")));
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(bearer));
+        components.add_security_scheme("x_api_key", x_api_key);
     }
     for (path, item) in doc.paths.paths.iter_mut() {
         let open = !super::needs_key(path, cfg);
@@ -110,7 +117,11 @@ pub fn document(cfg: &ServerConfig) -> Document {
                 op.security = Some(if open {
                     Vec::new()
                 } else {
-                    vec![SecurityRequirement::new("bearer", Vec::<String>::new())]
+                    // Either header carries the key.
+                    vec![
+                        SecurityRequirement::new("bearer", Vec::<String>::new()),
+                        SecurityRequirement::new("x_api_key", Vec::<String>::new()),
+                    ]
                 });
             }
         }
@@ -201,7 +212,8 @@ fn operations_of(item: &PathItem) -> impl Iterator<Item = &Operation> {
 /// 400 for a body or parameter it rejects, 401 without the key, 404 for an unknown model or
 /// stored response, 408 / 413 for a body too slow or too large, 429 when the waiting line is
 /// full, 500 for a contained fault, 503 while the model loads or the server drains, 504 past
-/// the request deadline.
+/// the request deadline. Anthropic's routes answer with Anthropic's error body, and with 529
+/// (its `overloaded_error`) where the others answer 429.
 fn add_errors(op: &mut Operation, path: &str, cfg: &ServerConfig, keyed: bool) {
     let body = op.request_body.is_some();
     let params = op.parameters.as_ref().is_some_and(|p| !p.is_empty());
@@ -211,6 +223,13 @@ fn add_errors(op: &mut Operation, path: &str, cfg: &ServerConfig, keyed: bool) {
             .as_ref()
             .is_some_and(|t| t.iter().any(|t| t == "openai"));
     let needs_model = !matches!(path, "/" | "/openapi.json" | "/version" | "/metrics");
+    let anthropic = is_anthropic(op);
+    let generates = generates || (anthropic && path == "/v1/messages");
+    let (full, body_name) = if anthropic {
+        ("529", AnthropicErrorBody::name())
+    } else {
+        ("429", ErrorBody::name())
+    };
     let statuses: [(bool, &str, &str); 9] = [
         (
             body || params,
@@ -227,7 +246,7 @@ fn add_errors(op: &mut Operation, path: &str, cfg: &ServerConfig, keyed: bool) {
         (body, "413", "The body exceeds the server's limit"),
         (
             generates,
-            "429",
+            full,
             "The waiting line is full (see `Retry-After`)",
         ),
         (
@@ -250,7 +269,7 @@ fn add_errors(op: &mut Operation, path: &str, cfg: &ServerConfig, keyed: bool) {
         if !applies || op.responses.responses.contains_key(status) {
             continue;
         }
-        let content = Content::new(Some(Ref::from_schema_name(ErrorBody::name())));
+        let content = Content::new(Some(Ref::from_schema_name(body_name.clone())));
         let response = ResponseBuilder::new()
             .description(description)
             .content("application/json", content)
@@ -259,6 +278,13 @@ fn add_errors(op: &mut Operation, path: &str, cfg: &ServerConfig, keyed: bool) {
             .responses
             .insert(status.to_string(), RefOr::T(response));
     }
+}
+
+/// Whether `op` is one of Anthropic's routes (its errors are in Anthropic's shape).
+fn is_anthropic(op: &Operation) -> bool {
+    op.tags
+        .as_ref()
+        .is_some_and(|t| t.iter().any(|t| t == "anthropic"))
 }
 
 /// The `text/event-stream` content of a 200: the handlers name the type of one chunk (or
@@ -276,9 +302,9 @@ fn wrap_event_streams(op: &mut Operation, path: &str) {
     let Some(chunk) = content.schema.take() else {
         return;
     };
-    let responses = path.ends_with("/responses");
     // Completions and chat tell a failure after the 200 with an error body; the Responses API
-    // with its own events (`response.failed`, `error`).
+    // and the Messages API with their own events (`response.failed`, `error`).
+    let responses = path.ends_with("/responses") || path == "/v1/messages";
     let frames = if responses {
         json!([chunk])
     } else {
@@ -306,7 +332,7 @@ fn wrap_event_streams(op: &mut Operation, path: &str) {
     let event = ObjectBuilder::new()
         .schema_type(Type::String)
         .description(Some(
-            "The event name: `message`, or the Responses event's `type`",
+            "The event name: `message`, or the Responses or Messages event's `type`",
         ));
     let event = ObjectBuilder::new()
         .property("data", data)

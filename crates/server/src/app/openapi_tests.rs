@@ -11,6 +11,9 @@ use super::super::build;
 use super::*;
 use crate::chat::{ChatCompletionBody, ChatRequest};
 use crate::completions::{CompletionBody, CompletionRequest};
+use crate::messages::protocol::{
+    CountTokensBody, CountTokensRequest, MessagesBody, MessagesRequest, MESSAGES,
+};
 use crate::responses::request::{ResponsesBody, ResponsesRequest};
 use crate::routes::protocol::{DetokenizeBody, DetokenizeRequest, TokenizeBody, TokenizeRequest};
 
@@ -111,9 +114,13 @@ fn the_document_is_openapi_3_1_with_unique_ids_resolving_refs_and_error_bodies()
             assert!(ids.insert(id.to_string()), "duplicate operationId {id}");
             let responses = op["responses"].as_object().expect("responses");
             assert!(responses.contains_key("200"), "{method} {path}: no 200");
+            let body = if path.starts_with("/v1/messages") {
+                "#/components/schemas/AnthropicErrorBody"
+            } else {
+                "#/components/schemas/ErrorBody"
+            };
             assert_eq!(
-                responses["500"]["content"]["application/json"]["schema"]["$ref"],
-                "#/components/schemas/ErrorBody",
+                responses["500"]["content"]["application/json"]["schema"]["$ref"], body,
                 "{method} {path}"
             );
             if op.get("requestBody").is_some() {
@@ -263,6 +270,22 @@ fn every_request_example_parses_and_passes_the_field_check_of_its_route() {
         crate::responses::request::RESPONSES,
         struct_fields::<ResponsesRequest>(),
     );
+    for e in MessagesBody::EXAMPLES {
+        crate::base::parse_body::<MessagesRequest>(e.as_bytes()).expect(e);
+    }
+    one(
+        MessagesBody::EXAMPLES,
+        MESSAGES,
+        struct_fields::<MessagesRequest>(),
+    );
+    for e in CountTokensBody::EXAMPLES {
+        crate::base::parse_body::<CountTokensRequest>(e.as_bytes()).expect(e);
+    }
+    one(
+        CountTokensBody::EXAMPLES,
+        MESSAGES,
+        struct_fields::<CountTokensRequest>(),
+    );
     one(
         TokenizeBody::EXAMPLES,
         crate::routes::protocol::TOKENIZE,
@@ -278,6 +301,84 @@ fn every_request_example_parses_and_passes_the_field_check_of_its_route() {
     assert_eq!(
         chat.as_array().map(Vec::len),
         Some(ChatCompletionBody::EXAMPLES.len())
+    );
+}
+
+#[test]
+fn the_messages_routes_document_anthropic_s_errors_and_both_key_headers() {
+    let cfg = ServerConfig {
+        api_key: Some("k".into()),
+        ..ServerConfig::default()
+    };
+    let doc = json(&cfg);
+    let schemes = &doc["components"]["securitySchemes"];
+    assert_eq!(schemes["x_api_key"]["in"], "header");
+    assert_eq!(schemes["x_api_key"]["name"], "x-api-key");
+    let create = &doc["paths"]["/v1/messages"]["post"];
+    assert_eq!(create["security"][1]["x_api_key"], serde_json::json!([]));
+    let error = |op: &Value, status: &str| {
+        op["responses"][status]["content"]["application/json"]["schema"]["$ref"].clone()
+    };
+    let anthropic = "#/components/schemas/AnthropicErrorBody";
+    for status in ["400", "401", "404", "529"] {
+        assert_eq!(error(create, status), anthropic, "{status}");
+    }
+    assert!(create["responses"].get("429").is_none());
+    let count = &doc["paths"]["/v1/messages/count_tokens"]["post"];
+    assert_eq!(error(count, "400"), anthropic);
+    assert!(count["responses"].get("529").is_none(), "it does not queue");
+    let chat = &doc["paths"]["/v1/chat/completions"]["post"];
+    assert_eq!(error(chat, "400"), "#/components/schemas/ErrorBody");
+    assert!(doc["paths"].get("/messages").is_none(), "under /v1 only");
+    let events = &create["responses"]["200"]["content"]["text/event-stream"]["schema"];
+    assert!(
+        events["properties"]["data"]["contentSchema"].is_object(),
+        "{events}"
+    );
+}
+
+#[tokio::test]
+async fn errors_on_the_messages_routes_have_anthropic_s_shape() {
+    let cfg = ServerConfig {
+        api_key: Some("k".into()),
+        ..ServerConfig::default()
+    };
+    let app = build(AppState::new(cfg)).0;
+    let call = |path: &str, key: Option<(&'static str, &'static str)>| {
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some((name, value)) = key {
+            req = req.header(name, value);
+        }
+        let req = req.body(Body::from("{}")).expect("a request");
+        let app = app.clone();
+        async move {
+            let resp = app.oneshot(req).await.expect("a response");
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .expect("a body");
+            let body: Value = serde_json::from_slice(&bytes).expect("JSON");
+            (status, body)
+        }
+    };
+    let (status, body) = call("/v1/messages", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "authentication_error");
+    assert!(body["request_id"].is_string(), "{body}");
+    let (status, body) = call("/v1/messages/count_tokens", Some(("x-api-key", "k"))).await;
+    // The key passed; no model is loaded in this state.
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["error"]["type"], "overloaded_error");
+    let (status, body) = call("/v1/chat/completions", Some(("x-api-key", "wrong"))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(body["error"]["type"], "authentication_error");
+    assert!(
+        body.get("type").is_none(),
+        "OpenAI's shape elsewhere: {body}"
     );
 }
 

@@ -2,8 +2,11 @@
 //!
 //! Every failure a handler can meet becomes an `ApiError`, and this file alone decides its HTTP
 //! status, its OpenAI-style body `{"error": {"message", "type", "param", "code"}}` and the label
-//! it is counted under in `tessera_request_errors_total`. Internal details are logged, never sent:
-//! a client sees "internal error" and the log has the cause.
+//! it is counted under in `tessera_request_errors_total`, and on the Messages API its Anthropic
+//! body `{"type": "error", "error": {"type", "message"}}` and status (the response of an error
+//! carries the error itself, so the app's layer for those routes re-renders it, whichever layer
+//! it came from). Internal details are logged, never sent: a client sees "internal error" and
+//! the log has the cause.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -139,6 +142,55 @@ impl ApiError {
         }
     }
 
+    /// Anthropic's error `type` and status on the Messages API: its own names, and 529 for a
+    /// full waiting line (Anthropic's `overloaded_error`; its SDK retries it like a 429).
+    pub fn anthropic(&self) -> (StatusCode, &'static str) {
+        let status = self.status();
+        let kind = match self {
+            ApiError::BadRequest { .. } => "invalid_request_error",
+            ApiError::Unauthorized => "authentication_error",
+            ApiError::NotFound(_) | ApiError::Missing { .. } => "not_found_error",
+            ApiError::PayloadTooLarge { .. } => "request_too_large",
+            ApiError::Overloaded(_) => {
+                return (OVERLOADED, "overloaded_error");
+            }
+            ApiError::NotReady | ApiError::ShuttingDown => "overloaded_error",
+            ApiError::BodyTimeout { .. } | ApiError::Timeout { .. } => "timeout_error",
+            ApiError::Internal(_) => "api_error",
+        };
+        (status, kind)
+    }
+
+    /// Anthropic's error body, `{"type": "error", "error": {"type", "message"}}` (the field a
+    /// 400 blames is named in the message), with the request id when one is in scope.
+    pub fn anthropic_body(&self) -> AnthropicErrorBody {
+        let mut message = self.body().error.message;
+        if let ApiError::BadRequest { param: Some(p), .. } = self {
+            if !message.contains(p.as_str()) {
+                message = format!("{p}: {message}");
+            }
+        }
+        AnthropicErrorBody {
+            kind: "error",
+            error: AnthropicError {
+                kind: self.anthropic().1,
+                message,
+            },
+            request_id: super::context::request_id().map(|id| id.to_string()),
+        }
+    }
+
+    /// The response of this error on the Messages API.
+    pub fn anthropic_response(&self) -> Response {
+        let mut resp = (self.anthropic().0, axum::Json(self.anthropic_body())).into_response();
+        if matches!(self, ApiError::Overloaded(_)) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp.extensions_mut().insert(ErrorLabel(self.label()));
+        resp
+    }
+
     /// The body sent to the client.
     pub fn body(&self) -> ErrorBody {
         let (param, code) = match self {
@@ -179,6 +231,34 @@ pub struct ErrorDetail {
     pub code: Option<&'static str>,
 }
 
+/// Anthropic's status for `overloaded_error`.
+const OVERLOADED: StatusCode = match StatusCode::from_u16(529) {
+    Ok(s) => s,
+    Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+};
+
+/// Anthropic's error body, `{"type": "error", "error": {"type", "message"}, "request_id"}`;
+/// also the data of an `error` event when a Messages stream fails.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnthropicErrorBody {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub error: AnthropicError,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// The inside of Anthropic's error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnthropicError {
+    /// `invalid_request_error`, `authentication_error`, `not_found_error`,
+    /// `request_too_large`, `overloaded_error`, `timeout_error` or `api_error`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub message: String,
+}
+
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         match e {
@@ -206,6 +286,8 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         resp.extensions_mut().insert(ErrorLabel(self.label()));
+        // For the layer that answers the Messages API's routes in Anthropic's shape.
+        resp.extensions_mut().insert(self);
         resp
     }
 }
@@ -229,6 +311,39 @@ mod tests {
         assert_eq!(body["error"]["param"], "top_p");
         assert_eq!(body["error"]["type"], "invalid_request_error");
         assert!(body["error"]["code"].is_null());
+    }
+
+    #[test]
+    fn anthropic_bodies_name_the_type_and_the_field() {
+        let e = ApiError::invalid("max_tokens", "max_tokens is required");
+        let body = serde_json::to_value(e.anthropic_body()).expect("serializes");
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(body["error"]["message"], "max_tokens is required");
+        let e = ApiError::invalid("top_p", "must be in (0, 1]");
+        let body = serde_json::to_value(e.anthropic_body()).expect("serializes");
+        assert_eq!(body["error"]["message"], "top_p: must be in (0, 1]");
+        assert_eq!(
+            ApiError::Unauthorized.anthropic(),
+            (StatusCode::UNAUTHORIZED, "authentication_error")
+        );
+        assert_eq!(
+            ApiError::Overloaded("full".into()).anthropic().0.as_u16(),
+            529
+        );
+        let missing = ApiError::Missing {
+            message: "no model".into(),
+            param: None,
+            code: None,
+        };
+        assert_eq!(
+            missing.anthropic(),
+            (StatusCode::NOT_FOUND, "not_found_error")
+        );
+        let e = ApiError::Internal("secret".into());
+        assert_eq!(e.anthropic().1, "api_error");
+        let text = serde_json::to_string(&e.anthropic_body()).expect("serializes");
+        assert!(!text.contains("secret"));
     }
 
     #[test]

@@ -11,5 +11,7 @@ pub mod error;
 pub mod ids;
 
 pub use body::{body_bytes, param, parse_body};
-pub use error::{ApiError, ErrorBody, ErrorLabel, ERROR_LABELS};
+pub use error::{
+    AnthropicError, AnthropicErrorBody, ApiError, ErrorBody, ErrorLabel, ERROR_LABELS,
+};
 pub use ids::{new_id, unix_now};

@@ -1,0 +1,262 @@
+//! Streaming a reply as the Messages API's events.
+//!
+//! The order: `message_start` (the message, no content, its usage counting the whole prompt as
+//! input until the end tells how much came from the cache), then per content block
+//! (`reply::Blocks` says when one opens and closes) `content_block_start`, its deltas
+//! (`text_delta` for text, as the text arrives; one `input_json_delta` with the whole input for
+//! a tool_use, sent once the call is whole) and `content_block_stop`, with one `ping` after the
+//! first block opens; then `message_delta` (the stop reason, the stop sequence and the final
+//! usage) and `message_stop`. A failure after the 200 went out (the engine, the request's
+//! deadline, a panic while making an event) is an `error` event, the last. With tools the reply
+//! goes through the same `tools::ChoiceReader` as chat (text that may open a call is held
+//! back). Dropping the body (a client gone) drops the engine receiver, which aborts the
+//! request.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use engine::{Event, FinishReason};
+use futures_util::stream::{self, Stream};
+use futures_util::FutureExt;
+use tokenizer::Tokenizer;
+
+use crate::base::ApiError;
+use crate::serving::run::Tagged;
+use crate::serving::tools::{ChoiceReader, Out};
+
+use super::protocol::{ContentBlock, Usage};
+use super::reply::{matched_stop, stop_reason, Blocks, Change};
+use super::validate::Prepared;
+use super::wire::{BlockDelta, MessageDelta, StreamEvent};
+
+struct Driver {
+    events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
+    prep: Prepared,
+    tok: Tokenizer,
+    blocks: Blocks,
+    /// With tools: the reader that splits the reply into text and calls.
+    reader: Option<ChoiceReader>,
+    /// The generated token ids and the text sent for them (to tell the stop sequence).
+    ids: Vec<u32>,
+    sent: String,
+    pinged: bool,
+    pending: VecDeque<StreamEvent>,
+    done: bool,
+}
+
+/// The SSE response for a started request whose (single choice's) events are `events`.
+pub fn respond(
+    events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
+    prep: Prepared,
+    tok: Tokenizer,
+) -> Response {
+    let family = prep.job.tools.as_ref().map(|t| t.family);
+    let reader = prep.job.tools.as_ref().map(ChoiceReader::new);
+    let start = super::message(
+        &prep,
+        Vec::new(),
+        None,
+        None,
+        Usage::new(prep.prompt_tokens, 0, 0),
+    );
+    let d = Driver {
+        events,
+        prep,
+        tok,
+        blocks: Blocks::new(family),
+        reader,
+        ids: Vec::new(),
+        sent: String::new(),
+        pinged: false,
+        pending: VecDeque::from([StreamEvent::MessageStart { message: start }]),
+        done: false,
+    };
+    let ctx = crate::base::context::current();
+    let body = stream::unfold(d, move |mut d| {
+        let ctx = ctx.clone();
+        async move {
+            let step = AssertUnwindSafe(d.next_event()).catch_unwind();
+            let ev = match crate::base::context::within(ctx.clone(), step).await {
+                Ok(ev) => ev?,
+                Err(panic) => {
+                    let what = crate::base::context::panic_message(panic.as_ref()).to_string();
+                    let e = ApiError::Internal(format!("a messages stream panicked: {what}"));
+                    d.pending.clear();
+                    crate::base::context::within(ctx.clone(), async { d.fail(&e) }).await;
+                    crate::base::context::within(ctx, d.next_event()).await?
+                }
+            };
+            Some((Ok::<_, Infallible>(frame(&ev)), d))
+        }
+    });
+    Sse::new(body)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// One event as an SSE frame. The event types always serialize; should one ever fail, the
+/// frame carries an `error` event instead and the cause is logged.
+fn frame(ev: &StreamEvent) -> SseEvent {
+    match serde_json::to_string(ev) {
+        Ok(data) => SseEvent::default().event(ev.name()).data(data),
+        Err(e) => {
+            let e = ApiError::Internal(format!("cannot serialize a messages event: {e}"));
+            tracing::error!("{e}");
+            let err = StreamEvent::Error {
+                error: e.anthropic_body().error,
+            };
+            // A struct of strings: it serializes.
+            let body = serde_json::to_string(&err).unwrap_or_default();
+            SseEvent::default().event(err.name()).data(body)
+        }
+    }
+}
+
+impl Driver {
+    /// Reads a token's text (`Some(id)`) or the last text of the reply into the content.
+    fn read(&mut self, id: Option<u32>, text: String) {
+        self.ids.extend(id);
+        self.sent.push_str(&text);
+        let outs = match (&mut self.reader, id) {
+            (Some(r), Some(id)) => r.token(id, &text),
+            (Some(r), None) => r.end(&text),
+            (None, _) => vec![Out::Content(text)],
+        };
+        let mut changes = Vec::new();
+        for o in outs {
+            self.blocks.push(o, &mut changes);
+        }
+        self.events_for(changes);
+    }
+
+    /// The events announcing `changes` to the content.
+    fn events_for(&mut self, changes: Vec<Change>) {
+        for ch in changes {
+            match ch {
+                Change::TextStart(index) => self.block_start(
+                    index,
+                    ContentBlock::Text {
+                        text: String::new(),
+                    },
+                ),
+                Change::TextDelta(index, text) => {
+                    self.pending.push_back(StreamEvent::ContentBlockDelta {
+                        index,
+                        delta: BlockDelta::TextDelta { text },
+                    })
+                }
+                Change::ToolUse(index) => self.tool_use(index),
+                Change::Stop(index) => self
+                    .pending
+                    .push_back(StreamEvent::ContentBlockStop { index }),
+            }
+        }
+    }
+
+    fn block_start(&mut self, index: usize, content_block: ContentBlock) {
+        self.pending.push_back(StreamEvent::ContentBlockStart {
+            index,
+            content_block,
+        });
+        if !std::mem::replace(&mut self.pinged, true) {
+            self.pending.push_back(StreamEvent::Ping);
+        }
+    }
+
+    /// A whole call: its block with an empty input, then the input as one delta.
+    fn tool_use(&mut self, index: usize) {
+        let Some(ContentBlock::ToolUse { id, name, input }) =
+            self.blocks.blocks.get(index).cloned()
+        else {
+            return;
+        };
+        let empty = serde_json::Value::Object(serde_json::Map::new());
+        self.block_start(
+            index,
+            ContentBlock::ToolUse {
+                id,
+                name,
+                input: empty,
+            },
+        );
+        self.pending.push_back(StreamEvent::ContentBlockDelta {
+            index,
+            delta: BlockDelta::InputJsonDelta {
+                partial_json: input.to_string(),
+            },
+        });
+    }
+
+    /// The closing events of a finished generation.
+    fn closing(&mut self, reason: FinishReason, usage: &engine::Usage) {
+        if reason == FinishReason::Abort {
+            self.fail(&ApiError::Internal("the engine aborted the request".into()));
+            return;
+        }
+        let mut changes = Vec::new();
+        self.blocks.finish(&mut changes);
+        self.events_for(changes);
+        let stop = matched_stop(&self.prep.stops, &self.tok, &self.ids, &self.sent);
+        let stop_reason = stop_reason(reason, self.blocks.calls(), stop.as_deref());
+        let usage = Usage::new(
+            self.prep.prompt_tokens,
+            usage.cached_tokens,
+            usage.completion_tokens,
+        );
+        self.pending.push_back(StreamEvent::MessageDelta {
+            delta: MessageDelta {
+                stop_reason,
+                stop_sequence: stop,
+            },
+            usage,
+        });
+        self.pending.push_back(StreamEvent::MessageStop);
+        self.done = true;
+    }
+
+    fn fail(&mut self, e: &ApiError) {
+        if let ApiError::Internal(cause) = e {
+            let id = crate::base::context::request_id();
+            tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
+        }
+        let error = e.anthropic_body().error;
+        self.pending.push_back(StreamEvent::Error { error });
+        self.done = true;
+    }
+
+    async fn next_event(&mut self) -> Option<StreamEvent> {
+        loop {
+            if let Some(ev) = self.pending.pop_front() {
+                return Some(ev);
+            }
+            if self.done {
+                return None;
+            }
+            let next = match crate::serving::run::next_before(&mut self.events).await {
+                Ok(next) => next,
+                Err(e) => {
+                    self.fail(&e);
+                    continue;
+                }
+            };
+            match next.map(|(_, ev)| ev) {
+                None => self.fail(&ApiError::Internal("the engine stopped mid-stream".into())),
+                Some(Event::Accepted | Event::PromptLogprobs(_)) => {}
+                Some(Event::Token { id, text, .. }) => self.read(Some(id), text),
+                Some(Event::Finished {
+                    reason,
+                    text,
+                    usage,
+                }) => {
+                    self.read(None, text);
+                    self.closing(reason, &usage);
+                }
+                Some(Event::Error(e)) => self.fail(&e.into()),
+            }
+        }
+    }
+}
