@@ -41,6 +41,11 @@ fn punctuation() -> &'static Ranges {
     TABLE.get_or_init(|| class_ranges(r"\p{P}"))
 }
 
+fn controls() -> &'static Ranges {
+    static TABLE: OnceLock<Ranges> = OnceLock::new();
+    TABLE.get_or_init(|| class_ranges(r"[\p{Cc}\p{Cf}\p{Co}]"))
+}
+
 fn in_ranges(ranges: &Ranges, c: char) -> bool {
     let c = c as u32;
     ranges
@@ -79,6 +84,15 @@ pub fn is_punctuation(c: char) -> bool {
         return c.is_ascii_punctuation() && !"$+<=>^`|~".contains(c);
     }
     in_ranges(punctuation(), c)
+}
+
+/// Control, format and private-use characters (`\p{Cc}`, `\p{Cf}`, `\p{Co}`; surrogates are
+/// no `char`s): what llama.cpp's code point flags call control.
+pub fn is_control(c: char) -> bool {
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    in_ranges(controls(), c)
 }
 
 /// `\s`: Unicode white space.
