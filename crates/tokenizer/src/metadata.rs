@@ -89,6 +89,14 @@ pub(crate) fn vocab_from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError
             *slot = v;
         }
     }
+    // llama.cpp's BertNormalizer options: strip_accents follows lowercase unless given.
+    if let Some(v) = md.get_bool("tokenizer.ggml.normalizer.lowercase")? {
+        vocab.lowercase = v;
+        vocab.strip_accents = v;
+    }
+    if let Some(v) = md.get_bool("tokenizer.ggml.normalizer.strip_accents")? {
+        vocab.strip_accents = v;
+    }
     Ok(vocab)
 }
 

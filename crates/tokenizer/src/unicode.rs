@@ -46,6 +46,11 @@ fn controls() -> &'static Ranges {
     TABLE.get_or_init(|| class_ranges(r"[\p{Cc}\p{Cf}\p{Co}]"))
 }
 
+fn marks() -> &'static Ranges {
+    static TABLE: OnceLock<Ranges> = OnceLock::new();
+    TABLE.get_or_init(|| class_ranges(r"\p{M}"))
+}
+
 fn in_ranges(ranges: &Ranges, c: char) -> bool {
     let c = c as u32;
     ranges
@@ -93,6 +98,11 @@ pub fn is_control(c: char) -> bool {
         return c.is_ascii_control();
     }
     in_ranges(controls(), c)
+}
+
+/// `\p{M}`: combining marks (Mn, Mc, Me).
+pub fn is_mark(c: char) -> bool {
+    !c.is_ascii() && in_ranges(marks(), c)
 }
 
 /// `\s`: Unicode white space.

@@ -166,6 +166,12 @@ pub struct Vocab {
     pub add_eos: bool,
     /// Whether `encode(.., add_special = true, ..)` appends the separator (WordPiece).
     pub add_sep: bool,
+    /// WordPiece normaliser: lowercase the text (`tokenizer.ggml.normalizer.lowercase`).
+    pub lowercase: bool,
+    /// WordPiece normaliser: strip accents, i.e. keep the first code point of each canonical
+    /// decomposition and drop combining marks (`tokenizer.ggml.normalizer.strip_accents`;
+    /// defaults to `lowercase`).
+    pub strip_accents: bool,
     /// SPM only: prepend a space to text at the start and after every special token.
     pub add_space_prefix: bool,
 }
@@ -216,6 +222,8 @@ impl Vocab {
             add_bos,
             add_eos: false,
             add_sep: model == VocabModel::Wpm,
+            lowercase: true,
+            strip_accents: true,
             add_space_prefix,
         }
     }
@@ -310,6 +318,8 @@ pub(crate) struct Compiled {
     pub add_bos: bool,
     pub add_eos: bool,
     pub add_sep: bool,
+    pub lowercase: bool,
+    pub strip_accents: bool,
     pub add_space_prefix: bool,
     /// Bytes of the longest piece (WordPiece tries no longer match).
     pub max_piece_len: usize,
@@ -386,6 +396,8 @@ impl Compiled {
             add_bos: vocab.add_bos,
             add_eos: vocab.add_eos,
             add_sep: vocab.add_sep,
+            lowercase: vocab.lowercase,
+            strip_accents: vocab.strip_accents,
             add_space_prefix: vocab.add_space_prefix && vocab.model == VocabModel::Spm,
             max_piece_len,
         })

@@ -1,9 +1,11 @@
 //! WordPiece segmentation (`tokenizer.ggml.model = bert`), token for token as llama.cpp does it.
 //!
 //! Design, in llama.cpp's order:
-//! 1. Normalise each code point: it becomes the first code point of its canonical
-//!    decomposition (NFD), so accents fall away (`é` → `e`, a Hangul syllable → its leading
-//!    jamo); then it is lowercased (simple mapping).
+//! 1. Normalise each code point (BERT's normaliser, as the file's
+//!    `tokenizer.ggml.normalizer.*` flags say; both on by default): stripping accents, it
+//!    becomes the first code point of its canonical decomposition (`é` → `e`, a Hangul
+//!    syllable → its leading jamo) and combining marks are dropped; lowercasing takes the
+//!    simple lowercase mapping.
 //! 2. Split into words: white space ends a word; NUL, U+FFFD and control / format /
 //!    private-use characters are dropped; punctuation, the ASCII symbols and CJK ideographs
 //!    are words of one character.
@@ -15,7 +17,7 @@
 
 use unicode_normalization::char::decompose_canonical;
 
-use crate::unicode::{is_control, is_punctuation};
+use crate::unicode::{is_control, is_mark, is_punctuation};
 use crate::vocab::Compiled;
 
 /// The word-start marker GGUF puts in front of word-initial pieces.
@@ -31,15 +33,19 @@ pub(crate) fn encode(v: &Compiled, text: &str, out: &mut Vec<u32>) {
         }
     };
     for c in text.chars() {
-        let c = nfd_first(c);
+        let c = if v.strip_accents { nfd_first(c) } else { c };
         if c.is_whitespace() {
             flush(&mut word, out);
             continue;
         }
-        if c == '\0' || c == '\u{FFFD}' || is_control(c) {
+        if c == '\0' || c == '\u{FFFD}' || is_control(c) || (v.strip_accents && is_mark(c)) {
             continue;
         }
-        let lower = c.to_lowercase().next().unwrap_or(c);
+        let lower = if v.lowercase {
+            c.to_lowercase().next().unwrap_or(c)
+        } else {
+            c
+        };
         if is_punctuation(c) || is_ascii_symbol(c) || is_cjk(c) {
             flush(&mut word, out);
             word.push(lower);
@@ -111,7 +117,6 @@ fn is_cjk(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::{Tokenizer, Vocab, VocabModel};
 
     /// A toy BERT vocabulary: ids 0-4 are the specials of a real one, moved.
@@ -147,6 +152,8 @@ mod tests {
     fn accents_fall_away_cjk_and_symbols_split_and_unknown_words_are_one_unk() {
         let t = toy();
         assert_eq!(t.encode("Café", false, false), [13]);
+        // A combining mark is dropped with the accents.
+        assert_eq!(t.encode("Cafe\u{301}", false, false), [13]);
         assert_eq!(t.encode("你好", false, false), [14, 15]);
         assert_eq!(t.encode("$12!", false, false), [16, 17, 18, 20]);
         // "helloz": no piece starts at "z", so the whole word is [UNK].
