@@ -431,18 +431,28 @@ mod tests {
     #[test]
     fn layer_norm_matches_a_float64_reference() {
         let d = 37;
-        let x: Vec<f32> = (0..3 * d).map(|i| ((i * 7919) % 101) as f32 / 13.0 - 3.0).collect();
+        let x: Vec<f32> = (0..3 * d)
+            .map(|i| ((i * 7919) % 101) as f32 / 13.0 - 3.0)
+            .collect();
         let w: Vec<f32> = (0..d).map(|i| 0.5 + i as f32 / 40.0).collect();
         let b: Vec<f32> = (0..d).map(|i| i as f32 / 100.0 - 0.2).collect();
         let mut got = x.clone();
         layer_norm_rows_in_place(&mut got, &w, &b, 1e-5);
         for (row, out) in x.chunks(d).zip(got.chunks(d)) {
             let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
-            let var = row.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / d as f64;
+            let var = row
+                .iter()
+                .map(|&v| (f64::from(v) - mean).powi(2))
+                .sum::<f64>()
+                / d as f64;
             for i in 0..d {
                 let want = (f64::from(row[i]) - mean) / (var + 1e-5).sqrt() * f64::from(w[i])
                     + f64::from(b[i]);
-                assert!((f64::from(out[i]) - want).abs() < 1e-5, "{} vs {want}", out[i]);
+                assert!(
+                    (f64::from(out[i]) - want).abs() < 1e-5,
+                    "{} vs {want}",
+                    out[i]
+                );
             }
         }
     }

@@ -223,3 +223,117 @@ fn unsupported_variants_and_decoders_are_refused_with_the_file_named() {
         Some(model::ModelKind::Encoder)
     );
 }
+
+fn golden() -> serde_json::Value {
+    let path = test_support::repo_root().join("tests/goldens/tiny/encoders.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("golden is JSON")
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn ids_of(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("ids")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+fn floats_of(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .expect("floats")
+        .iter()
+        .map(|x| x.as_f64().expect("float") as f32)
+        .collect()
+}
+
+/// The golden was made from exactly these bytes (else the generator changed: rerun the oracle).
+fn check_bytes(arch: &str, g: &serde_json::Value) {
+    let want = g[arch]["model_sha256"].as_str().expect("sha256");
+    assert_eq!(sha256_hex(&tiny_encoder_gguf(arch, SEED)), want, "{arch}");
+}
+
+#[test]
+fn tiny_bert_reranker_scores_match_llama_cpp() {
+    let g = golden();
+    check_bytes("bert", &g);
+    let mut m = tiny("bert", 2);
+    for case in g["bert"]["tokenize"].as_array().expect("tokenize") {
+        let text = case["text"].as_str().expect("text");
+        assert_eq!(
+            m.tokenizer.encode(text, true, false),
+            ids_of(&case["ids"]),
+            "{text:?}"
+        );
+    }
+    let pairs = g["bert"]["rerank"].as_array().expect("rerank");
+    let inputs: Vec<Vec<u32>> = pairs
+        .iter()
+        .map(|p| {
+            let q = m
+                .tokenizer
+                .encode(p["query"].as_str().expect("q"), false, false);
+            let d = m
+                .tokenizer
+                .encode(p["document"].as_str().expect("d"), false, false);
+            let ids: Vec<u32> = [&[TINY_CLS][..], &q, &[TINY_SEP], &d, &[TINY_SEP]].concat();
+            assert_eq!(ids, ids_of(&p["ids"]));
+            ids
+        })
+        .collect();
+    let refs: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
+    let scores = m
+        .encoder
+        .embed_batch(&refs, Pooling::Rank, false)
+        .expect("rank");
+    let mut worst = 0.0f32;
+    for (p, s) in pairs.iter().zip(&scores) {
+        let want = p["score"].as_f64().expect("score") as f32;
+        worst = worst.max((s[0] - want).abs());
+        assert!(
+            (s[0] - want).abs() <= 1e-4 * want.abs().max(1.0),
+            "{s:?} vs {want}"
+        );
+    }
+    eprintln!("largest score difference from llama.cpp: {worst:e}");
+}
+
+#[test]
+fn tiny_nomic_bert_embeddings_match_llama_cpp() {
+    let g = golden();
+    check_bytes("nomic-bert", &g);
+    let mut m = tiny("nomic-bert", 2);
+    let cases = g["nomic-bert"]["embeddings"]
+        .as_array()
+        .expect("embeddings");
+    let inputs: Vec<Vec<u32>> = cases
+        .iter()
+        .map(|c| {
+            let ids = m
+                .tokenizer
+                .encode(c["text"].as_str().expect("text"), true, false);
+            assert_eq!(ids, ids_of(&c["ids"]));
+            ids
+        })
+        .collect();
+    let refs: Vec<&[u32]> = inputs.iter().map(Vec::as_slice).collect();
+    let got = m
+        .encoder
+        .embed_batch(&refs, Pooling::Mean, true)
+        .expect("mean");
+    let mut worst = 1.0f32;
+    for (c, e) in cases.iter().zip(&got) {
+        let want = floats_of(&c["embedding"]);
+        let cos: f32 = e.iter().zip(&want).map(|(a, b)| a * b).sum();
+        worst = worst.min(cos);
+        assert!(cos >= 0.9999, "{:?}: cosine {cos}", c["text"]);
+    }
+    eprintln!("smallest cosine with llama.cpp: {worst}");
+}

@@ -41,6 +41,7 @@ struct Workspace {
     up: Vec<f32>,
     gate: Vec<f32>,
     pooled: Vec<f32>,
+    pos_row: Vec<f32>,
     rope: Vec<(f32, f32)>,
     attn: AttnScratch,
     mm: MatmulScratch,
@@ -184,7 +185,7 @@ impl Encoder {
         let d = cfg.d_model;
         let n = spans.last().map_or(0, |s| s.end);
         let x = sized(&mut ws.x, n * d);
-        let mut pos_row = vec![0.0; if w.pos_embd.is_some() { d } else { 0 }];
+        let pos_row = sized(&mut ws.pos_row, d);
         for (ids, span) in inputs.iter().zip(spans) {
             for (p, (&tok, r)) in ids.iter().zip(span.clone()).enumerate() {
                 let dst = &mut x[r * d..(r + 1) * d];
@@ -197,9 +198,9 @@ impl Encoder {
                 }
                 if let Some(pe) = &w.pos_embd {
                     let rb = pe.row_bytes();
-                    kernels::dequantize_row(pe.ty, &pe.data[p * rb..(p + 1) * rb], &mut pos_row)
+                    kernels::dequantize_row(pe.ty, &pe.data[p * rb..(p + 1) * rb], pos_row)
                         .map_err(ModelError::kernel)?;
-                    kernels::add(dst, &pos_row);
+                    kernels::add(dst, pos_row);
                 }
             }
         }
