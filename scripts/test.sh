@@ -29,8 +29,9 @@ BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"
 # The other real models, by name (sha256-checked): SmolLM2 (llama, Q4_1, the smollm
 # pre-tokenizer) and Qwen2.5-Coder-0.5B for their goldens (crates/*/tests/golden*.rs, smollm2.rs)
 # and the structured-output and tool-calling end-to-end tests; Qwen2.5-Coder-1.5B for the
-# tool-calling round trip (the 0.5B model never answers in text after a tool result).
-for name in smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b; do
+# tool-calling round trip (the 0.5B model never answers in text after a tool result);
+# nomic-embed-text-v1.5 for the WordPiece tokenizer and encoder goldens.
+for name in smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b nomic-embed-text-v1.5; do
     "$BIN" fetch-model "$name"
 done
 # The full tier: the fast tier's tests plus those that read the real models fetched above

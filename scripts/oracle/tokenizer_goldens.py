@@ -100,6 +100,22 @@ EXTRA_TEXTS = [
 ]
 
 
+# Texts added for WordPiece (BERT) vocabularies: what its normalisation and splitting touch.
+BERT_TEXTS = [
+    ("bert_accents", "Résumé naïve Ångström façade jalapeño Zürich ÉCOLE Ørsted İstanbul straße"),
+    ("bert_punct", "Hello!!! (world) [test] {x} a-b_c d/e 'quoted' \"dq\" ... — – “smart” ‘q’ «g» ¿qué? ¡sí!"),
+    ("bert_symbols", "a+b=c <tag> x^2 `code` a|b ~tilde $5 #hash @at &amp; 100% *star* \\back"),
+    ("bert_numbers", "In 2024, 3.5% of 1,000,000 = 35,000; pi≈3.14159; tel +1-555-0100; 1st 2nd 3rd"),
+    ("bert_cjk", "我爱自然语言处理。東京は日本の首都です。한국어 텍스트도 있습니다。"),
+    ("bert_long_word", "a" * 300),
+    ("bert_long_words", "supercalifragilisticexpialidocious" * 5 + " " + "x" * 1000),
+    ("bert_unknown", "🦀 ⚙ ☃ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 \u0378 \U000e0001"),
+    ("bert_specials", "[CLS] text [SEP] with [MASK] and [UNK] [PAD] [unused5]"),
+    ("bert_case", "HeLLo WoRLD ΣΊΣΥΦΟΣ ДОБРЫЙ ДЕНЬ ǅungla"),
+    ("bert_search_prefix", "search_query: What is TSNE?"),
+    ("bert_whitespace", "  tabs\tand\nnewlines\r\n\u00a0nbsp\u2003em\u3000ideo  "),
+]
+
 # Building blocks of the seeded random texts: they mix classes that are tokenized differently
 # (runs of spaces, newlines, CJK, combining marks, emoji, special-token strings, contractions).
 FUZZ_POOLS = [
@@ -198,6 +214,8 @@ def model_goldens(model, out_path, extra_texts):
         "bos": llm.token_bos(),
         "eos": llm.token_eos(),
         "add_bos": bool(llama_cpp.llama_vocab_get_add_bos(llm._model.vocab)),
+        "sep": llama_cpp.llama_vocab_sep(llm._model.vocab),
+        "add_sep": bool(llama_cpp.llama_vocab_get_add_sep(llm._model.vocab)),
     }
     write_cases(out_path, header, tokenize_cases(llm, all_texts(extra_texts)))
 
@@ -328,7 +346,8 @@ def main():
     model = args.model or model_path(args.model_name)
     out = args.out or str(GOLDEN_DIR / f"{spec['tokenizer_stem']}.json")
     is_gemma = args.model_name == "gemma3"
-    model_goldens(model, out, [] if is_gemma else EXTRA_TEXTS)
+    is_bert = args.model_name == "nomic-embed-text-v1.5"
+    model_goldens(model, out, [] if is_gemma else BERT_TEXTS if is_bert else EXTRA_TEXTS)
     if is_gemma:
         bpe_goldens(args.bpe_out)
 

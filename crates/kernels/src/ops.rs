@@ -131,6 +131,29 @@ pub fn rms_norm_rows_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
     }
 }
 
+/// LayerNorm of each `weight.len()`-value row of `x` in place, as ggml's `norm` then the weight
+/// and bias: the mean and the variance summed in f64, `(x - mean) / sqrt(var + eps)` rounded to
+/// f32, then `* weight + bias` (two roundings, as ggml's separate mul and add).
+pub fn layer_norm_rows_in_place(x: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    let d = weight.len();
+    assert!(
+        d > 0 && bias.len() == d && x.len().is_multiple_of(d),
+        "layer_norm_rows: shapes"
+    );
+    for row in x.chunks_exact_mut(d) {
+        let mean = (row.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64) as f32;
+        let mut var = 0.0f64;
+        for v in row.iter_mut() {
+            *v -= mean;
+            var += f64::from(*v * *v);
+        }
+        let scale = 1.0 / ((var / d as f64) as f32 + eps).sqrt();
+        for ((v, &w), &b) in row.iter_mut().zip(weight).zip(bias) {
+            *v = (*v * scale) * w + b;
+        }
+    }
+}
+
 /// In-place softmax; an empty slice is left alone, `-inf` entries become 0.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
@@ -402,6 +425,35 @@ mod tests {
                 g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
                 "gelu({v}) = {g} against {w}"
             );
+        }
+    }
+
+    #[test]
+    fn layer_norm_matches_a_float64_reference() {
+        let d = 37;
+        let x: Vec<f32> = (0..3 * d)
+            .map(|i| ((i * 7919) % 101) as f32 / 13.0 - 3.0)
+            .collect();
+        let w: Vec<f32> = (0..d).map(|i| 0.5 + i as f32 / 40.0).collect();
+        let b: Vec<f32> = (0..d).map(|i| i as f32 / 100.0 - 0.2).collect();
+        let mut got = x.clone();
+        layer_norm_rows_in_place(&mut got, &w, &b, 1e-5);
+        for (row, out) in x.chunks(d).zip(got.chunks(d)) {
+            let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
+            let var = row
+                .iter()
+                .map(|&v| (f64::from(v) - mean).powi(2))
+                .sum::<f64>()
+                / d as f64;
+            for i in 0..d {
+                let want = (f64::from(row[i]) - mean) / (var + 1e-5).sqrt() * f64::from(w[i])
+                    + f64::from(b[i]);
+                assert!(
+                    (f64::from(out[i]) - want).abs() < 1e-5,
+                    "{} vs {want}",
+                    out[i]
+                );
+            }
         }
     }
 }

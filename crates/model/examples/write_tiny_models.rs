@@ -1,11 +1,13 @@
 //! Writes the tiny test models, `tiny-{arch}.gguf` for every arch in
-//! `model::testing::TINY_ARCHS` and `TINY_MOE_ARCHS`, into the directory given as the only
+//! `model::testing::TINY_ARCHS`, `TINY_MOE_ARCHS` and `encoders::TINY_ENCODER_ARCHS`, into the directory given as the only
 //! argument (created if missing). The seed is the one the goldens under `tests/goldens/tiny/`
-//! were made with; `scripts/oracle/tiny_models.py` runs this and feeds the files to llama.cpp.
+//! were made with; `scripts/oracle/tiny_models.py` and `encoder_goldens.py` run this and feed
+//! the files to llama.cpp.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use model::testing::encoders::{tiny_encoder_gguf, TINY_ENCODER_ARCHS};
 use model::testing::{tiny_model_gguf, TINY_ARCHS, TINY_MOE_ARCHS, TINY_SEED};
 
 fn main() -> ExitCode {
@@ -19,9 +21,15 @@ fn main() -> ExitCode {
         eprintln!("{}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
-    for arch in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
+    let decoders = TINY_ARCHS.iter().chain(TINY_MOE_ARCHS);
+    let files = decoders.map(|a| (a, tiny_model_gguf(a, TINY_SEED))).chain(
+        TINY_ENCODER_ARCHS
+            .iter()
+            .map(|a| (a, tiny_encoder_gguf(a, TINY_SEED))),
+    );
+    for (arch, bytes) in files {
         let path = dir.join(format!("tiny-{arch}.gguf"));
-        if let Err(e) = std::fs::write(&path, tiny_model_gguf(arch, TINY_SEED)) {
+        if let Err(e) = std::fs::write(&path, bytes) {
             eprintln!("{}: {e}", path.display());
             return ExitCode::FAILURE;
         }

@@ -7,6 +7,7 @@
 pub mod attention;
 pub mod batch;
 pub mod config;
+pub mod encoder;
 pub mod eval;
 pub mod forward;
 pub mod kv;
@@ -22,6 +23,7 @@ use std::path::Path;
 
 pub use batch::{Batch, LogitsWanted, SeqChunk};
 pub use config::{Arch, ModelConfig};
+pub use encoder::{load_encoder, model_kind, Encoder, LoadedEncoder, ModelKind, Pooling};
 pub use forward::Transformer;
 pub use kernels::Threads;
 pub use kv::{KvDtype, KvLayout, KvPool, TileId};

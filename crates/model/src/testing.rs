@@ -25,6 +25,8 @@
 
 use gguf::{Array, GgmlType, GgufWriter};
 
+pub mod encoders;
+
 /// The dense architectures `tiny_model_gguf` can build (each has llama.cpp goldens).
 pub const TINY_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
 

@@ -37,7 +37,7 @@ impl Matrix {
 
     /// This matrix repacked for the batched kernels (see `kernels::packed`), or itself if its type
     /// or shape is not packable. The packed copy is leaked like the file it came from.
-    fn packed(self) -> Matrix {
+    pub(crate) fn packed(self) -> Matrix {
         match kernels::pack(self.ty, self.data, self.rows, self.cols) {
             Some(p) => Matrix {
                 data: p.leak(),
@@ -238,17 +238,22 @@ impl ModelWeights {
     }
 }
 
-struct Loader {
-    file: &'static GgufFile,
+pub(crate) struct Loader {
+    pub(crate) file: &'static GgufFile,
 }
 
 impl Loader {
-    fn path(&self) -> String {
+    pub(crate) fn path(&self) -> String {
         self.file.path().display().to_string()
     }
 
     /// A `[rows][cols]` matrix; GGUF stores it as dims `[cols, rows]`.
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Matrix, ModelError> {
+    pub(crate) fn matrix(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Matrix, ModelError> {
         let t = self.file.require_tensor(name)?;
         let dims = &t.info.dims;
         let want = [cols as u64, rows as u64];
@@ -316,7 +321,7 @@ impl Loader {
     }
 
     /// An F32 (or other format, dequantized) vector of `len` values.
-    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    pub(crate) fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
         let t = self.file.require_tensor(name)?;
         let n: u64 = t.info.dims.iter().product();
         if n != len as u64 {

@@ -49,7 +49,9 @@ fn append_piece(piece: &str, attr: Attr, model: VocabModel, out: &mut Vec<u8>) {
         out.extend_from_slice(piece.as_bytes());
     } else if attr.has(Attr::NORMAL) {
         match model {
-            VocabModel::Spm => out.extend_from_slice(piece.replace('\u{2581}', " ").as_bytes()),
+            VocabModel::Spm | VocabModel::Wpm => {
+                out.extend_from_slice(piece.replace('\u{2581}', " ").as_bytes())
+            }
             VocabModel::Bpe(_) => append_byte_level(piece, out),
         }
     } else if attr.has(Attr::BYTE) {

@@ -22,7 +22,7 @@ pub enum TokenizerError {
         found: &'static str,
     },
     /// `tokenizer.ggml.model` names a tokenizer family we do not implement.
-    #[error("unsupported tokenizer model `{model}` (supported: llama, gpt2)")]
+    #[error("unsupported tokenizer model `{model}` (supported: llama, gpt2, bert)")]
     UnsupportedModel { model: String },
     /// `tokenizer.ggml.pre` names a BPE pre-tokenizer we do not implement.
     #[error(

@@ -6,7 +6,8 @@
 //!    control tokens only with `parse_special`);
 //! 2. segment each remaining text fragment with the vocabulary's algorithm: [`spm`]
 //!    (SentencePiece, score-ordered merges with byte fallback; Gemma, LLaMA 2) or [`bpe`]
-//!    (byte-level BPE after a [`pretokenize`] split; LLaMA 3, Qwen2, SmolLM, GPT-2).
+//!    (byte-level BPE after a [`pretokenize`] split; LLaMA 3, Qwen2, SmolLM, GPT-2) or [`wpm`]
+//!    (WordPiece: BERT and its embedding models, `[CLS] text [SEP]`).
 //!
 //! BPE pre-tokenizers: [`PreTokenizer::NAMES`] is the table of accepted `tokenizer.ggml.pre`
 //! values, each mapped to one of llama.cpp's split patterns it shares (the default, GPT-2,
@@ -35,6 +36,7 @@ mod special;
 mod spm;
 mod unicode;
 mod vocab;
+mod wpm;
 
 use std::sync::Arc;
 
@@ -54,6 +56,7 @@ enum Segmenter {
         pre: PreTokenizer,
         merges: bpe::Merges,
     },
+    Wpm,
 }
 
 struct Inner {
@@ -75,6 +78,7 @@ impl std::fmt::Debug for Tokenizer {
         let model = match &self.inner.segmenter {
             Segmenter::Spm(_) => "spm".to_string(),
             Segmenter::Bpe { pre, .. } => format!("bpe/{pre:?}"),
+            Segmenter::Wpm => "wpm".to_string(),
         };
         f.debug_struct("Tokenizer")
             .field("model", &model)
@@ -101,6 +105,7 @@ impl Tokenizer {
                 pre,
                 merges: bpe::Merges::new(&compiled, &vocab.merges),
             },
+            VocabModel::Wpm => Segmenter::Wpm,
         };
         let specials = SpecialMatcher::new(&compiled);
         let bytes = PieceBytes::new(&compiled, vocab.model);
@@ -116,7 +121,8 @@ impl Tokenizer {
 
     /// Tokenizes `text`.
     ///
-    /// `add_special` adds BOS (and EOS) as the model's `add_bos_token`/`add_eos_token` ask.
+    /// `add_special` adds BOS (and EOS, and WordPiece's `[SEP]`) as the model's
+    /// `add_bos_token`/`add_eos_token`/`add_sep_token` ask.
     /// `parse_special` turns control-token strings in the text (e.g. `<start_of_turn>`) into
     /// those tokens; without it they are tokenized as ordinary text.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
@@ -146,6 +152,7 @@ impl Tokenizer {
                             spm::encode(v, cuts, &escaped, &mut out);
                         }
                         Segmenter::Bpe { pre, merges } => bpe::encode(v, merges, *pre, t, &mut out),
+                        Segmenter::Wpm => wpm::encode(v, t, &mut out),
                     }
                     after_special = false;
                 }
@@ -153,6 +160,9 @@ impl Tokenizer {
         }
         if add_special && v.add_eos {
             out.extend(v.special.eos);
+        }
+        if add_special && v.add_sep {
+            out.extend(v.special.sep);
         }
         out
     }
@@ -162,7 +172,10 @@ impl Tokenizer {
     /// UTF-8 (e.g. a truncated byte-fallback sequence) become U+FFFD.
     ///
     /// For SPM vocabularies with `add_space_prefix`, the space `encode` adds at the start and
-    /// after special tokens is removed again, so `decode(encode(t))` gives back `t`.
+    /// after special tokens is removed again, so `decode(encode(t))` gives back `t`. WordPiece
+    /// decoding is lossy: every word-initial piece starts with a space (the first too), text
+    /// is lowercase without accents, punctuation stands apart (llama.cpp's clean-up heuristics
+    /// are not applied).
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
         let v = &self.inner.vocab;
         let mut bytes = Vec::with_capacity(ids.len() * 4);
@@ -227,6 +240,26 @@ impl Tokenizer {
     /// End-of-turn token (e.g. Gemma's `<end_of_turn>`), if any.
     pub fn eot_id(&self) -> Option<u32> {
         self.inner.vocab.special.eot
+    }
+
+    /// The separator (WordPiece's `[SEP]`): it ends every input and parts a pair's texts.
+    pub fn sep_id(&self) -> Option<u32> {
+        self.inner.vocab.special.sep
+    }
+
+    /// The unknown token (WordPiece's `[UNK]`).
+    pub fn unk_id(&self) -> Option<u32> {
+        self.inner.vocab.special.unk
+    }
+
+    /// Whether `encode(.., add_special = true, ..)` appends the separator.
+    pub fn add_sep(&self) -> bool {
+        self.inner.vocab.add_sep
+    }
+
+    /// Whether this is a WordPiece (BERT) vocabulary.
+    pub fn is_wordpiece(&self) -> bool {
+        matches!(self.inner.segmenter, Segmenter::Wpm)
     }
 
     pub fn pad_id(&self) -> Option<u32> {

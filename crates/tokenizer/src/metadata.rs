@@ -24,6 +24,7 @@ pub(crate) fn vocab_from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError
     let model = match model_name {
         "llama" => VocabModel::Spm,
         "gpt2" => VocabModel::Bpe(PreTokenizer::from_gguf_name(md.get_str(PRE)?)?),
+        "bert" => VocabModel::Wpm,
         other => {
             return Err(TokenizerError::UnsupportedModel {
                 model: other.to_string(),
@@ -63,6 +64,8 @@ pub(crate) fn vocab_from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError
         ("tokenizer.ggml.eot_token_id", &mut vocab.special.eot),
         ("tokenizer.ggml.unknown_token_id", &mut vocab.special.unk),
         ("tokenizer.ggml.padding_token_id", &mut vocab.special.pad),
+        // llama.cpp's key, spelled so.
+        ("tokenizer.ggml.seperator_token_id", &mut vocab.special.sep),
     ];
     for (key, slot) in ids {
         if let Some(id) = md.get_u32(key)? {
@@ -75,6 +78,7 @@ pub(crate) fn vocab_from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError
     let flags = [
         ("tokenizer.ggml.add_bos_token", &mut vocab.add_bos),
         ("tokenizer.ggml.add_eos_token", &mut vocab.add_eos),
+        ("tokenizer.ggml.add_sep_token", &mut vocab.add_sep),
         (
             "tokenizer.ggml.add_space_prefix",
             &mut vocab.add_space_prefix,
@@ -84,6 +88,14 @@ pub(crate) fn vocab_from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError
         if let Some(v) = md.get_bool(key)? {
             *slot = v;
         }
+    }
+    // llama.cpp's BertNormalizer options: strip_accents follows lowercase unless given.
+    if let Some(v) = md.get_bool("tokenizer.ggml.normalizer.lowercase")? {
+        vocab.lowercase = v;
+        vocab.strip_accents = v;
+    }
+    if let Some(v) = md.get_bool("tokenizer.ggml.normalizer.strip_accents")? {
+        vocab.strip_accents = v;
     }
     Ok(vocab)
 }

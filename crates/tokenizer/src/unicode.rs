@@ -41,6 +41,16 @@ fn punctuation() -> &'static Ranges {
     TABLE.get_or_init(|| class_ranges(r"\p{P}"))
 }
 
+fn controls() -> &'static Ranges {
+    static TABLE: OnceLock<Ranges> = OnceLock::new();
+    TABLE.get_or_init(|| class_ranges(r"[\p{Cc}\p{Cf}\p{Co}]"))
+}
+
+fn marks() -> &'static Ranges {
+    static TABLE: OnceLock<Ranges> = OnceLock::new();
+    TABLE.get_or_init(|| class_ranges(r"\p{M}"))
+}
+
 fn in_ranges(ranges: &Ranges, c: char) -> bool {
     let c = c as u32;
     ranges
@@ -79,6 +89,20 @@ pub fn is_punctuation(c: char) -> bool {
         return c.is_ascii_punctuation() && !"$+<=>^`|~".contains(c);
     }
     in_ranges(punctuation(), c)
+}
+
+/// Control, format and private-use characters (`\p{Cc}`, `\p{Cf}`, `\p{Co}`; surrogates are
+/// no `char`s): what llama.cpp's code point flags call control.
+pub fn is_control(c: char) -> bool {
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    in_ranges(controls(), c)
+}
+
+/// `\p{M}`: combining marks (Mn, Mc, Me).
+pub fn is_mark(c: char) -> bool {
+    !c.is_ascii() && in_ranges(marks(), c)
 }
 
 /// `\s`: Unicode white space.

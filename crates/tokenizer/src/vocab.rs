@@ -22,6 +22,9 @@ pub enum VocabModel {
     Spm,
     /// Byte-level BPE with ranked merges (`"gpt2"` in GGUF), split by a pre-tokenizer first.
     Bpe(PreTokenizer),
+    /// WordPiece (`"bert"` in GGUF): lowercased, accent-free words cut into the longest pieces;
+    /// BOS is BERT's `[CLS]`, and `[SEP]` ends the input.
+    Wpm,
 }
 
 /// How byte-level BPE text is split into words before merging (`tokenizer.ggml.pre`).
@@ -137,6 +140,8 @@ pub struct SpecialIds {
     pub unk: Option<u32>,
     /// Padding.
     pub pad: Option<u32>,
+    /// Separator (WordPiece's `[SEP]`, which ends every input and parts a pair's texts).
+    pub sep: Option<u32>,
 }
 
 /// A vocabulary as stored in GGUF metadata, before indexing.
@@ -159,6 +164,14 @@ pub struct Vocab {
     pub add_bos: bool,
     /// Whether `encode(.., add_special = true, ..)` appends EOS.
     pub add_eos: bool,
+    /// Whether `encode(.., add_special = true, ..)` appends the separator (WordPiece).
+    pub add_sep: bool,
+    /// WordPiece normaliser: lowercase the text (`tokenizer.ggml.normalizer.lowercase`).
+    pub lowercase: bool,
+    /// WordPiece normaliser: strip accents, i.e. keep the first code point of each canonical
+    /// decomposition and drop combining marks (`tokenizer.ggml.normalizer.strip_accents`;
+    /// defaults to `lowercase`).
+    pub strip_accents: bool,
     /// SPM only: prepend a space to text at the start and after every special token.
     pub add_space_prefix: bool,
 }
@@ -186,6 +199,18 @@ impl Vocab {
                 pre.adds_bos(),
                 false,
             ),
+            // llama.cpp's BERT defaults: [CLS] 101 as BOS, [UNK] 100, [SEP] 102, [PAD] 0.
+            VocabModel::Wpm => (
+                SpecialIds {
+                    bos: Some(101),
+                    unk: Some(100),
+                    sep: Some(102),
+                    pad: Some(0),
+                    ..SpecialIds::default()
+                },
+                true,
+                false,
+            ),
         };
         Self {
             model,
@@ -196,6 +221,9 @@ impl Vocab {
             special,
             add_bos,
             add_eos: false,
+            add_sep: model == VocabModel::Wpm,
+            lowercase: true,
+            strip_accents: true,
             add_space_prefix,
         }
     }
@@ -289,7 +317,12 @@ pub(crate) struct Compiled {
     pub eog: Vec<u32>,
     pub add_bos: bool,
     pub add_eos: bool,
+    pub add_sep: bool,
+    pub lowercase: bool,
+    pub strip_accents: bool,
     pub add_space_prefix: bool,
+    /// Bytes of the longest piece (WordPiece tries no longer match).
+    pub max_piece_len: usize,
 }
 
 impl Compiled {
@@ -332,6 +365,7 @@ impl Compiled {
             eot: in_range(vocab.special.eot),
             unk: in_range(vocab.special.unk),
             pad: in_range(vocab.special.pad),
+            sep: in_range(vocab.special.sep),
         };
         if special.eot.is_none() {
             special.eot = EOT_TEXTS
@@ -350,6 +384,7 @@ impl Compiled {
             }
         }
 
+        let max_piece_len = pieces.iter().map(String::len).max().unwrap_or(0);
         Ok(Self {
             pieces,
             scores,
@@ -360,7 +395,11 @@ impl Compiled {
             eog,
             add_bos: vocab.add_bos,
             add_eos: vocab.add_eos,
+            add_sep: vocab.add_sep,
+            lowercase: vocab.lowercase,
+            strip_accents: vocab.strip_accents,
             add_space_prefix: vocab.add_space_prefix && vocab.model == VocabModel::Spm,
+            max_piece_len,
         })
     }
 
