@@ -25,6 +25,9 @@ const MAX_BATCH_TOKENS: usize = 128;
 /// prompt of several hundred tokens took several steps while the streams stayed far under the
 /// target (docs/GOODPUT.md).
 const MAX_BATCH_TOKENS_SLO: usize = 1024;
+/// `--max-batch-tokens` by default on an embedding model: no stream waits on its steps, and
+/// the more inputs a step holds the fewer times each weight is read.
+const MAX_BATCH_TOKENS_EMBED: usize = 2048;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -98,6 +101,10 @@ pub struct ServeArgs {
     /// Jinja chat template file, overriding the model's own (or the built-in Gemma format).
     #[arg(long)]
     chat_template: Option<PathBuf>,
+    /// How an embedding model pools its token states into one vector (or, `rank`, a
+    /// reranker's score); default: what the GGUF file says (`<arch>.pooling_type`).
+    #[arg(long, value_parser = ["mean", "cls", "last", "rank"])]
+    pooling: Option<String>,
     /// Speculative decoding: `ngram` drafts each stream's next tokens from its own prompt and
     /// output (prompt lookup) and verifies them in the same step; the output is the same as
     /// without it. Off by default.
@@ -365,6 +372,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
+    let load = LoadOptions {
+        template,
+        // The parser accepts only the names `Pooling::from_name` knows.
+        pooling: args.pooling.as_deref().and_then(model::Pooling::from_name),
+    };
     let available = mem_available();
     let kv_bytes = args
         .kv_memory
@@ -392,7 +404,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         kv_dtype: args.kv_dtype,
         max_batch_tokens: args
             .max_batch_tokens
-            .unwrap_or(if args.slo_tpot_ms.is_some() {
+            .unwrap_or(if is_embedding_model(&path) {
+                MAX_BATCH_TOKENS_EMBED
+            } else if args.slo_tpot_ms.is_some() {
                 MAX_BATCH_TOKENS_SLO
             } else {
                 MAX_BATCH_TOKENS
@@ -420,8 +434,22 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .context("starting the async runtime")?;
     let grace = Duration::from_secs(args.shutdown_timeout);
     rt.block_on(serve(
-        args, path, threads, engine_cfg, server_cfg, template, grace,
+        args, path, threads, engine_cfg, server_cfg, load, grace,
     ))
+}
+
+/// Whether `path` holds an embedding model (an unreadable file is left for the loader to
+/// report).
+fn is_embedding_model(path: &std::path::Path) -> bool {
+    gguf::GgufFile::open(path).is_ok_and(|f| {
+        matches!(model::model_kind(f.metadata()), Ok(model::ModelKind::Encoder))
+    })
+}
+
+/// How the model is loaded beyond its file: `--chat-template`'s text and `--pooling`.
+struct LoadOptions {
+    template: Option<String>,
+    pooling: Option<model::Pooling>,
 }
 
 /// Why the server stops: None = still running, Some(Ok) = a signal, Some(Err) = a fault (the
@@ -436,7 +464,7 @@ async fn serve(
     threads: usize,
     engine_cfg: EngineConfig,
     server_cfg: ServerConfig,
-    template: Option<String>,
+    load: LoadOptions,
     grace: Duration,
 ) -> Result<()> {
     let listener = tokio::net::TcpListener::bind((args.host.as_str(), args.port))
@@ -457,7 +485,7 @@ async fn serve(
         path,
         threads,
         engine_cfg,
-        template,
+        load,
     );
     spawn_watchdog(&state, stop_tx.clone());
     spawn_signal_handler(&state, stop_tx, grace);
@@ -472,7 +500,7 @@ fn spawn_loader(
     path: PathBuf,
     threads: usize,
     engine_cfg: EngineConfig,
-    template: Option<String>,
+    load: LoadOptions,
 ) {
     let loader_state = state.clone();
     tokio::task::spawn_blocking(move || {
@@ -485,7 +513,7 @@ fn spawn_loader(
         ));
         spinner.enable_steady_tick(Duration::from_millis(100));
         let t0 = std::time::Instant::now();
-        let loaded = server::load_model(&path, threads, engine_cfg, template);
+        let loaded = server::load_model(&path, threads, engine_cfg, load.template, load.pooling);
         spinner.finish_and_clear();
         match loaded {
             Ok(m) => {

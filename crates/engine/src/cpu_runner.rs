@@ -1,21 +1,36 @@
-//! The CPU runner: the transformer's forward pass over a `KvPool` it owns, and its thread pool
-//! for the engine's per-sequence work after a step.
+//! The CPU runner: the transformer's forward pass over a `KvPool` it owns — or an encoder's
+//! pooled rows of whole inputs, keeping no KV —, and its thread pool for the engine's
+//! per-sequence work after a step.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use model::{Batch, KvLayout, KvPool, ModelError, Threads, TileId, Transformer};
+use model::kv::KvGroup;
+use model::{Batch, Encoder, KvLayout, KvPool, ModelError, Pooling, Threads, TileId, Transformer};
 
-use crate::error::StartError;
-use crate::runner::{kv_pool, IntoRunner, KvSpec, Runner, RunnerFacts};
+use crate::error::{ConfigError, StartError};
+use crate::runner::{kv_pool, EmbedBatch, EmbedFacts, IntoRunner, KvSpec, Runner, RunnerFacts};
 
 /// KV memory faulted in per idle turn: ~16 ms of the kernel clearing pages here (about 2 ms per
 /// 2 MiB), so a request that arrives meanwhile waits no longer than that.
 const WARM_BYTES: usize = 8 << 20;
 
-/// `model::Transformer` with its KV storage.
+/// A model the CPU runner computes: a decoder that generates, or an encoder that embeds
+/// (with the pooling its rows get).
+pub enum CpuModel {
+    Decoder(Transformer),
+    Encoder { encoder: Encoder, pooling: Pooling },
+}
+
+/// What the CPU runner computes with: a decoder with its KV storage, or an encoder, which
+/// keeps no KV (each input is computed whole).
+enum Net {
+    Decoder { model: Transformer, pool: KvPool },
+    Encoder { encoder: Encoder, pooling: Pooling },
+}
+
+/// `model::Transformer` with its KV storage, or `model::Encoder`.
 pub struct CpuRunner {
-    model: Transformer,
-    pool: KvPool,
+    net: Net,
     facts: RunnerFacts,
     /// Whether idle turns still fault the pool in (`KvSpec::warm`, until done).
     warming: bool,
@@ -32,11 +47,69 @@ impl CpuRunner {
             embedding: None,
         };
         Ok(CpuRunner {
-            model,
-            pool,
+            net: Net::Decoder { model, pool },
             facts,
             warming: kv.warm,
         })
+    }
+
+    /// An encoder's runner: its rows pooled with `pooling` (mean, cls, last; rank on a
+    /// reranker, one score per input). Per-token output (`none`) is refused: an input's row is
+    /// one vector.
+    pub fn encoder(
+        encoder: Encoder,
+        pooling: Pooling,
+        kv: &KvSpec,
+    ) -> Result<CpuRunner, StartError> {
+        let dim = match pooling {
+            Pooling::None => {
+                return Err(StartError::Config(ConfigError::Pooling(
+                    "pooling `none` (a vector per token) is not served: choose mean, cls, last or \
+                     rank with --pooling",
+                )))
+            }
+            Pooling::Rank if !encoder.is_reranker() => {
+                return Err(StartError::Config(ConfigError::Pooling(
+                    "pooling `rank` needs a reranker's classifier head, which this model does not \
+                     have",
+                )))
+            }
+            Pooling::Rank => encoder.n_scores(),
+            _ => encoder.n_embd(),
+        };
+        // No KV: a one-tile layout satisfies the engine's planning, which embeddings bypass.
+        let layout = KvLayout {
+            tile_size: kv.tile_size,
+            kv_dim: 1,
+            layer_slot: vec![(0, 0)],
+            groups: vec![KvGroup {
+                layers: vec![0],
+                window: None,
+            }],
+            dtype: kv.dtype,
+        };
+        let facts = RunnerFacts {
+            layout,
+            n_tiles: 1,
+            vocab_size: encoder.config().vocab_size,
+            context_length: encoder.max_positions(),
+            embedding: Some(EmbedFacts {
+                dim,
+                scores: pooling == Pooling::Rank,
+            }),
+        };
+        Ok(CpuRunner {
+            net: Net::Encoder { encoder, pooling },
+            facts,
+            warming: false,
+        })
+    }
+
+    fn threads(&self) -> &Threads {
+        match &self.net {
+            Net::Decoder { model, .. } => model.threads(),
+            Net::Encoder { encoder, .. } => encoder.threads(),
+        }
     }
 }
 
@@ -47,42 +120,84 @@ impl IntoRunner for Transformer {
     }
 }
 
+impl IntoRunner for CpuModel {
+    type Runner = CpuRunner;
+    fn into_runner(self, kv: &KvSpec) -> Result<CpuRunner, StartError> {
+        match self {
+            CpuModel::Decoder(model) => CpuRunner::new(model, kv),
+            CpuModel::Encoder { encoder, pooling } => CpuRunner::encoder(encoder, pooling, kv),
+        }
+    }
+}
+
+/// The error of a KV operation on an encoder, which has no KV.
+fn no_kv() -> ModelError {
+    ModelError::BadBatch("an embedding model keeps no KV".into())
+}
+
 impl Runner for CpuRunner {
     fn facts(&self) -> &RunnerFacts {
         &self.facts
     }
 
     fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), ModelError> {
-        self.model.forward(batch, &mut self.pool, logits)
+        match &mut self.net {
+            Net::Decoder { model, pool } => model.forward(batch, pool, logits),
+            Net::Encoder { .. } => Err(ModelError::BadBatch(
+                "an embedding model generates nothing".into(),
+            )),
+        }
+    }
+
+    fn embed(&mut self, batch: &EmbedBatch, out: &mut Vec<f32>) -> Result<(), ModelError> {
+        let Net::Encoder { encoder, pooling } = &mut self.net else {
+            return Err(ModelError::BadBatch(
+                "this model generates text and computes no embeddings".into(),
+            ));
+        };
+        for row in encoder.embed_batch(batch.inputs, *pooling, false)? {
+            out.extend_from_slice(&row);
+        }
+        Ok(())
     }
 
     fn copy_tiles(&mut self, pairs: &[(TileId, TileId)]) {
-        for &(src, dst) in pairs {
-            self.pool.copy_tile(src, dst);
+        if let Net::Decoder { pool, .. } = &mut self.net {
+            for &(src, dst) in pairs {
+                pool.copy_tile(src, dst);
+            }
         }
     }
 
     fn export_tile(&self, tile: TileId, out: &mut Vec<u8>) {
-        self.pool.export_tile(tile, out);
+        if let Net::Decoder { pool, .. } = &self.net {
+            pool.export_tile(tile, out);
+        }
     }
 
     fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), ModelError> {
-        self.pool.import_tile(tile, bytes)
+        match &mut self.net {
+            Net::Decoder { pool, .. } => pool.import_tile(tile, bytes),
+            Net::Encoder { .. } => Err(no_kv()),
+        }
     }
 
     /// Faults the next `WARM_BYTES` of the pool in (`KvPool::populate`), so that serving does
     /// not pay for the kernel clearing fresh pages.
     fn idle(&mut self) -> bool {
-        self.warming = self.warming && self.pool.populate(WARM_BYTES);
+        let Net::Decoder { pool, .. } = &mut self.net else {
+            return false;
+        };
+        self.warming = self.warming && pool.populate(WARM_BYTES);
         self.warming
     }
 
     fn parallel(&self, n: usize, job: &(dyn Fn(usize, usize) + Sync)) {
-        parallel_on(self.model.threads(), n, job);
+        parallel_on(self.threads(), n, job);
     }
 
     fn workers(&self) -> usize {
-        self.model.threads().n()
+        self.threads().n()
     }
 }
 

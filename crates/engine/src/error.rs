@@ -25,6 +25,8 @@ pub enum ConfigError {
     NgramRange(usize, usize),
     #[error("KV events describe the prefix cache: they need it on")]
     KvEventsWithoutPrefixCache,
+    #[error("{0}")]
+    Pooling(&'static str),
 }
 
 /// Everything that stops `EngineHandle::spawn` or `Engine::new`.

@@ -53,7 +53,7 @@ mod tiering;
 pub mod tiles;
 
 pub use config::{DraftModelConfig, EngineConfig, SpeculativeConfig};
-pub use cpu_runner::CpuRunner;
+pub use cpu_runner::{CpuModel, CpuRunner};
 pub use draft_model::DraftModel;
 pub use embed::EmbedEvent;
 pub use engine::{Engine, Member};

@@ -7,8 +7,8 @@ use crate::protocol::request::CommonParams;
 use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::tools;
 use crate::serving::validate::{
-    check_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range, render_chat,
-    Job,
+    check_generating_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
+    render_chat, Job,
 };
 
 use super::protocol::ChatRequest;
@@ -20,7 +20,7 @@ pub fn chat_job(
     m: &Loaded,
     cfg: &ServerConfig,
 ) -> Result<Job, ApiError> {
-    check_model(common.model.as_deref(), m)?;
+    check_generating_model(common.model.as_deref(), m)?;
     let fields = tools::ToolFields {
         tools: req.tools.as_deref(),
         choice: req.tool_choice.as_ref(),

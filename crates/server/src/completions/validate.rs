@@ -5,8 +5,8 @@ use crate::base::ApiError;
 use crate::protocol::request::CommonParams;
 use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::validate::{
-    check_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range, token_id,
-    Job,
+    check_generating_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
+    token_id, Job,
 };
 
 use super::protocol::{CompletionRequest, PromptInput};
@@ -21,7 +21,7 @@ pub fn completion_job(
     m: &Loaded,
     cfg: &ServerConfig,
 ) -> Result<Job, ApiError> {
-    check_model(common.model.as_deref(), m)?;
+    check_generating_model(common.model.as_deref(), m)?;
     let echo = req.echo.unwrap_or(false);
     let logprobs = opt_range(req.logprobs, "logprobs", 0, cfg.max_logprobs)?;
     let prompts = completion_prompts(req.prompt, m, cfg)?;

@@ -143,8 +143,7 @@ fn fit(
     Ok(())
 }
 
-/// The token ids of each (query, document) pair, as llama.cpp lays a rerank input out:
-/// `[BOS] query [EOS] [SEP] document [EOS]`, each special token where the vocabulary adds it.
+/// The token ids of each (query, document) pair (`pair`).
 pub fn rerank_inputs(
     req: &RerankRequest,
     tok: &Tokenizer,
@@ -180,23 +179,20 @@ pub fn rerank_inputs(
             ));
         }
     }
-    let q = tok.encode(query, false, false);
     let mut inputs = Vec::with_capacity(docs.len());
     for (i, d) in docs.iter().enumerate() {
-        let mut input = pair(tok, &q, &tok.encode(d.text(), false, false));
+        let mut input = pair(tok, query, d.text());
         fit(&mut input, i, None, context, "documents")?;
         inputs.push(input);
     }
     Ok(inputs)
 }
 
-/// `[BOS] query [EOS] document [EOS]`, BOS where the vocabulary adds it.
-fn pair(tok: &Tokenizer, query: &[u32], doc: &[u32]) -> Vec<u32> {
-    let mut out = Vec::with_capacity(query.len() + doc.len() + 3);
-    out.extend(tok.bos_id().filter(|_| tok.add_bos()));
-    out.extend_from_slice(query);
-    out.extend(tok.eos_id());
-    out.extend_from_slice(doc);
-    out.extend(tok.eos_id());
+/// A (query, document) pair as BERT's tokenizers lay it out, `[CLS] query [SEP] document
+/// [SEP]`: the query with the vocabulary's special tokens, the document, the closing separator.
+fn pair(tok: &Tokenizer, query: &str, doc: &str) -> Vec<u32> {
+    let mut out = tok.encode(query, true, false);
+    out.extend(tok.encode(doc, false, false));
+    out.extend(tok.sep_id().or(tok.eos_id()));
     out
 }

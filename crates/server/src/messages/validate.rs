@@ -9,7 +9,7 @@ use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::structured::{self, Asked};
 use crate::serving::tools::{self, ToolFields, ToolSetup};
 use crate::serving::validate::{
-    check_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
+    check_generating_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
     render_messages, Job,
 };
 
@@ -43,7 +43,7 @@ struct PromptParts<'a> {
 
 /// Validates a `/v1/messages` body.
 pub fn prepare(req: MessagesRequest, m: &Loaded, cfg: &ServerConfig) -> Result<Prepared, ApiError> {
-    check_model(req.model.as_deref(), m)?;
+    check_generating_model(req.model.as_deref(), m)?;
     let max_tokens = req
         .max_tokens
         .ok_or_else(|| ApiError::invalid("max_tokens", "max_tokens: Field required"))?;
@@ -88,7 +88,7 @@ pub fn prepare(req: MessagesRequest, m: &Loaded, cfg: &ServerConfig) -> Result<P
 
 /// The prompt's length of a `/v1/messages/count_tokens` body.
 pub fn count(req: &CountTokensRequest, m: &Loaded) -> Result<usize, ApiError> {
-    check_model(req.model.as_deref(), m)?;
+    check_generating_model(req.model.as_deref(), m)?;
     let parts = PromptParts {
         system: req.system.as_ref(),
         messages: req.messages.as_deref(),

@@ -36,7 +36,7 @@ use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::structured::{self, Asked};
 use crate::serving::tools::Family;
 use crate::serving::validate::{
-    check_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
+    check_generating_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
     render_messages, Job,
 };
 
@@ -67,7 +67,7 @@ pub fn prepare(
     cfg: &ServerConfig,
     store: &ResponseStore,
 ) -> Result<Prepared, ApiError> {
-    check_model(req.model.as_deref(), m)?;
+    check_generating_model(req.model.as_deref(), m)?;
     let setup = tools::setup(&req, m)?;
     let asked = structured::text_format(req.text.as_ref())?;
     let asked = structured::with_tool_grammar(asked, setup.constraint.map(|c| c.lark))?;

@@ -119,24 +119,50 @@ pub fn load_model(
     threads: usize,
     cfg: EngineConfig,
     chat_template_override: Option<String>,
+    pooling: Option<model::Pooling>,
 ) -> Result<Loaded, String> {
-    let (arch, gguf_template) = read_chat_metadata(path)?;
+    let (arch, gguf_template, kind) = read_chat_metadata(path)?;
     let chat_template = ChatTemplate::choose(chat_template_override, gguf_template, &arch)?;
     let load_path = path.to_path_buf();
-    let engine = EngineHandle::spawn(cfg, move || {
-        let m = model::load(&load_path, threads)?;
-        Ok((m.transformer, m.tokenizer))
-    })
+    let engine = match kind {
+        model::ModelKind::Decoder => {
+            if pooling.is_some() {
+                return Err(format!(
+                    "--pooling applies to embedding models; {} is a {arch} model that generates",
+                    path.display()
+                ));
+            }
+            EngineHandle::spawn(cfg, move || {
+                let m = model::load(&load_path, threads)?;
+                Ok((m.transformer, m.tokenizer))
+            })
+        }
+        model::ModelKind::Encoder => EngineHandle::spawn(cfg, move || {
+            let m = model::load_encoder(&load_path, threads)?;
+            let pooling = pooling.unwrap_or(m.encoder.pooling());
+            let model = engine::CpuModel::Encoder {
+                encoder: m.encoder,
+                pooling,
+            };
+            Ok((model, m.tokenizer))
+        }),
+    }
     .map_err(|e| e.to_string())?;
+    let what = match engine.info().embedding {
+        Some(e) if e.scores => "a reranker".to_string(),
+        Some(e) => format!("embeddings of {} floats", e.dim),
+        None => format!(
+            "max_model_len {} with this KV pool, {} KV tiles of {}, chat template: {}",
+            engine.info().max_seq_len.min(engine.info().context_length),
+            engine.info().kv_tiles,
+            engine.info().tile_size,
+            chat_template.describe()
+        ),
+    };
     tracing::info!(
-        "loaded {} ({arch}, context {}, max_model_len {} with this KV pool, {} KV tiles of {}, \
-         chat template: {})",
+        "loaded {} ({arch}, context {}, {what})",
         path.display(),
         engine.info().context_length,
-        engine.info().max_seq_len.min(engine.info().context_length),
-        engine.info().kv_tiles,
-        engine.info().tile_size,
-        chat_template.describe()
     );
     Ok(Loaded {
         engine,
@@ -149,17 +175,20 @@ pub fn load_model(
     })
 }
 
-/// The architecture name and the chat template (if any) from the GGUF metadata.
-fn read_chat_metadata(path: &Path) -> Result<(String, Option<String>), String> {
+/// The architecture name, the chat template (if any) and the kind of model (one that
+/// generates, or one that embeds) from the GGUF metadata.
+fn read_chat_metadata(path: &Path) -> Result<(String, Option<String>, model::ModelKind), String> {
     let file = gguf::GgufFile::open(path).map_err(|e| e.to_string())?;
     let md = file.metadata();
     let text = |key: &str| match md.get(key) {
         Some(gguf::Value::String(s)) => Some(s.clone()),
         _ => None,
     };
+    let kind = model::model_kind(md).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((
         text("general.architecture").unwrap_or_default(),
         text("tokenizer.chat_template"),
+        kind,
     ))
 }
 

@@ -63,6 +63,26 @@ pub fn check_model(requested: Option<&str>, m: &Loaded) -> Result<(), ApiError> 
     }
 }
 
+/// `check_model`, and the 400 of an embedding model on a route that generates.
+pub fn check_generating_model(requested: Option<&str>, m: &Loaded) -> Result<(), ApiError> {
+    check_model(requested, m)?;
+    match m.engine.info().embedding {
+        None => Ok(()),
+        Some(e) => Err(ApiError::invalid(
+            "model",
+            format!(
+                "the model `{}` computes embeddings and generates no text: use {}",
+                m.model_id,
+                if e.scores {
+                    "/rerank"
+                } else {
+                    "/v1/embeddings"
+                }
+            ),
+        )),
+    }
+}
+
 /// The 404 for a model this server does not serve.
 pub fn model_not_found(requested: &str, m: &Loaded) -> ApiError {
     let names: Vec<String> = m.names().map(|n| format!("`{n}`")).collect();

@@ -37,7 +37,7 @@ pub fn tiny_loaded_arch(arch: &str, cfg: EngineConfig, template: Option<&str>) -
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&path, model::testing::tiny_model_gguf(arch, 7)).expect("write temp model");
-    let loaded = server::load_model(&path, 1, cfg, template.map(str::to_string));
+    let loaded = server::load_model(&path, 1, cfg, template.map(str::to_string), None);
     let _ = std::fs::remove_file(&path);
     loaded.expect("the tiny model loads")
 }
