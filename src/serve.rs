@@ -442,7 +442,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
 /// report).
 fn is_embedding_model(path: &std::path::Path) -> bool {
     gguf::GgufFile::open(path).is_ok_and(|f| {
-        matches!(model::model_kind(f.metadata()), Ok(model::ModelKind::Encoder))
+        matches!(
+            model::model_kind(f.metadata()),
+            Ok(model::ModelKind::Encoder)
+        )
     })
 }
 
