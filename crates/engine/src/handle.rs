@@ -135,7 +135,11 @@ impl EngineHandle {
                 };
                 let info = ModelInfo {
                     context_length: engine.context_length(),
-                    max_seq_len: engine.scheduler().max_fitting_len(engine.context_length()),
+                    // An embedding model keeps no KV: an input fits if the context holds it.
+                    max_seq_len: match engine.embedding() {
+                        Some(_) => engine.context_length(),
+                        None => engine.scheduler().max_fitting_len(engine.context_length()),
+                    },
                     vocab_size: engine.vocab_size(),
                     kv_tiles: engine.scheduler().tile_counts().total,
                     tile_size: thread_cfg.tile_size,
