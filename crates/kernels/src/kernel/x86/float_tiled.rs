@@ -31,9 +31,9 @@ use super::{f16_to_f32, hsum_ps, rows_avx2, Body};
 use crate::kernel::{DotKernel, RowsJob};
 
 /// Weight rows per tile.
-pub(crate) const R: usize = 3;
+pub(crate) const R: usize = 4;
 /// Activation rows per tile.
-pub(crate) const N: usize = 4;
+pub(crate) const N: usize = 3;
 
 /// Activation rows per block: about 96 KiB of f32 rows (at least one tile's worth).
 fn act_block_rows(cols: usize) -> usize {
