@@ -343,7 +343,7 @@ mod tests {
     fn activation_blocks_cover_every_row_once() {
         for cols in [1, 8, 768, 3072, 100_000] {
             let b = act_block_rows(cols);
-            assert!(b >= N && b % N == 0, "cols {cols}: block {b}");
+            assert!(b >= N && b.is_multiple_of(N), "cols {cols}: block {b}");
         }
     }
 }

@@ -15,6 +15,10 @@
 //! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1
 //! run their 256-bit bodies with the VNNI integer primitive.
 //!
+//! With AVX2 alone, the float formats run `float_tiled`: tiles of four weight rows by three
+//! activation rows over blocks of activation rows held in L2 (the per-row `float` bodies for
+//! batches under three rows), with the per-row bodies' bits.
+//!
 //! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
 //! 16-bit intermediate sums cannot saturate) and associates the float sums the same way, so the
 //! AVX2 and AVX-512 paths return identical bits. Per (weight row, activation row) pair the
