@@ -10,6 +10,9 @@
 //!   weight row is read from memory once and multiplied with all `m` activation rows while it is
 //!   hot in L1, in groups of up to four activation rows per pass so one unpacked weight block
 //!   feeds four dot products.
+//!   Float weights (F32/F16/BF16) run tiled kernels instead (`float_tiled` with AVX2, `float512`
+//!   with AVX-512): several weight rows by several activation rows per tile, over blocks of
+//!   activation rows that stay in L2, each output with the bits of the per-row kernel.
 //! - Weights repacked by [`crate::packed::pack`] ([`Layout::X16`]) take the packed path instead:
 //!   Q8_0 (or Q8_K) activations, sixteen weight rows per pass, with the AVX-512 VNNI or the
 //!   AVX2 kernel as the CPU allows and a scalar kernel of identical bits elsewhere.

@@ -154,13 +154,15 @@ impl Task {
     }
 }
 
-/// Softmax in place: `e^(x - max)` (`exp_neg`), summed in f64, times the sum's f32 inverse.
+/// Softmax in place: `e^(x - max)` (`exp_neg`), summed in f64 in order, times the sum's f32
+/// inverse. The exponentials are a loop of their own (the compiler vectorises it; the values
+/// are those of `exp_neg` one at a time) before the ordered sum.
 #[inline(always)]
 fn softmax(x: &mut [f32]) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    x.iter_mut().for_each(|v| *v = exp_neg(*v - max));
     let mut sum = 0.0f64;
-    for v in x.iter_mut() {
-        *v = exp_neg(*v - max);
+    for v in x.iter() {
         sum += f64::from(*v);
     }
     let inv = (1.0 / sum) as f32;

@@ -15,6 +15,10 @@
 //! sixteen columns per vector, tiles of four weight rows by four activation rows); Q4_1 / Q5_1
 //! run their 256-bit bodies with the VNNI integer primitive.
 //!
+//! With AVX2 alone, the float formats run `float_tiled`: tiles of four weight rows by three
+//! activation rows over blocks of activation rows held in L2 (the per-row `float` bodies for
+//! batches under three rows), with the per-row bodies' bits.
+//!
 //! Numerics: every path forms the same exact integer lanes (products are bounded so that AVX2's
 //! 16-bit intermediate sums cannot saturate) and associates the float sums the same way, so the
 //! AVX2 and AVX-512 paths return identical bits. Per (weight row, activation row) pair the
@@ -37,6 +41,7 @@ pub(crate) mod amx;
 pub(crate) mod attn;
 mod float;
 mod float512;
+mod float_tiled;
 mod kquants;
 mod kquants512;
 mod kquants_low;
@@ -431,18 +436,21 @@ fn visit_body_512<B: Body, B5: Body512, V: KernelVisitor>(isa: Isa, v: V) -> Res
     }
 }
 
-/// Like [`visit_body`], but with the tiled 512-bit float kernel where the CPU has AVX-512.
-fn visit_float<B: Body<A = f32>, D: float512::Decode<W = B::W>, V: KernelVisitor>(
-    isa: Isa,
-    v: V,
-) -> Result<(), V> {
+/// The float kernels: the tiled 512-bit one where the CPU has AVX-512, else the tiled 256-bit one
+/// (which runs body `B` for batches of fewer rows than a tile).
+fn visit_float<B, D, T, V>(isa: Isa, v: V) -> Result<(), V>
+where
+    B: Body<W = D::W, A = f32>,
+    D: float512::Decode,
+    T: float_tiled::Decode8<W = D::W>,
+    V: KernelVisitor,
+{
     match isa {
-        Isa::Amx | Isa::Avx512Vnni => {
-            v.visit(&float512::Tiled::<D>(PhantomData));
-            Ok(())
-        }
-        _ => visit_body::<B, V>(isa, v),
+        Isa::Amx | Isa::Avx512Vnni => v.visit(&float512::Tiled::<D>(PhantomData)),
+        Isa::Avx2 => v.visit(&float_tiled::Tiled::<T, B>(PhantomData)),
+        Isa::Scalar => return Err(v),
     }
+    Ok(())
 }
 
 /// Like [`visit_body`], but with the VNNI integer primitive where the CPU has AVX-512 VNNI.
@@ -461,9 +469,11 @@ fn visit_body_vnni<B: Body, V: KernelVisitor>(isa: Isa, v: V) -> Result<(), V> {
 pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<(), V> {
     let isa = isa.min(super::detect_isa());
     match format {
-        Format::F32 => visit_float::<float::F32Body, float512::F32, V>(isa, v),
-        Format::F16 => visit_float::<float::F16Body, float512::F16, V>(isa, v),
-        Format::BF16 => visit_float::<float::Bf16Body, float512::Bf16, V>(isa, v),
+        Format::F32 => visit_float::<float::F32Body, float512::F32, float_tiled::F32, V>(isa, v),
+        Format::F16 => visit_float::<float::F16Body, float512::F16, float_tiled::F16, V>(isa, v),
+        Format::BF16 => {
+            visit_float::<float::Bf16Body, float512::Bf16, float_tiled::Bf16, V>(isa, v)
+        }
         Format::Q4_0 => {
             visit_body_512::<legacy::Q4_0Body, legacy512::PairBody<BlockQ4_0>, V>(isa, v)
         }
