@@ -15,6 +15,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::EngineConfig;
 use model::KvDtype;
+use server::serving::reasoning::ReasoningParser;
+use server::serving::state::ReasoningChoice;
 use server::telemetry::LogFormat;
 use server::{AppState, ServerConfig};
 use tokio::sync::watch;
@@ -98,6 +100,13 @@ pub struct ServeArgs {
     /// Jinja chat template file, overriding the model's own (or the built-in Gemma format).
     #[arg(long)]
     chat_template: Option<PathBuf>,
+    /// How the model's reasoning is split from its answer (`reasoning_content` in chat,
+    /// `thinking` blocks in messages, `reasoning` items in responses): `deepseek_r1` (text up
+    /// to `</think>`, the prompt having opened the block), `qwen3` (a reply opening with
+    /// `<think>`), `gpt-oss` (the analysis channel), `none`. Default: told from the chat
+    /// template.
+    #[arg(long, value_parser = ["deepseek_r1", "qwen3", "gpt-oss", "none"])]
+    reasoning_parser: Option<String>,
     /// Speculative decoding: `ngram` drafts each stream's next tokens from its own prompt and
     /// output (prompt lookup) and verifies them in the same step; the output is the same as
     /// without it. Off by default.
@@ -457,14 +466,27 @@ async fn serve(
         path,
         threads,
         engine_cfg,
-        template,
+        (template, reasoning_choice(args.reasoning_parser.as_deref())),
     );
     spawn_watchdog(&state, stop_tx.clone());
     spawn_signal_handler(&state, stop_tx, grace);
     serve_until_stopped(listener, state, stop_rx, grace).await
 }
 
-/// Loads the model on a blocking thread, with a spinner; a failure stops the server.
+/// `--reasoning-parser`'s value (absent: told from the chat template).
+fn reasoning_choice(name: Option<&str>) -> ReasoningChoice {
+    match name {
+        None => ReasoningChoice::Auto,
+        Some("none") => ReasoningChoice::Off,
+        // clap allows only the parsers' names and `none`.
+        Some(n) => {
+            ReasoningParser::from_name(n).map_or(ReasoningChoice::Off, ReasoningChoice::Parser)
+        }
+    }
+}
+
+/// Loads the model on a blocking thread, with a spinner; a failure stops the server. `chat`:
+/// the `--chat-template` text and the reasoning parser.
 fn spawn_loader(
     state: &AppState,
     stop_tx: watch::Sender<StopReason>,
@@ -472,8 +494,9 @@ fn spawn_loader(
     path: PathBuf,
     threads: usize,
     engine_cfg: EngineConfig,
-    template: Option<String>,
+    chat: (Option<String>, ReasoningChoice),
 ) {
+    let (template, reasoning) = chat;
     let loader_state = state.clone();
     tokio::task::spawn_blocking(move || {
         // A spinner with the elapsed time while the weights are mapped, the tokenizer built and
@@ -485,7 +508,8 @@ fn spawn_loader(
         ));
         spinner.enable_steady_tick(Duration::from_millis(100));
         let t0 = std::time::Instant::now();
-        let loaded = server::load_model(&path, threads, engine_cfg, template);
+        let loaded = server::load_model(&path, threads, engine_cfg, template)
+            .map(|m| m.with_reasoning(reasoning));
         spinner.finish_and_clear();
         match loaded {
             Ok(m) => {
