@@ -15,6 +15,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use engine::EngineConfig;
 use model::KvDtype;
+use server::serving::reasoning::ReasoningParser;
+use server::serving::state::ReasoningChoice;
 use server::telemetry::LogFormat;
 use server::{AppState, ServerConfig};
 use tokio::sync::watch;
@@ -105,6 +107,13 @@ pub struct ServeArgs {
     /// reranker's score); default: what the GGUF file says (`<arch>.pooling_type`).
     #[arg(long, value_parser = ["mean", "cls", "last", "rank"])]
     pooling: Option<String>,
+    /// How the model's reasoning is split from its answer (`reasoning_content` in chat,
+    /// `thinking` blocks in messages, `reasoning` items in responses): `deepseek_r1` (text up
+    /// to `</think>`, the prompt having opened the block), `qwen3` (a reply opening with
+    /// `<think>`), `gpt-oss` (the analysis channel), `none`. Default: told from the chat
+    /// template.
+    #[arg(long, value_parser = ["deepseek_r1", "qwen3", "gpt-oss", "none"])]
+    reasoning_parser: Option<String>,
     /// Speculative decoding: `ngram` drafts each stream's next tokens from its own prompt and
     /// output (prompt lookup) and verifies them in the same step; the output is the same as
     /// without it. Off by default.
@@ -376,6 +385,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         template,
         // The parser accepts only the names `Pooling::from_name` knows.
         pooling: args.pooling.as_deref().and_then(model::Pooling::from_name),
+        reasoning: reasoning_choice(args.reasoning_parser.as_deref()),
     };
     let available = mem_available();
     let kv_bytes = args
@@ -449,10 +459,12 @@ fn is_embedding_model(path: &std::path::Path) -> bool {
     })
 }
 
-/// How the model is loaded beyond its file: `--chat-template`'s text and `--pooling`.
+/// How the model is loaded beyond its file: `--chat-template`'s text, `--pooling` and
+/// `--reasoning-parser`.
 struct LoadOptions {
     template: Option<String>,
     pooling: Option<model::Pooling>,
+    reasoning: ReasoningChoice,
 }
 
 /// Why the server stops: None = still running, Some(Ok) = a signal, Some(Err) = a fault (the
@@ -495,7 +507,20 @@ async fn serve(
     serve_until_stopped(listener, state, stop_rx, grace).await
 }
 
-/// Loads the model on a blocking thread, with a spinner; a failure stops the server.
+/// `--reasoning-parser`'s value (absent: told from the chat template).
+fn reasoning_choice(name: Option<&str>) -> ReasoningChoice {
+    match name {
+        None => ReasoningChoice::Auto,
+        Some("none") => ReasoningChoice::Off,
+        // clap allows only the parsers' names and `none`.
+        Some(n) => {
+            ReasoningParser::from_name(n).map_or(ReasoningChoice::Off, ReasoningChoice::Parser)
+        }
+    }
+}
+
+/// Loads the model on a blocking thread, with a spinner; a failure stops the server. `chat`:
+/// the `--chat-template` text and the reasoning parser.
 fn spawn_loader(
     state: &AppState,
     stop_tx: watch::Sender<StopReason>,
@@ -516,7 +541,8 @@ fn spawn_loader(
         ));
         spinner.enable_steady_tick(Duration::from_millis(100));
         let t0 = std::time::Instant::now();
-        let loaded = server::load_model(&path, threads, engine_cfg, load.template, load.pooling);
+        let loaded = server::load_model(&path, threads, engine_cfg, load.template, load.pooling)
+            .map(|m| m.with_reasoning(load.reasoning));
         spinner.finish_and_clear();
         match loaded {
             Ok(m) => {

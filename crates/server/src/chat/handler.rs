@@ -4,6 +4,8 @@
 //! With tools, each choice's reply goes through the tool-call reader: the whole reply's
 //! content and calls, or (streamed) content as the reader releases it and each call as two
 //! `tool_calls` deltas. A reply that made calls ends with `finish_reason: "tool_calls"`.
+//! With a reasoning parser, the thinking is `message.reasoning_content` (streamed:
+//! `delta.reasoning_content`), split off before the tool-call reader sees the content.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -16,6 +18,7 @@ use crate::base::{body_bytes, ApiError};
 use crate::protocol::logprobs::{ChatLogprobs, ChatTokenLogprob};
 use crate::protocol::request::CommonParams;
 use crate::protocol::response::{Body, Head, UsageTotals};
+use crate::serving::reasoning::Reasoning;
 use crate::serving::run::{self, Outcome};
 use crate::serving::sse::{self};
 use crate::serving::state::AppState;
@@ -59,7 +62,7 @@ pub async fn handle(
     if job.stream {
         let n = choices.len();
         let readers = (0..n)
-            .map(|_| job.tools.as_ref().map(ChoiceReader::new))
+            .map(|_| ChoiceReader::new(job.tools.as_ref(), job.reasoning.as_ref()))
             .collect();
         let writer = Chunks {
             head,
@@ -80,8 +83,8 @@ pub async fn handle(
         ));
     }
     let outs = run::collect_all(choices).await?;
-    let tools = job.tools.as_ref();
-    Ok(axum::Json(whole(&head, logprobs, &tok, tools, usage, outs)).into_response())
+    let reading = (job.tools.as_ref(), job.reasoning.as_ref());
+    Ok(axum::Json(whole(&head, logprobs, &tok, reading, usage, outs)).into_response())
 }
 
 /// A call as the response carries it, with a fresh id of the family's shape.
@@ -96,17 +99,19 @@ fn tool_call(c: ParsedCall, family: Family) -> ToolCall {
     }
 }
 
-/// The message of a whole reply: its text, or with tools its content and calls.
-fn message(o: &Outcome, tools: Option<&ToolParse>) -> (AssistantMessage, ChatFinish) {
-    let (content, calls) = match tools {
-        Some(parse) => tools::read_outcome(parse, o),
-        None => (o.text.clone(), Vec::new()),
-    };
+/// How a whole reply is read: for calls (with tools) and for reasoning (with a parser).
+type Reading<'a> = (Option<&'a ToolParse>, Option<&'a Reasoning>);
+
+/// The message of a whole reply: its text, or with tools its content and calls, and with a
+/// reasoning parser its reasoning apart.
+fn message(o: &Outcome, (tools, reasoning): Reading) -> (AssistantMessage, ChatFinish) {
+    let (thinking, content, calls) = tools::read_outcome(tools, reasoning, o);
     let finish = ChatFinish::of(o.reason, calls.len());
     let content = (calls.is_empty() || !content.is_empty()).then_some(content);
     let message = AssistantMessage {
         role: ROLE,
         content,
+        reasoning_content: reasoning.map(|_| Some(thinking).filter(|t| !t.is_empty())),
         tool_calls: calls
             .into_iter()
             .filter_map(|c| Some(tool_call(c, tools?.family)))
@@ -120,7 +125,7 @@ fn whole(
     head: &Head,
     logprobs: bool,
     tok: &Tokenizer,
-    tools: Option<&ToolParse>,
+    reading: Reading,
     mut usage: UsageTotals,
     outs: Vec<Outcome>,
 ) -> Body<ChatChoice> {
@@ -134,7 +139,7 @@ fn whole(
                 .filter_map(|t| t.logprob.as_ref().map(|lp| ChatTokenLogprob::new(tok, lp)))
                 .collect(),
         });
-        let (message, finish) = message(&o, tools);
+        let (message, finish) = message(&o, reading);
         choices.push(ChatChoice {
             index: o.index,
             message,

@@ -31,6 +31,11 @@ pub struct ChatRequest {
     pub tool_choice: Option<ToolChoiceIn>,
     /// Default true; false allows at most one call per reply.
     pub parallel_tool_calls: Option<bool>,
+    /// More variables for the chat template (vLLM extension; e.g. `{"enable_thinking":
+    /// false}`), passed as transformers passes them. `messages`, `tools`,
+    /// `add_generation_prompt`, `bos_token` and `eos_token` are the server's.
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Chat's deprecated function-calling fields (`tools` / `tool_choice` replace them).
@@ -114,6 +119,10 @@ pub struct ChatChoice {
 pub struct AssistantMessage {
     pub role: &'static str,
     pub content: Option<String>,
+    /// With a reasoning parser: the thinking before the answer (absent without one; `null`
+    /// when the reply had none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<Option<String>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
 }
@@ -155,6 +164,9 @@ pub struct Delta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
+    /// With a reasoning parser: the next piece of the thinking (never in `content`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// A piece of a streamed call: the first of a call has its `id`, `type` and name (and empty
@@ -247,6 +259,7 @@ mod tests {
             role: Some("assistant"),
             content: Some(String::new()),
             tool_calls: None,
+            reasoning_content: None,
         };
         let first = serde_json::to_string(&first).expect("serializes");
         assert_eq!(first, r#"{"role":"assistant","content":""}"#);

@@ -4,7 +4,8 @@
 //! content deltas, then a delta-less chunk carrying `finish_reason`. With tools, each choice's
 //! reply goes through a `tools::ChoiceReader`: content comes out as the reader releases it
 //! (text that may open a call is held back), and each call as two `tool_calls` deltas, its id,
-//! type and name first, then its arguments.
+//! type and name first, then its arguments. With a reasoning parser the same reader splits the
+//! thinking off first: it comes as `reasoning_content` deltas, never in `content`.
 
 use engine::Event;
 use tokenizer::Tokenizer;
@@ -28,7 +29,7 @@ pub(super) struct Chunks {
     pub(super) logprobs: bool,
     pub(super) n_per_prompt: usize,
     pub(super) usage: UsageTotals,
-    /// Per choice, with tools: the reader of its reply.
+    /// Per choice, with tools or a reasoning parser: the reader of its reply.
     pub(super) readers: Vec<Option<ChoiceReader>>,
     /// With tools: the template's family (the shape of call ids).
     pub(super) family: Option<Family>,
@@ -57,6 +58,7 @@ impl Chunks {
             role: Some(ROLE),
             content: Some(String::new()),
             tool_calls: None,
+            reasoning_content: None,
         };
         self.chunk(index, delta, None, None)
     }
@@ -89,6 +91,13 @@ impl Chunks {
         for o in outs {
             match o {
                 Out::Content(t) => out.push(self.chunk(index, Chunks::content(t), lp.take(), None)),
+                Out::Reasoning(t) => {
+                    let delta = Delta {
+                        reasoning_content: Some(t),
+                        ..Delta::default()
+                    };
+                    out.push(self.chunk(index, delta, lp.take(), None))
+                }
                 Out::Call(c) => {
                     let head = ToolCallDelta {
                         index: k,

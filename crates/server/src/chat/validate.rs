@@ -8,7 +8,7 @@ use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::tools;
 use crate::serving::validate::{
     check_generating_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
-    render_chat, Job,
+    reasoning_of, render_chat, Job,
 };
 
 use super::protocol::ChatRequest;
@@ -28,10 +28,12 @@ pub fn chat_job(
     };
     let setup = tools::setup_fields(fields, m.chat_template.tool_family(), m.engine.tokenizer())?;
     let messages = req.messages.unwrap_or_default();
+    let kwargs = req.chat_template_kwargs.as_ref();
     let text = render_chat(
         &messages,
         setup.rendered.as_deref(),
         req.add_generation_prompt.unwrap_or(true),
+        kwargs,
         m,
     )?;
     let prompt = m.engine.tokenizer().encode(&text, false, true);
@@ -60,5 +62,6 @@ pub fn chat_job(
     let mut job = job(prompts, request, &common, cfg, false)?;
     job.tools = setup.parse;
     job.tool_grammar = setup.constraint.map(|c| c.lark);
+    job.reasoning = reasoning_of(kwargs, m);
     Ok(job)
 }

@@ -56,10 +56,7 @@ fn whole(prep: &Prepared, tok: &Tokenizer, out: Outcome) -> Result<MessageObject
     if out.reason == FinishReason::Abort {
         return Err(ApiError::Internal("the engine aborted the request".into()));
     }
-    let outs = match &prep.job.tools {
-        Some(parse) => tools::outcome_outs(parse, &out),
-        None => vec![tools::Out::Content(out.text.clone())],
-    };
+    let outs = tools::outcome_outs(prep.job.tools.as_ref(), prep.job.reasoning.as_ref(), &out);
     let mut blocks = Blocks::new(prep.job.tools.as_ref().map(|t| t.family));
     let mut changes = Vec::new();
     for o in outs {

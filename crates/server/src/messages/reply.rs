@@ -3,7 +3,8 @@
 //! [`Blocks`] takes the reply as the tool parser gives it out (`tools::Out`: content and whole
 //! calls, in the order written) and says what changed at each step, so that the stream driver
 //! sends the matching events: text goes into the open text block (opened by the first text
-//! after a call or at the start); a call closes it and is a `tool_use` block of its own.
+//! after a call or at the start); a call closes it and is a `tool_use` block of its own. With a
+//! reasoning parser the thinking (`Out::Reasoning`) is a `thinking` block of its own, before.
 //!
 //! The engine reports a stop string only as `Stop`, with the text cut before it; which of
 //! `stop_sequences` it was is read back from the generated tokens: decoded as the engine
@@ -21,6 +22,10 @@ use super::protocol::ContentBlock;
 /// What one step of [`Blocks`] changed, by block index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
+    /// A thinking block was opened (empty).
+    ThinkingStart(usize),
+    /// Thinking was appended to the open thinking block.
+    ThinkingDelta(usize, String),
     /// A text block was opened (empty).
     TextStart(usize),
     /// Text was appended to the open text block.
@@ -37,6 +42,8 @@ pub struct Blocks {
     pub blocks: Vec<ContentBlock>,
     /// Whether the last block is text still taking text.
     open: bool,
+    /// Whether the last block is thinking still taking thinking.
+    thinking: bool,
     /// The template's family, for the shape of call ids.
     family: Option<Family>,
 }
@@ -52,8 +59,24 @@ impl Blocks {
     /// Takes one piece of the reply.
     pub fn push(&mut self, out: Out, changes: &mut Vec<Change>) {
         match out {
-            Out::Content(text) if text.is_empty() => {}
+            Out::Content(text) | Out::Reasoning(text) if text.is_empty() => {}
+            Out::Reasoning(text) => {
+                if !self.thinking {
+                    self.finish(changes);
+                    self.blocks.push(ContentBlock::Thinking {
+                        thinking: String::new(),
+                        signature: String::new(),
+                    });
+                    self.thinking = true;
+                    changes.push(Change::ThinkingStart(self.blocks.len() - 1));
+                }
+                if let Some(ContentBlock::Thinking { thinking, .. }) = self.blocks.last_mut() {
+                    thinking.push_str(&text);
+                }
+                changes.push(Change::ThinkingDelta(self.blocks.len() - 1, text));
+            }
             Out::Content(text) => {
+                self.close_thinking(changes);
                 if !self.open {
                     self.blocks.push(ContentBlock::Text {
                         text: String::new(),
@@ -77,9 +100,16 @@ impl Blocks {
         }
     }
 
-    /// Closes the open text block, if any.
+    /// Closes the open text or thinking block, if any.
     pub fn finish(&mut self, changes: &mut Vec<Change>) {
         if std::mem::take(&mut self.open) {
+            changes.push(Change::Stop(self.blocks.len() - 1));
+        }
+        self.close_thinking(changes);
+    }
+
+    fn close_thinking(&mut self, changes: &mut Vec<Change>) {
+        if std::mem::take(&mut self.thinking) {
             changes.push(Change::Stop(self.blocks.len() - 1));
         }
     }

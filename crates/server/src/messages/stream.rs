@@ -3,7 +3,7 @@
 //! The order: `message_start` (the message, no content, its usage counting the whole prompt as
 //! input until the end tells how much came from the cache), then per content block
 //! (`reply::Blocks` says when one opens and closes) `content_block_start`, its deltas
-//! (`text_delta` for text, as the text arrives; one `input_json_delta` with the whole input for
+//! (`thinking_delta` for thinking, `text_delta` for text, as they arrive; one `input_json_delta` with the whole input for
 //! a tool_use, sent once the call is whole) and `content_block_stop`, with one `ping` after the
 //! first block opens; then `message_delta` (the stop reason, the stop sequence and the final
 //! usage) and `message_stop`. A failure after the 200 went out (the engine, the request's
@@ -55,7 +55,7 @@ pub fn respond(
     tok: Tokenizer,
 ) -> Response {
     let family = prep.job.tools.as_ref().map(|t| t.family);
-    let reader = prep.job.tools.as_ref().map(ChoiceReader::new);
+    let reader = ChoiceReader::new(prep.job.tools.as_ref(), prep.job.reasoning.as_ref());
     let start = super::message(
         &prep,
         Vec::new(),
@@ -137,6 +137,19 @@ impl Driver {
     fn events_for(&mut self, changes: Vec<Change>) {
         for ch in changes {
             match ch {
+                Change::ThinkingStart(index) => self.block_start(
+                    index,
+                    ContentBlock::Thinking {
+                        thinking: String::new(),
+                        signature: String::new(),
+                    },
+                ),
+                Change::ThinkingDelta(index, thinking) => {
+                    self.pending.push_back(StreamEvent::ContentBlockDelta {
+                        index,
+                        delta: BlockDelta::ThinkingDelta { thinking },
+                    })
+                }
                 Change::TextStart(index) => self.block_start(
                     index,
                     ContentBlock::Text {

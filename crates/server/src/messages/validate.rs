@@ -5,17 +5,18 @@
 
 use crate::base::{new_id, ApiError};
 use crate::protocol::request::{CommonParams, Stop};
+use crate::serving::reasoning::Reasoning;
 use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::structured::{self, Asked};
 use crate::serving::tools::{self, ToolFields, ToolSetup};
 use crate::serving::validate::{
     check_generating_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
-    render_messages, Job,
+    reasoning_of, render_messages, Job, TemplateKwargs,
 };
 
 use super::input;
 use super::protocol::{
-    Content, CountTokensRequest, InputMessage, MessagesRequest, ToolChoice, ToolIn,
+    Content, CountTokensRequest, InputMessage, MessagesRequest, ThinkingConfig, ToolChoice, ToolIn,
 };
 
 /// A validated Messages request, ready to run.
@@ -53,7 +54,8 @@ pub fn prepare(req: MessagesRequest, m: &Loaded, cfg: &ServerConfig) -> Result<P
         tools: req.tools.as_deref(),
         tool_choice: req.tool_choice.as_ref(),
     };
-    let (prompt, setup) = prompt(parts, m)?;
+    let (kwargs, reasoning) = thinking(req.thinking.as_ref(), max_tokens, m)?;
+    let (prompt, setup) = prompt(parts, kwargs.as_ref(), m)?;
     let prompts = vec![prompt];
     check_prompt_lengths(&prompts, m, "messages")?;
     let explicit = opt_range(Some(max_tokens), "max_tokens", 1, usize::MAX)?;
@@ -75,6 +77,7 @@ pub fn prepare(req: MessagesRequest, m: &Loaded, cfg: &ServerConfig) -> Result<P
     let prompt_tokens = prompts[0].len();
     let mut job = job(prompts, request, &common, cfg, false)?;
     job.tools = setup.parse;
+    job.reasoning = reasoning;
     let asked = structured::with_tool_grammar(None, setup.constraint.map(|c| c.lark))?;
     Ok(Prepared {
         job,
@@ -95,12 +98,65 @@ pub fn count(req: &CountTokensRequest, m: &Loaded) -> Result<usize, ApiError> {
         tools: req.tools.as_deref(),
         tool_choice: req.tool_choice.as_ref(),
     };
-    Ok(prompt(parts, m)?.0.len())
+    Ok(prompt(parts, None, m)?.0.len())
+}
+
+/// `thinking`, checked: the template's variables it sets (`enable_thinking: false` when
+/// disabled) and the reasoning split of the reply. Enabled needs a reasoning parser; a budget
+/// is not enforced, so one that could bind (below `max_tokens`) is refused.
+fn thinking(
+    t: Option<&ThinkingConfig>,
+    max_tokens: i64,
+    m: &Loaded,
+) -> Result<(Option<TemplateKwargs>, Option<Reasoning>), ApiError> {
+    let Some(t) = t else {
+        return Ok((None, reasoning_of(None, m)));
+    };
+    match t.kind.as_str() {
+        "disabled" => {
+            if t.budget_tokens.is_some() {
+                return Err(ApiError::invalid(
+                    "thinking.budget_tokens",
+                    "budget_tokens is only for {\"type\": \"enabled\"}",
+                ));
+            }
+            let mut kwargs = TemplateKwargs::new();
+            kwargs.insert("enable_thinking".into(), false.into());
+            let reasoning = reasoning_of(Some(&kwargs), m);
+            Ok((Some(kwargs), reasoning))
+        }
+        "enabled" => {
+            if m.reasoning.is_none() {
+                return Err(ApiError::invalid(
+                    "thinking",
+                    "extended thinking needs a reasoning model: this server has no reasoning \
+                     parser (start it with --reasoning-parser)",
+                ));
+            }
+            if t.budget_tokens.is_some_and(|b| b < max_tokens) {
+                return Err(ApiError::invalid(
+                    "thinking.budget_tokens",
+                    "a thinking budget is not enforced by this server: leave budget_tokens out \
+                     or set it to max_tokens or more (max_tokens bounds thinking and answer \
+                     together)",
+                ));
+            }
+            Ok((None, reasoning_of(None, m)))
+        }
+        other => Err(ApiError::invalid(
+            "thinking.type",
+            format!("thinking.type must be \"enabled\" or \"disabled\", not {other:?}"),
+        )),
+    }
 }
 
 /// The prompt's tokens and the tool setup. A last assistant message is continued: its text
 /// follows the generation prompt, and the reply is what comes after it.
-fn prompt(p: PromptParts<'_>, m: &Loaded) -> Result<(Vec<u32>, ToolSetup), ApiError> {
+fn prompt(
+    p: PromptParts<'_>,
+    kwargs: Option<&TemplateKwargs>,
+    m: &Loaded,
+) -> Result<(Vec<u32>, ToolSetup), ApiError> {
     let turns = p
         .messages
         .ok_or_else(|| ApiError::invalid("messages", "messages: Field required"))?;
@@ -137,7 +193,8 @@ fn prompt(p: PromptParts<'_>, m: &Loaded) -> Result<(Vec<u32>, ToolSetup), ApiEr
         }
         _ => String::new(),
     };
-    let mut text = render_messages(&messages, setup.rendered.as_deref(), true, m, "messages")?;
+    let tools = setup.rendered.as_deref();
+    let mut text = render_messages(&messages, tools, true, kwargs, m, "messages")?;
     text.push_str(&prefill);
     let prompt = m.engine.tokenizer().encode(&text, false, true);
     Ok((prompt, setup))

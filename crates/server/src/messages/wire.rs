@@ -65,6 +65,10 @@ pub enum BlockDelta {
     TextDelta {
         text: String,
     },
+    /// A piece of a thinking block.
+    ThinkingDelta {
+        thinking: String,
+    },
     /// A piece of the tool_use's input, JSON text; a block's pieces concatenate to its input.
     InputJsonDelta {
         partial_json: String,

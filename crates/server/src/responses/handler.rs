@@ -47,10 +47,7 @@ pub async fn create(
         .await?
         .pop()
         .ok_or_else(|| ApiError::Internal("a response without its choice".into()))?;
-    let outs = match &prep.job.tools {
-        Some(parse) => tools::outcome_outs(parse, &out),
-        None => vec![tools::Out::Content(out.text.clone())],
-    };
+    let outs = tools::outcome_outs(prep.job.tools.as_ref(), prep.job.reasoning.as_ref(), &out);
     let mut items = prep.items();
     let mut changes = Vec::new();
     for o in outs {

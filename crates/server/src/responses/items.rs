@@ -20,11 +20,19 @@ use crate::base::ApiError;
 use crate::serving::chat_template::Message;
 use crate::serving::tools::{Family, Out};
 
-use super::wire::{FunctionCallItem, OutputItem, OutputMessage, OutputText, Status};
+use super::wire::{
+    FunctionCallItem, OutputItem, OutputMessage, OutputText, ReasoningItem, ReasoningText, Status,
+};
 
 /// What one step of [`Items`] changed, by output index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
+    /// A reasoning item was opened (with an empty `reasoning_text` part).
+    ReasoningAdded(usize),
+    /// Reasoning was appended to the open reasoning item.
+    ReasoningDelta(usize, String),
+    /// The reasoning item is finished.
+    ReasoningDone(usize),
     /// A message was opened (with an empty text part).
     MessageAdded(usize),
     /// Text was appended to the open message.
@@ -41,6 +49,8 @@ pub struct Items {
     pub items: Vec<OutputItem>,
     /// Whether the last item is a message still taking text.
     open: bool,
+    /// Whether the last item is reasoning still taking text.
+    thinking: bool,
     /// The id the first message gets (announced before generation starts).
     first_message_id: Option<String>,
     /// The template's family, for the shape of call ids.
@@ -52,6 +62,7 @@ impl Items {
         Items {
             items: Vec::new(),
             open: false,
+            thinking: false,
             first_message_id: Some(first_message_id),
             family,
         }
@@ -60,8 +71,30 @@ impl Items {
     /// Takes one piece of the reply.
     pub fn push(&mut self, out: Out, changes: &mut Vec<Change>) {
         match out {
-            Out::Content(text) if text.is_empty() => {}
+            Out::Content(text) | Out::Reasoning(text) if text.is_empty() => {}
+            Out::Reasoning(text) => {
+                if !self.thinking {
+                    self.close_message(Status::Completed, changes);
+                    self.items.push(OutputItem::Reasoning(ReasoningItem {
+                        kind: "reasoning",
+                        id: new_id("rs_"),
+                        summary: [],
+                        content: vec![ReasoningText::new(String::new())],
+                        status: Status::InProgress,
+                    }));
+                    self.thinking = true;
+                    changes.push(Change::ReasoningAdded(self.items.len() - 1));
+                }
+                let at = self.items.len() - 1;
+                if let Some(OutputItem::Reasoning(r)) = self.items.last_mut() {
+                    if let Some(part) = r.content.first_mut() {
+                        part.text.push_str(&text);
+                    }
+                }
+                changes.push(Change::ReasoningDelta(at, text));
+            }
             Out::Content(text) => {
+                self.close_reasoning(changes);
                 if !self.open {
                     self.open_message(changes);
                 }
@@ -74,6 +107,7 @@ impl Items {
                 changes.push(Change::TextDelta(at, text));
             }
             Out::Call(c) => {
+                self.close_reasoning(changes);
                 self.close_message(Status::Completed, changes);
                 let call_id = match self.family {
                     Some(f) => f.call_id(),
@@ -95,7 +129,12 @@ impl Items {
     /// Ends the output: the open message (or, with no item at all, an empty one) gets
     /// `status`.
     pub fn finish(&mut self, status: Status, changes: &mut Vec<Change>) {
-        if self.items.is_empty() {
+        self.close_reasoning(changes);
+        if !self
+            .items
+            .iter()
+            .any(|i| !matches!(i, OutputItem::Reasoning(_)))
+        {
             self.open_message(changes);
         }
         self.close_message(status, changes);
@@ -111,6 +150,16 @@ impl Items {
         self.items.push(OutputItem::Message(m));
         self.open = true;
         changes.push(Change::MessageAdded(self.items.len() - 1));
+    }
+
+    fn close_reasoning(&mut self, changes: &mut Vec<Change>) {
+        if !std::mem::take(&mut self.thinking) {
+            return;
+        }
+        if let Some(OutputItem::Reasoning(r)) = self.items.last_mut() {
+            r.status = Status::Completed;
+        }
+        changes.push(Change::ReasoningDone(self.items.len() - 1));
     }
 
     fn close_message(&mut self, status: Status, changes: &mut Vec<Change>) {
@@ -150,6 +199,9 @@ pub fn output_messages(items: &[OutputItem], messages: &mut Vec<Message>) {
                 let text: String = m.content.iter().map(|c| c.text.as_str()).collect();
                 messages.push(Message::text("assistant", text));
             }
+            // The thinking of an earlier turn is not shown to the model again (as chat
+            // templates drop it from history).
+            OutputItem::Reasoning(_) => {}
             OutputItem::FunctionCall(c) => {
                 let args = serde_json::from_str::<Value>(&c.arguments)
                     .ok()

@@ -37,7 +37,7 @@ use crate::serving::structured::{self, Asked};
 use crate::serving::tools::Family;
 use crate::serving::validate::{
     check_generating_model, check_prompt_lengths, common_request, fit_max_tokens, job, opt_range,
-    render_messages, Job,
+    reasoning_of, render_messages, Job,
 };
 
 use items::Items;
@@ -81,7 +81,7 @@ pub fn prepare(
     if let Some(instr) = &req.instructions {
         put_instructions(&mut messages, instr);
     }
-    let text = render_messages(&messages, setup.rendered.as_deref(), true, m, "input")?;
+    let text = render_messages(&messages, setup.rendered.as_deref(), true, None, m, "input")?;
     let prompt = m.engine.tokenizer().encode(&text, false, true);
     let prompts = vec![prompt];
     check_prompt_lengths(&prompts, m, "input")?;
@@ -104,6 +104,7 @@ pub fn prepare(
     let input_tokens = prompts[0].len();
     let mut job = job(prompts, request, &common, cfg, false)?;
     job.tools = setup.parse;
+    job.reasoning = reasoning_of(None, m);
     let text_config = req.text.take().unwrap_or_else(|| json!({}));
     let head = ResponseObject {
         id: new_id("resp_"),

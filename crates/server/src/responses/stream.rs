@@ -36,7 +36,7 @@ use crate::serving::state::AppState;
 use crate::serving::tools::{ChoiceReader, Out};
 
 use super::items::{Change, Items};
-use super::wire::{OutputItem, OutputMessage, OutputText, Status, StreamEvent};
+use super::wire::{OutputItem, OutputMessage, OutputText, ReasoningText, Status, StreamEvent};
 use super::{store, Prepared};
 
 struct Driver {
@@ -58,7 +58,7 @@ pub fn respond(
     state: AppState,
 ) -> Response {
     let items = prep.items();
-    let reader = prep.job.tools.as_ref().map(ChoiceReader::new);
+    let reader = ChoiceReader::new(prep.job.tools.as_ref(), prep.job.reasoning.as_ref());
     let mut d = Driver {
         events,
         prep,
@@ -156,6 +156,18 @@ impl Driver {
     fn events_for(&mut self, changes: Vec<Change>) {
         for ch in changes {
             match ch {
+                Change::ReasoningAdded(at) => self.reasoning_added(at),
+                Change::ReasoningDelta(at, delta) => {
+                    let item_id = self.item_id(at);
+                    self.push(|sequence_number| StreamEvent::ReasoningTextDelta {
+                        sequence_number,
+                        item_id,
+                        output_index: at,
+                        content_index: 0,
+                        delta,
+                    });
+                }
+                Change::ReasoningDone(at) => self.reasoning_done(at),
                 Change::MessageAdded(at) => self.message_added(at),
                 Change::TextDelta(at, delta) => {
                     let item_id = self.item_id(at);
@@ -178,8 +190,42 @@ impl Driver {
         match self.items.items.get(at) {
             Some(OutputItem::Message(m)) => m.id.clone(),
             Some(OutputItem::FunctionCall(c)) => c.id.clone(),
+            Some(OutputItem::Reasoning(r)) => r.id.clone(),
             None => String::new(),
         }
+    }
+
+    fn reasoning_added(&mut self, at: usize) {
+        let Some(OutputItem::Reasoning(r)) = self.items.items.get(at).cloned() else {
+            return;
+        };
+        let mut added = r;
+        added.content = vec![ReasoningText::new(String::new())];
+        self.push(|sequence_number| StreamEvent::OutputItemAdded {
+            sequence_number,
+            output_index: at,
+            item: OutputItem::Reasoning(added),
+        });
+    }
+
+    fn reasoning_done(&mut self, at: usize) {
+        let Some(OutputItem::Reasoning(r)) = self.items.items.get(at).cloned() else {
+            return;
+        };
+        let text: String = r.content.iter().map(|c| c.text.as_str()).collect();
+        let item_id = r.id.clone();
+        self.push(|sequence_number| StreamEvent::ReasoningTextDone {
+            sequence_number,
+            item_id,
+            output_index: at,
+            content_index: 0,
+            text,
+        });
+        self.push(|sequence_number| StreamEvent::OutputItemDone {
+            sequence_number,
+            output_index: at,
+            item: OutputItem::Reasoning(r),
+        });
     }
 
     fn message_added(&mut self, at: usize) {

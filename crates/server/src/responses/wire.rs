@@ -88,7 +88,7 @@ impl ResponseObject {
             .iter()
             .filter_map(|i| match i {
                 OutputItem::Message(m) => Some(m),
-                OutputItem::FunctionCall(_) => None,
+                OutputItem::FunctionCall(_) | OutputItem::Reasoning(_) => None,
             })
             .flat_map(|m| m.content.iter().map(|c| c.text.as_str()))
             .collect()
@@ -121,8 +121,40 @@ pub struct Reasoning {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum OutputItem {
+    Reasoning(ReasoningItem),
     Message(OutputMessage),
     FunctionCall(FunctionCallItem),
+}
+
+/// The model's reasoning (`type: "reasoning"`, with a reasoning parser), before its message:
+/// the text whole in one `reasoning_text` part; no summary is made.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ReasoningItem {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// `rs_…`.
+    pub id: String,
+    #[schema(value_type = Vec<Object>, max_items = 0)]
+    pub summary: [(); 0],
+    pub content: Vec<ReasoningText>,
+    pub status: Status,
+}
+
+/// A `reasoning_text` part.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ReasoningText {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub text: String,
+}
+
+impl ReasoningText {
+    pub fn new(text: String) -> ReasoningText {
+        ReasoningText {
+            kind: "reasoning_text",
+            text,
+        }
+    }
 }
 
 /// A call the model made (`type: "function_call"`); `call_id` is what a
@@ -263,6 +295,22 @@ pub enum StreamEvent {
         name: String,
         arguments: String,
     },
+    #[serde(rename = "response.reasoning_text.delta")]
+    ReasoningTextDelta {
+        sequence_number: u64,
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning_text.done")]
+    ReasoningTextDone {
+        sequence_number: u64,
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+    },
     #[serde(rename = "response.content_part.added")]
     ContentPartAdded {
         sequence_number: u64,
@@ -345,6 +393,8 @@ impl StreamEvent {
                 "response.function_call_arguments.done"
             }
             StreamEvent::ContentPartAdded { .. } => "response.content_part.added",
+            StreamEvent::ReasoningTextDelta { .. } => "response.reasoning_text.delta",
+            StreamEvent::ReasoningTextDone { .. } => "response.reasoning_text.done",
             StreamEvent::OutputTextDelta { .. } => "response.output_text.delta",
             StreamEvent::OutputTextDone { .. } => "response.output_text.done",
             StreamEvent::ContentPartDone { .. } => "response.content_part.done",

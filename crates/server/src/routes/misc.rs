@@ -107,6 +107,7 @@ pub async fn tokenize(
                 &msgs,
                 rendered,
                 req.add_generation_prompt.unwrap_or(true),
+                None,
                 m,
             )?;
             tok.encode(&text, req.add_special_tokens.unwrap_or(false), true)

@@ -19,7 +19,17 @@ use minijinja::value::{Kwargs, Value as JinjaValue};
 use minijinja::{context, Environment, ErrorKind};
 use serde_json::Value;
 
+use crate::serving::reasoning::ReasoningParser;
 use crate::serving::tools::Family;
+
+/// Template variables the server sets itself, which `chat_template_kwargs` may not replace.
+pub const RESERVED_KWARGS: [&str; 5] = [
+    "messages",
+    "tools",
+    "add_generation_prompt",
+    "bos_token",
+    "eos_token",
+];
 
 /// One message after validation: a role, plain text, and for tool calling the calls of an
 /// assistant message or the call a `tool` message answers.
@@ -62,6 +72,8 @@ pub enum ChatTemplate {
     Jinja {
         env: Box<Environment<'static>>,
         tool_family: Option<Family>,
+        /// The reasoning parser its source and generation prompt call for.
+        reasoning: Option<ReasoningParser>,
     },
     GemmaTurns,
     /// No template and no built-in format: chat is refused.
@@ -87,12 +99,30 @@ impl ChatTemplate {
         );
         env.add_filter("tojson", tojson);
         let tool_family = Family::detect(&source);
-        env.add_template_owned(TEMPLATE_NAME, source)
+        env.add_template_owned(TEMPLATE_NAME, source.clone())
             .map_err(|e| format!("chat template: {e}"))?;
-        Ok(ChatTemplate::Jinja {
+        let mut t = ChatTemplate::Jinja {
             env: Box::new(env),
             tool_family,
-        })
+            reasoning: None,
+        };
+        // The generation prompt after one user turn (a template that cannot render it without
+        // the real special tokens is told by its source alone).
+        let prompt = t
+            .render(&[Message::text("user", "hi")], None, true, "", "", None)
+            .ok();
+        if let ChatTemplate::Jinja { reasoning, .. } = &mut t {
+            *reasoning = ReasoningParser::detect(&source, prompt.as_deref());
+        }
+        Ok(t)
+    }
+
+    /// The reasoning parser this template's model needs, told from the template.
+    pub fn reasoning_parser(&self) -> Option<ReasoningParser> {
+        match self {
+            ChatTemplate::Jinja { reasoning, .. } => *reasoning,
+            ChatTemplate::GemmaTurns | ChatTemplate::None => None,
+        }
     }
 
     /// How this template's model writes tool calls (`None`: tools are not supported).
@@ -125,7 +155,9 @@ impl ChatTemplate {
     }
 
     /// Renders the conversation with `tools` (OpenAI's tool objects) if any; `bos`/`eos` are
-    /// the tokenizer's special-token texts.
+    /// the tokenizer's special-token texts; `kwargs` (a request's `chat_template_kwargs`) are
+    /// more variables of the template's context, as transformers passes them (the server's
+    /// own variables, `RESERVED_KWARGS`, are checked apart by the caller and win here).
     pub fn render(
         &self,
         messages: &[Message],
@@ -133,18 +165,21 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         bos: &str,
         eos: &str,
+        kwargs: Option<&serde_json::Map<String, Value>>,
     ) -> Result<String, RenderError> {
         match self {
             ChatTemplate::Jinja { env, .. } => {
                 let tmpl = env
                     .get_template(TEMPLATE_NAME)
                     .map_err(|e| RenderError(format!("chat template: {e}")))?;
+                let extra = JinjaValue::from_serialize(kwargs);
                 tmpl.render(context! {
                     messages => messages,
                     tools => tools,
                     add_generation_prompt => add_generation_prompt,
                     bos_token => bos,
                     eos_token => eos,
+                    ..extra
                 })
                 .map_err(|e| RenderError(format!("chat template: {e}")))
             }
@@ -285,6 +320,7 @@ mod tests {
                 true,
                 "<bos>",
                 "<eos>",
+                None,
             )
             .expect("renders");
         assert_eq!(
@@ -298,7 +334,14 @@ mod tests {
     fn gemma_turns_refuse_two_user_turns_in_a_row() {
         let t = ChatTemplate::GemmaTurns;
         assert!(t
-            .render(&[msg("user", "a"), msg("user", "b")], None, true, "", "")
+            .render(
+                &[msg("user", "a"), msg("user", "b")],
+                None,
+                true,
+                "",
+                "",
+                None
+            )
             .is_err());
     }
 
@@ -308,22 +351,57 @@ mod tests {
                    {% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}";
         let t = ChatTemplate::jinja(src.into()).expect("compiles");
         let out = t
-            .render(&[msg("user", "  hi  ")], None, true, "<s>", "</s>")
+            .render(&[msg("user", "  hi  ")], None, true, "<s>", "</s>", None)
             .expect("renders");
         assert_eq!(out, "<s>[user]hi[assistant]");
     }
 
     #[test]
+    fn chat_template_kwargs_are_template_variables_and_tell_the_reasoning_parser() {
+        let src = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+                   {% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n\
+                   {% if enable_thinking is defined and not enable_thinking %}<think>\n\n\
+                   </think>\n\n{% endif %}{% endif %}{{ extra | default('') }}";
+        let t = ChatTemplate::jinja(src.into()).expect("compiles");
+        assert_eq!(t.reasoning_parser(), Some(ReasoningParser::Qwen3));
+        let kwargs = serde_json::json!({"enable_thinking": false, "extra": "!"});
+        let out = t
+            .render(&[msg("user", "hi")], None, true, "", "", kwargs.as_object())
+            .expect("renders");
+        assert_eq!(
+            out,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n!"
+        );
+        // The server's own variables win over a kwarg of the same name.
+        let kwargs = serde_json::json!({"add_generation_prompt": false});
+        let out = t
+            .render(&[msg("user", "hi")], None, true, "", "", kwargs.as_object())
+            .expect("renders");
+        assert!(out.ends_with("assistant\n"), "{out}");
+        // A template whose generation prompt opens the think block is DeepSeek-R1's.
+        let r1 = ChatTemplate::jinja(
+            "{% for m in messages %}<|User|>{{ m.content }}{% endfor %}\
+             {% if add_generation_prompt %}<|Assistant|><think>\n{% endif %}"
+                .into(),
+        )
+        .expect("compiles");
+        assert_eq!(r1.reasoning_parser(), Some(ReasoningParser::DeepSeekR1));
+        assert_eq!(ChatTemplate::GemmaTurns.reasoning_parser(), None);
+    }
+
+    #[test]
     fn raise_exception_in_a_template_is_a_render_error() {
         let t = ChatTemplate::jinja("{{ raise_exception('nope') }}".into()).expect("compiles");
-        let e = t.render(&[], None, true, "", "").expect_err("raises");
+        let e = t.render(&[], None, true, "", "", None).expect_err("raises");
         assert!(e.0.contains("nope"), "{e}");
     }
 
     #[test]
     fn a_model_without_any_template_refuses_chat() {
         let t = ChatTemplate::choose(None, None, "llama").expect("no template is fine");
-        assert!(t.render(&[msg("user", "x")], None, true, "", "").is_err());
+        assert!(t
+            .render(&[msg("user", "x")], None, true, "", "", None)
+            .is_err());
     }
 
     #[test]
@@ -332,7 +410,9 @@ mod tests {
         let t = ChatTemplate::jinja(src.into()).expect("compiles");
         let tools: Vec<Value> = vec![serde_json::json!({"type": "function", "function":
             {"name": "f", "description": "a <b> & \"c\" é", "parameters": {"z": 1, "a": [1.5, true, null]}}})];
-        let out = t.render(&[], Some(&tools), true, "", "").expect("renders");
+        let out = t
+            .render(&[], Some(&tools), true, "", "", None)
+            .expect("renders");
         assert_eq!(
             out,
             "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \
@@ -372,7 +452,7 @@ mod tests {
             },
         ];
         let out = t
-            .render(&messages, Some(&tools), true, "", "")
+            .render(&messages, Some(&tools), true, "", "", None)
             .expect("renders");
         assert_eq!(
             out,
@@ -381,7 +461,7 @@ mod tests {
              [a]<tool_call>{\"name\": \"f\", \"arguments\": {\"city\": \"Paris\"}}</tool_call>[tool]sunny"
         );
         let plain = t
-            .render(&messages[..1], None, true, "", "")
+            .render(&messages[..1], None, true, "", "", None)
             .expect("renders");
         assert_eq!(plain, "[user]Weather?");
     }
@@ -391,11 +471,11 @@ mod tests {
         let t = ChatTemplate::GemmaTurns;
         let tools = vec![serde_json::json!({"type": "function"})];
         assert!(t
-            .render(&[msg("user", "x")], Some(&tools), true, "", "")
+            .render(&[msg("user", "x")], Some(&tools), true, "", "", None)
             .is_err());
         let tool_msg = msg("tool", "42");
         assert!(t
-            .render(&[msg("user", "x"), tool_msg], None, true, "", "")
+            .render(&[msg("user", "x"), tool_msg], None, true, "", "", None)
             .is_err());
     }
 }

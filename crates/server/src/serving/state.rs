@@ -17,6 +17,7 @@ use engine::{EngineConfig, EngineHandle};
 
 use crate::base::{unix_now, ApiError, ERROR_LABELS};
 use crate::serving::chat_template::ChatTemplate;
+use crate::serving::reasoning::{Reasoning, ReasoningParser};
 
 /// HTTP-layer settings.
 #[derive(Clone, Debug)]
@@ -100,11 +101,35 @@ pub struct Loaded {
     /// The GGUF `general.architecture` (`gemma3`, `llama`, ...), reported to gateways.
     pub architecture: String,
     pub chat_template: ChatTemplate,
+    /// The reasoning parser (`--reasoning-parser`, else told from the chat template).
+    pub reasoning: Option<Reasoning>,
     /// Unix seconds when loading finished (`created` in `/v1/models`).
     pub created: u64,
 }
 
+/// `--reasoning-parser`: told from the chat template, none, or a named parser.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasoningChoice {
+    Auto,
+    Off,
+    Parser(ReasoningParser),
+}
+
 impl Loaded {
+    /// Sets the reasoning parser: `Auto` tells it from the chat template.
+    pub fn with_reasoning(mut self, choice: ReasoningChoice) -> Loaded {
+        let parser = match choice {
+            ReasoningChoice::Auto => self.chat_template.reasoning_parser(),
+            ReasoningChoice::Off => None,
+            ReasoningChoice::Parser(p) => Some(p),
+        };
+        self.reasoning = parser.map(|p| Reasoning::new(p, self.engine.tokenizer()));
+        if let Some(p) = parser {
+            tracing::info!("reasoning parser: {}", p.name());
+        }
+        self
+    }
+
     /// Every name `model` may hold, the reported one first.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.model_id.as_str()).chain(self.aliases.iter().map(String::as_str))
@@ -170,9 +195,11 @@ pub fn load_model(
         aliases: Vec::new(),
         root: model_id_for(path),
         architecture: arch,
+        reasoning: None,
         chat_template,
         created: unix_now(),
-    })
+    }
+    .with_reasoning(ReasoningChoice::Auto))
 }
 
 /// The architecture name, the chat template (if any) and the kind of model (one that

@@ -13,7 +13,8 @@ use model::SamplingParams;
 pub use crate::base::parse_body;
 use crate::base::ApiError;
 use crate::protocol::request::{ChatMessage, CommonParams, MessageContent, Stop};
-use crate::serving::chat_template::Message;
+use crate::serving::chat_template::{Message, RESERVED_KWARGS};
+use crate::serving::reasoning::{Reasoning, ReasoningParser};
 use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::tools::{self, ToolParse};
 
@@ -39,6 +40,8 @@ pub struct Job {
     /// that holds the reply to the family's call syntax, so that it always parses as calls;
     /// with a strict tool under `auto`, the grammar that holds every call to its schema.
     pub tool_grammar: Option<String>,
+    /// With a reasoning parser: how to split each choice's reply into reasoning and answer.
+    pub reasoning: Option<Reasoning>,
 }
 
 impl Job {
@@ -102,6 +105,7 @@ pub fn render_chat(
     messages: &[ChatMessage],
     tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
+    kwargs: Option<&TemplateKwargs>,
     m: &Loaded,
 ) -> Result<String, ApiError> {
     if messages.is_empty() {
@@ -124,7 +128,38 @@ pub fn render_chat(
             ));
         }
     }
-    render_messages(&plain, tools, add_generation_prompt, m, "messages")
+    render_messages(&plain, tools, add_generation_prompt, kwargs, m, "messages")
+}
+
+/// A request's `chat_template_kwargs`: more variables for the chat template.
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
+/// Checks `chat_template_kwargs`: any name passes to the template (as transformers passes
+/// them) but the variables the server sets itself.
+pub fn check_template_kwargs(kwargs: Option<&TemplateKwargs>) -> Result<(), ApiError> {
+    let reserved = kwargs
+        .into_iter()
+        .flat_map(|k| k.keys())
+        .find(|k| RESERVED_KWARGS.contains(&k.as_str()));
+    match reserved {
+        Some(k) => Err(ApiError::invalid(
+            "chat_template_kwargs",
+            format!("chat_template_kwargs may not set `{k}`: the server sets it"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The reasoning split of a request: the served model's parser, unless the request turned
+/// thinking off (`chat_template_kwargs: {"enable_thinking": false}`, with a parser that reads
+/// `<think>` blocks: the reply then has none, and the whole of it is the answer).
+pub fn reasoning_of(kwargs: Option<&TemplateKwargs>, m: &Loaded) -> Option<Reasoning> {
+    let off = kwargs
+        .and_then(|k| k.get("enable_thinking"))
+        .is_some_and(|v| v == &serde_json::Value::Bool(false));
+    m.reasoning
+        .clone()
+        .filter(|r| !(off && r.parser == ReasoningParser::Qwen3))
 }
 
 /// Chat messages as role and text (only text content parts are accepted), with an assistant
@@ -172,9 +207,11 @@ pub(crate) fn render_messages(
     plain: &[Message],
     tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
+    kwargs: Option<&TemplateKwargs>,
     m: &Loaded,
     param: &str,
 ) -> Result<String, ApiError> {
+    check_template_kwargs(kwargs)?;
     let tok = m.engine.tokenizer();
     let piece = |id: Option<u32>| {
         id.and_then(|i| tok.token_piece(i))
@@ -188,6 +225,7 @@ pub(crate) fn render_messages(
             add_generation_prompt,
             &piece(tok.bos_id()),
             &piece(tok.eos_id()),
+            kwargs,
         )
         .map_err(|e| ApiError::invalid(param, e.0))
 }
@@ -221,6 +259,7 @@ pub(crate) fn job(
         echo,
         tools: None,
         tool_grammar: None,
+        reasoning: None,
     })
 }
 

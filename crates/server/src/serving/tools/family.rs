@@ -193,14 +193,25 @@ pub struct Markers {
 impl Markers {
     /// The control tokens of `tok` whose text is one of `family`'s markers.
     pub fn new(family: Family, tok: &Tokenizer) -> Markers {
-        let by_id = family
-            .marker_texts()
+        Markers::of_texts(family.marker_texts(), tok)
+    }
+
+    /// The control tokens of `tok` whose text is one of `texts`.
+    pub fn of_texts(texts: &[&'static str], tok: &Tokenizer) -> Markers {
+        let by_id = texts
             .iter()
             .filter_map(|&m| {
                 let id = tok.token_to_id(m)?;
                 tok.is_special(id).then_some((id, m))
             })
             .collect();
+        Markers { by_id }
+    }
+
+    /// These markers and `other`'s.
+    pub fn merged(&self, other: &Markers) -> Markers {
+        let mut by_id = self.by_id.clone();
+        by_id.extend(other.by_id.iter().map(|(&k, &v)| (k, v)));
         Markers { by_id }
     }
 
@@ -289,7 +300,7 @@ mod tests {
                 ..Message::text("tool", "sunny")
             },
         ];
-        t.render(&messages, None, true, "", "")
+        t.render(&messages, None, true, "", "", None)
     }
 
     #[test]

@@ -26,6 +26,8 @@ use super::{hermes, llama3, mistral};
 /// What the parser gives back, in output order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Out {
+    /// Thinking (only from the reasoning splitter, `serving::reasoning`; never from this parser).
+    Reasoning(String),
     Content(String),
     Call(ParsedCall),
 }
@@ -261,6 +263,7 @@ pub fn parse_whole<'a>(
         match o {
             Out::Content(t) => content.push_str(&t),
             Out::Call(c) => calls.push(c),
+            Out::Reasoning(_) => {}
         }
     }
     (content, calls)

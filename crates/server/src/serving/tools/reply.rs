@@ -1,68 +1,121 @@
-//! Reading one choice's reply for calls, token by token: the same reader serves a stream and,
-//! over the collected tokens, a whole reply.
+//! Reading one choice's reply, token by token: its reasoning (with a reasoning parser), its
+//! content and its calls (with tools). The same reader serves a stream and, over the collected
+//! tokens, a whole reply.
 //!
 //! A token is read as its decoded text, except a hidden marker token (a control token such as
-//! `[TOOL_CALLS]`, which the detokenizer drops), read as its marker.
+//! `[TOOL_CALLS]` or `</think>`, which the detokenizer drops), read as its marker. The reasoning
+//! splitter reads first; only the content it gives out reaches the call parser.
 
 use super::call::ParsedCall;
 use super::family::Markers;
 use super::parser::{CallParser, Out};
 use super::request::ToolParse;
+use crate::serving::reasoning::{Reasoning, Splitter};
 use crate::serving::run::Outcome;
 
 /// One choice's reader.
 #[derive(Debug)]
 pub struct ChoiceReader {
-    parser: CallParser,
+    split: Option<Splitter>,
+    parser: Option<CallParser>,
     markers: Markers,
 }
 
 impl ChoiceReader {
-    pub fn new(parse: &ToolParse) -> ChoiceReader {
-        ChoiceReader {
-            parser: CallParser::new(parse.family, parse.max_calls),
-            markers: parse.markers.clone(),
+    /// A reader for a reply with tools and/or reasoning; `None` when there is neither (the
+    /// reply is then its text).
+    pub fn new(tools: Option<&ToolParse>, reasoning: Option<&Reasoning>) -> Option<ChoiceReader> {
+        if tools.is_none() && reasoning.is_none() {
+            return None;
         }
+        let none = Markers::default();
+        let markers = tools
+            .map_or(&none, |t| &t.markers)
+            .merged(reasoning.map_or(&none, |r| &r.markers));
+        Some(ChoiceReader {
+            split: reasoning.map(|r| Splitter::new(r.parser)),
+            parser: tools.map(|p| CallParser::new(p.family, p.max_calls)),
+            markers,
+        })
     }
 
     /// Reads token `id`, decoded as `text`; returns what became final.
     pub fn token(&mut self, id: u32, text: &str) -> Vec<Out> {
-        let mut out = Vec::new();
-        self.parser.feed(self.markers.piece(id, text), &mut out);
-        out
+        let piece = self.markers.piece(id, text).to_string();
+        self.read(&piece, false)
     }
 
     /// The reply ended with `text` still to read; returns everything left.
     pub fn end(&mut self, text: &str) -> Vec<Out> {
+        self.read(text, true)
+    }
+
+    fn read(&mut self, piece: &str, finished: bool) -> Vec<Out> {
+        let mut parts = Vec::new();
+        match &mut self.split {
+            Some(s) => {
+                s.feed(piece, &mut parts);
+                if finished {
+                    s.finish(&mut parts);
+                }
+            }
+            None => parts.push(Out::Content(piece.to_string())),
+        }
+        let Some(parser) = &mut self.parser else {
+            return parts.into_iter().filter(|p| !is_empty(p)).collect();
+        };
         let mut out = Vec::new();
-        self.parser.feed(text, &mut out);
-        self.parser.finish(&mut out);
+        for p in parts {
+            match p {
+                Out::Content(t) => parser.feed(&t, &mut out),
+                other => out.push(other),
+            }
+        }
+        if finished {
+            parser.finish(&mut out);
+        }
         out
     }
 
     /// Calls read so far.
     pub fn calls(&self) -> usize {
-        self.parser.calls()
+        self.parser.as_ref().map_or(0, CallParser::calls)
     }
 }
 
-/// A whole reply's content and calls.
-pub fn read_outcome(parse: &ToolParse, o: &Outcome) -> (String, Vec<ParsedCall>) {
+fn is_empty(o: &Out) -> bool {
+    matches!(o, Out::Content(t) | Out::Reasoning(t) if t.is_empty())
+}
+
+/// A whole reply's reasoning, content and calls.
+pub fn read_outcome(
+    tools: Option<&ToolParse>,
+    reasoning: Option<&Reasoning>,
+    o: &Outcome,
+) -> (String, String, Vec<ParsedCall>) {
+    let mut thinking = String::new();
     let mut content = String::new();
     let mut calls = Vec::new();
-    for out in outcome_outs(parse, o) {
+    for out in outcome_outs(tools, reasoning, o) {
         match out {
+            Out::Reasoning(t) => thinking.push_str(&t),
             Out::Content(t) => content.push_str(&t),
             Out::Call(c) => calls.push(c),
         }
     }
-    (content, calls)
+    (thinking, content, calls)
 }
 
-/// A whole reply's content and calls in the order the model wrote them (what a stream's
-/// reader gives out, token by token, over the same reply).
-pub fn outcome_outs(parse: &ToolParse, o: &Outcome) -> Vec<Out> {
-    let mut reader = ChoiceReader::new(parse);
+/// A whole reply's reasoning, content and calls in the order the model wrote them (what a
+/// stream's reader gives out, token by token, over the same reply).
+pub fn outcome_outs(
+    tools: Option<&ToolParse>,
+    reasoning: Option<&Reasoning>,
+    o: &Outcome,
+) -> Vec<Out> {
+    let Some(mut reader) = ChoiceReader::new(tools, reasoning) else {
+        return vec![Out::Content(o.text.clone())];
+    };
     let mut outs = Vec::new();
     let mut from = 0;
     for t in &o.tokens {
@@ -122,7 +175,7 @@ mod tests {
             ],
             "",
         );
-        let (content, calls) = read_outcome(&parse, &o);
+        let (_, content, calls) = read_outcome(Some(&parse), None, &o);
         assert_eq!(content, "Ok.");
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].name, "f");
@@ -136,7 +189,7 @@ mod tests {
             ],
             "",
         );
-        assert_eq!(read_outcome(&parse, &o).0, o.text);
+        assert_eq!(read_outcome(Some(&parse), None, &o).1, o.text);
     }
 
     #[test]
@@ -153,7 +206,7 @@ mod tests {
             (4, "\"arguments\": {\"x\": 1}}"),
         ];
         let o = outcome(&tokens, "\n</tool_call>");
-        let mut reader = ChoiceReader::new(&parse);
+        let mut reader = ChoiceReader::new(Some(&parse), None).expect("a reader");
         let mut outs: Vec<Out> = tokens
             .iter()
             .flat_map(|&(id, t)| reader.token(id, t))
@@ -163,17 +216,18 @@ mod tests {
             .iter()
             .filter_map(|o| match o {
                 Out::Content(t) => Some(t.as_str()),
-                Out::Call(_) => None,
+                _ => None,
             })
             .collect();
         let calls: Vec<ParsedCall> = outs
             .into_iter()
             .filter_map(|o| match o {
                 Out::Call(c) => Some(c),
-                Out::Content(_) => None,
+                _ => None,
             })
             .collect();
         assert_eq!(reader.calls(), 1);
-        assert_eq!((content, calls), read_outcome(&parse, &o));
+        let (_, whole_content, whole_calls) = read_outcome(Some(&parse), None, &o);
+        assert_eq!((content, calls), (whole_content, whole_calls));
     }
 }
