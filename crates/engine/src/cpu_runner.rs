@@ -24,8 +24,14 @@ pub enum CpuModel {
 /// What the CPU runner computes with: a decoder with its KV storage, or an encoder, which
 /// keeps no KV (each input is computed whole).
 enum Net {
-    Decoder { model: Transformer, pool: KvPool },
-    Encoder { encoder: Encoder, pooling: Pooling },
+    Decoder {
+        model: Box<Transformer>,
+        pool: Box<KvPool>,
+    },
+    Encoder {
+        encoder: Box<Encoder>,
+        pooling: Pooling,
+    },
 }
 
 /// `model::Transformer` with its KV storage, or `model::Encoder`.
@@ -47,7 +53,10 @@ impl CpuRunner {
             embedding: None,
         };
         Ok(CpuRunner {
-            net: Net::Decoder { model, pool },
+            net: Net::Decoder {
+                model: Box::new(model),
+                pool: Box::new(pool),
+            },
             facts,
             warming: kv.warm,
         })
@@ -99,7 +108,10 @@ impl CpuRunner {
             }),
         };
         Ok(CpuRunner {
-            net: Net::Encoder { encoder, pooling },
+            net: Net::Encoder {
+                encoder: Box::new(encoder),
+                pooling,
+            },
             facts,
             warming: false,
         })
