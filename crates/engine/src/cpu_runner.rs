@@ -4,11 +4,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use model::kv::KvGroup;
 use model::{Batch, Encoder, KvLayout, KvPool, ModelError, Pooling, Threads, TileId, Transformer};
 
 use crate::error::{ConfigError, StartError};
-use crate::runner::{kv_pool, EmbedBatch, EmbedFacts, IntoRunner, KvSpec, Runner, RunnerFacts};
+use crate::runner::{
+    kv_pool, minimal_layout, EmbedBatch, EmbedFacts, IntoRunner, KvSpec, Runner, RunnerFacts,
+};
 
 /// KV memory faulted in per idle turn: ~16 ms of the kernel clearing pages here (about 2 ms per
 /// 2 MiB), so a request that arrives meanwhile waits no longer than that.
@@ -87,16 +88,7 @@ impl CpuRunner {
             _ => encoder.n_embd(),
         };
         // No KV: a one-tile layout satisfies the engine's planning, which embeddings bypass.
-        let layout = KvLayout {
-            tile_size: kv.tile_size,
-            kv_dim: 1,
-            layer_slot: vec![(0, 0)],
-            groups: vec![KvGroup {
-                layers: vec![0],
-                window: None,
-            }],
-            dtype: kv.dtype,
-        };
+        let layout = minimal_layout(kv.tile_size, kv.dtype);
         let facts = RunnerFacts {
             layout,
             n_tiles: 1,

@@ -11,6 +11,7 @@
 //! Tile export and import give a tile's contents as bytes in a stable, versioned layout
 //! (`model::KvPool::export_tile`): what a KV tier stores and loads.
 
+use model::kv::KvGroup;
 use model::{Batch, KvDtype, KvLayout, KvPool, ModelError, TileId};
 
 use crate::error::StartError;
@@ -118,4 +119,19 @@ pub fn kv_pool(layout: KvLayout, kv: &KvSpec) -> Result<KvPool, StartError> {
         });
     }
     Ok(KvPool::with_bytes(layout, kv.bytes))
+}
+
+/// The smallest KV layout: one global group of one layer, one float of K and V per token. What
+/// a runner that keeps no real KV (an encoder, a simulation) reports for the engine to plan with.
+pub fn minimal_layout(tile_size: usize, dtype: KvDtype) -> KvLayout {
+    KvLayout {
+        tile_size,
+        kv_dim: 1,
+        layer_slot: vec![(0, 0)],
+        groups: vec![KvGroup {
+            layers: vec![0],
+            window: None,
+        }],
+        dtype,
+    }
 }

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use model::kv::{KvDtype, KvGroup};
-use model::{Batch, KvLayout, LogitsWanted, ModelError, TileId};
+use model::kv::KvDtype;
+use model::{Batch, LogitsWanted, ModelError, TileId};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::clock::ManualClock;
@@ -21,7 +21,7 @@ use crate::config::EngineConfig;
 use crate::engine::Engine;
 use crate::error::StartError;
 use crate::request::{Event, GenerateRequest};
-use crate::runner::{IntoRunner, KvSpec, Runner, RunnerFacts};
+use crate::runner::{minimal_layout, IntoRunner, KvSpec, Runner, RunnerFacts};
 use crate::stats::EngineStats;
 use crate::SeqId;
 
@@ -91,16 +91,7 @@ pub struct SimModel {
 impl IntoRunner for SimModel {
     type Runner = SimRunner;
     fn into_runner(self, spec: &KvSpec) -> Result<SimRunner, StartError> {
-        let layout = KvLayout {
-            tile_size: spec.tile_size,
-            kv_dim: 1,
-            layer_slot: vec![(0, 0)],
-            groups: vec![KvGroup {
-                layers: vec![0],
-                window: None,
-            }],
-            dtype: KvDtype::F16,
-        };
+        let layout = minimal_layout(spec.tile_size, KvDtype::F16);
         // The tiny KV rows make the spec's bytes far more tiles than a real model gets; a pool
         // of 8192 tiles holds the workloads it plays.
         let n_tiles = (spec.bytes / layout.tile_bytes().max(1)).min(8192);

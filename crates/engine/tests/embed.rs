@@ -5,12 +5,13 @@
 
 use std::sync::{Arc, Mutex};
 
+use engine::runner::minimal_layout;
 use engine::{
     EmbedBatch, EmbedEvent, EmbedFacts, Engine, EngineConfig, EngineError, EngineHandle,
     EngineStats, GenerateRequest, IntoRunner, KvSpec, Runner, RunnerFacts, SeqId, StartError,
 };
-use model::kv::{KvDtype, KvGroup};
-use model::{Batch, KvLayout, ModelError, TileId, Tokenizer};
+use model::kv::KvDtype;
+use model::{Batch, ModelError, TileId, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 const DIM: usize = 3;
@@ -37,16 +38,7 @@ impl IntoRunner for FakeEmbedder {
     type Runner = FakeEmbedRunner;
     fn into_runner(self, spec: &KvSpec) -> Result<FakeEmbedRunner, StartError> {
         // An embedding runner keeps no KV: a one-tile layout satisfies the engine's planning.
-        let layout = KvLayout {
-            tile_size: spec.tile_size,
-            kv_dim: 1,
-            layer_slot: vec![(0, 0)],
-            groups: vec![KvGroup {
-                layers: vec![0],
-                window: None,
-            }],
-            dtype: KvDtype::F16,
-        };
+        let layout = minimal_layout(spec.tile_size, KvDtype::F16);
         Ok(FakeEmbedRunner {
             facts: RunnerFacts {
                 layout,
