@@ -126,7 +126,7 @@ fn check(spec: &Spec) {
             .collect();
         let add_gen = case["add_generation_prompt"].as_bool().expect("flag");
         let label = format!("{} (add_generation_prompt={add_gen})", text(case, "name"));
-        let ours = template.render(&messages, None, add_gen, bos, eos);
+        let ours = template.render(&messages, None, add_gen, bos, eos, None);
         match (ours, case.get("rendered").and_then(Value::as_str)) {
             (Ok(ours), Some(theirs)) if ours == theirs => {}
             (Ok(ours), Some(theirs)) => {
