@@ -104,7 +104,9 @@ pub struct ServeArgs {
     #[arg(long)]
     chat_template: Option<PathBuf>,
     /// How an embedding model pools its token states into one vector (or, `rank`, a
-    /// reranker's score); default: what the GGUF file says (`<arch>.pooling_type`).
+    /// reranker's score); default: what the GGUF file says (`<arch>.pooling_type`). On a
+    /// generative model (a decoder such as Qwen3) it serves that model as an embedding model:
+    /// `/v1/embeddings` instead of the generation routes, as vLLM's `--task embed`.
     #[arg(long, value_parser = ["mean", "cls", "last", "rank"])]
     pooling: Option<String>,
     /// How the model's reasoning is split from its answer (`reasoning_content` in chat,
@@ -412,15 +414,15 @@ pub fn run(args: ServeArgs) -> Result<()> {
         tile_size: args.tile_size,
         kv_bytes,
         kv_dtype: args.kv_dtype,
-        max_batch_tokens: args
-            .max_batch_tokens
-            .unwrap_or(if is_embedding_model(&path) {
+        max_batch_tokens: args.max_batch_tokens.unwrap_or(
+            if args.pooling.is_some() || is_embedding_model(&path) {
                 MAX_BATCH_TOKENS_EMBED
             } else if args.slo_tpot_ms.is_some() {
                 MAX_BATCH_TOKENS_SLO
             } else {
                 MAX_BATCH_TOKENS
-            }),
+            },
+        ),
         max_seqs: args.max_seqs,
         chunked_prefill: !args.no_chunked_prefill,
         prefix_caching: !args.no_prefix_cache,
@@ -451,12 +453,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
 /// Whether `path` holds an embedding model (an unreadable file is left for the loader to
 /// report).
 fn is_embedding_model(path: &std::path::Path) -> bool {
-    gguf::GgufFile::open(path).is_ok_and(|f| {
-        matches!(
-            model::model_kind(f.metadata()),
-            Ok(model::ModelKind::Encoder)
-        )
-    })
+    gguf::GgufFile::open(path)
+        .is_ok_and(|f| model::model_kind(f.metadata()).is_ok_and(model::ModelKind::embeds))
 }
 
 /// How the model is loaded beyond its file: `--chat-template`'s text, `--pooling` and

@@ -12,7 +12,8 @@
    tests/goldens/tiny/encoders.json: the bert reranker's rank scores for (query, document) pairs
    fed as [CLS] query [SEP] document [SEP] (token types: llama.cpp adds type 0 to every token),
    and the tiny nomic-bert's mean-pooled embeddings, plus llama.cpp's ids of a few texts on the
-   tiny WordPiece vocabulary.
+   tiny WordPiece vocabulary; and the tiny Qwen3 embedder's (a causal decoder read as an
+   embedding model) last-token and mean-pooled embeddings.
 
 Each input is decoded alone (one sequence per llama_decode). Floats are rounded to 7
 significant digits.
@@ -190,8 +191,27 @@ def tiny_goldens(gguf_dir):
         embeds.append({"text": t, "ids": ids,
                        "embedding": rounded(normalized(run_ids(llm, ids, llm.n_embd())))})
     out["nomic-bert"] = {"model_sha256": sha256(nomic), "embeddings": embeds}
+    out["qwen3-embed"] = decoder_embedder_goldens(Path(gguf_dir) / "tiny-qwen3-embed.gguf")
     write_json(TINY_OUT, out)
     print(f"wrote {TINY_OUT}")
+
+
+def decoder_embedder_goldens(path):
+    """The tiny Qwen3 embedder (qwen3.pooling_type = last): llama.cpp's last-token embedding of
+    each text, tokenized as llama.cpp does (its BOS rule for the tiny vocabulary), each input
+    alone; also a mean-pooled context, to check pooling over a causal decoder."""
+    out = {"model_sha256": sha256(path)}
+    for name, pooling in [("last", None), ("mean", llama_cpp.LLAMA_POOLING_TYPE_MEAN)]:
+        kw = {} if pooling is None else {"pooling_type": pooling}
+        llm = Llama(model_path=str(path), embedding=True, n_ctx=128, n_batch=128, n_ubatch=128,
+                    n_threads=2, verbose=False, **kw)
+        embeds = []
+        for t in TINY_TEXTS[:4] + TINY_TEXTS[5:] + [" ".join(["the cat sat on the mat"] * 3)]:
+            ids = tokens(llm, t)
+            embeds.append({"text": t, "ids": ids,
+                           "embedding": rounded(normalized(run_ids(llm, ids, llm.n_embd())))})
+        out[name] = embeds
+    return out
 
 
 def main():

@@ -101,6 +101,7 @@ impl Client {
         let input = match self.endpoint {
             Endpoint::Completions => ("prompt", json!(prompt)),
             Endpoint::Chat => ("messages", json!([{ "role": "user", "content": prompt }])),
+            Endpoint::Embeddings => ("input", json!(prompt)),
         };
         if let Some(obj) = body.as_object_mut() {
             obj.insert(input.0.to_string(), input.1);
@@ -153,6 +154,24 @@ impl Client {
             }
         }
         timer.finish()
+    }
+
+    /// The model name sent in requests.
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Posts a JSON body to the endpoint (not streamed); the caller reads the response.
+    pub async fn post_json(&self, body: &Value) -> Result<reqwest::Response, String> {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(key) = &self.api_key {
+            req = req.bearer_auth(key);
+        }
+        req.send().await.map_err(|e| error_chain(&e))
     }
 
     /// The first model listed by `GET /v1/models`.

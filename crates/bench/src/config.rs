@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::{
     capacity::CapacityArgs,
+    embed::{EmbedWorkload, Span, DEFAULT_TEXTS, DEFAULT_TEXT_TOKENS, MAX_TEXTS},
     goodput::{SloTarget, SloTargets},
     workload::{read_trace, Dataset, RequestSpec, Workload},
 };
@@ -28,6 +29,8 @@ pub enum Endpoint {
     Completions,
     /// `POST /v1/chat/completions` with one user message.
     Chat,
+    /// `POST /v1/embeddings` with a list of texts (`--texts-per-request`, `--text-tokens`).
+    Embeddings,
 }
 
 impl fmt::Display for Endpoint {
@@ -35,6 +38,7 @@ impl fmt::Display for Endpoint {
         f.write_str(match self {
             Self::Completions => "completions",
             Self::Chat => "chat",
+            Self::Embeddings => "embeddings",
         })
     }
 }
@@ -201,6 +205,14 @@ pub struct BenchArgs {
     /// Do not draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// `--endpoint embeddings`: texts per request, `N` or `MIN-MAX`, drawn uniformly (default
+    /// 1-16).
+    #[arg(long, value_name = "N|MIN-MAX")]
+    pub texts_per_request: Option<Span>,
+    /// `--endpoint embeddings`: words per text (about as many tokens), `N` or `MIN-MAX`, drawn
+    /// uniformly (default 10-500).
+    #[arg(long, value_name = "N|MIN-MAX")]
+    pub text_tokens: Option<Span>,
     #[command(flatten)]
     pub capacity: CapacityArgs,
 }
@@ -260,6 +272,8 @@ pub struct BenchConfig {
     /// Requests still running this long after the start are cut and counted as failed (a
     /// capacity probe's end; `None` in a plain run).
     pub cutoff: Option<Duration>,
+    /// The texts of an embeddings run (`Some` exactly when `endpoint` is embeddings).
+    pub embed: Option<EmbedWorkload>,
 }
 
 impl BenchConfig {
@@ -361,6 +375,7 @@ impl BenchArgs {
             }
         };
         let t = self.traffic(duration)?;
+        let embed = self.embed_workload(&t)?;
         Ok(BenchConfig {
             base_url,
             api_key: self.api_key.clone(),
@@ -387,7 +402,52 @@ impl BenchArgs {
             goodput: SloTargets::from_list(&self.goodput).map_err(ConfigError::Invalid)?,
             label: self.label.clone(),
             cutoff: None,
+            embed,
         })
+    }
+
+    /// The embeddings workload, or an error naming a flag that has no meaning for the chosen
+    /// endpoint (an embeddings run is a closed loop of plain requests).
+    fn embed_workload(&self, t: &Traffic) -> Result<Option<EmbedWorkload>, ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if self.endpoint != Endpoint::Embeddings {
+            if self.texts_per_request.is_some() || self.text_tokens.is_some() {
+                return invalid(
+                    "--texts-per-request and --text-tokens need --endpoint embeddings".into(),
+                );
+            }
+            return Ok(None);
+        }
+        let unsupported = [
+            (
+                t.arrival != Arrival::Closed,
+                "--request-rate / --arrival / a timed --trace",
+            ),
+            (self.trace.is_some(), "--trace"),
+            (self.dataset != Dataset::Fixed, "--dataset"),
+            (!self.goodput.is_empty(), "--goodput"),
+            (self.long_prompt_every.is_some(), "--long-prompt-every"),
+            (self.shared_prefix_tokens > 0, "--shared-prefix-tokens"),
+            (self.capacity.find_capacity, "--find-capacity"),
+            (self.chart.is_some(), "--chart"),
+        ];
+        if let Some((_, flag)) = unsupported.iter().find(|(given, _)| *given) {
+            return invalid(format!(
+                "{flag} is not supported with --endpoint embeddings (a closed loop of -c clients)"
+            ));
+        }
+        let texts = self.texts_per_request.unwrap_or(DEFAULT_TEXTS);
+        if texts.max > MAX_TEXTS {
+            return Err(out_of_range("texts-per-request", "at most 2048", texts.max));
+        }
+        let tokens = self.text_tokens.unwrap_or(DEFAULT_TEXT_TOKENS);
+        if tokens.max > 1_000_000 {
+            return Err(out_of_range("text-tokens", "at most 1000000", tokens.max));
+        }
+        Ok(Some(EmbedWorkload {
+            texts_per_request: texts,
+            text_tokens: tokens,
+        }))
     }
 
     /// The arrival process, the concurrency, the request bound and the request lengths.
@@ -497,6 +557,7 @@ impl BenchConfig {
         match self.endpoint {
             Endpoint::Completions => format!("{}/v1/completions", self.base_url),
             Endpoint::Chat => format!("{}/v1/chat/completions", self.base_url),
+            Endpoint::Embeddings => format!("{}/v1/embeddings", self.base_url),
         }
     }
 

@@ -10,7 +10,8 @@
 //! a run reports goodput; `--find-capacity` searches for the highest rate that meets them, and
 //! `--plot` draws several such searches on one chart. A mixed-load mode adds a long prompt every
 //! few seconds and reports the decoders separately from it. Results: a table on stdout, a JSON file,
-//! an SVG chart. Works against tessera, llama.cpp's `llama-server` and vLLM alike (plain HTTP).
+//! an SVG chart. `--endpoint embeddings` is its own closed loop (`embed`): batches of texts to
+//! `/v1/embeddings`, reported as requests, embeddings and tokens per second. Works against tessera, llama.cpp's `llama-server` and vLLM alike (plain HTTP).
 //!
 //! Modules, in the order a run uses them: `config` (flags → validated config), `workload` (request
 //! lengths, traces), `sampling` / `arrivals` (seeded distributions, the arrival schedule), `prompt`
@@ -24,6 +25,7 @@ pub mod capacity_chart;
 pub mod chart;
 pub mod client;
 pub mod config;
+pub mod embed;
 pub mod goodput;
 pub mod prompt;
 pub mod report;
@@ -38,6 +40,7 @@ use anyhow::Context as _;
 
 pub use capacity::CapacityReport;
 pub use config::{Arrival, BenchArgs, BenchConfig, Endpoint};
+pub use embed::EmbedReport;
 pub use report::Report;
 pub use runner::Stop;
 
@@ -53,6 +56,10 @@ pub async fn run_until(args: BenchArgs, stop: Stop) -> anyhow::Result<Report> {
         "--find-capacity and --plot runs go through find_capacity / plot"
     );
     let cfg = args.validate()?;
+    anyhow::ensure!(
+        cfg.embed.is_none(),
+        "--endpoint embeddings runs go through embeddings"
+    );
     let run = runner::execute(&cfg, !args.no_progress, stop).await?;
     let report = Report::new(&cfg, &run);
     println!("{}", report.table());
@@ -62,6 +69,20 @@ pub async fn run_until(args: BenchArgs, stop: Stop) -> anyhow::Result<Report> {
     }
     if let Some(path) = &args.chart {
         std::fs::write(path, chart_svg(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(report)
+}
+
+/// `--endpoint embeddings`: runs, prints the table, writes the JSON report when asked, and
+/// returns the report.
+pub async fn embeddings(args: BenchArgs, stop: Stop) -> anyhow::Result<EmbedReport> {
+    let cfg = args.validate()?;
+    let run = embed::execute(&cfg, !args.no_progress, stop).await?;
+    let report = EmbedReport::new(&cfg, &run)?;
+    println!("{}", report.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, report.to_json())
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(report)
@@ -111,6 +132,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
+    if args.endpoint == Endpoint::Embeddings {
+        let report = rt.block_on(async {
+            let stop = Stop::new();
+            tokio::spawn(stop_on_ctrl_c(stop.clone()));
+            embeddings(args, stop).await
+        })?;
+        anyhow::ensure!(report.results.requests_ok > 0, "no request succeeded");
+        return Ok(());
+    }
     if args.capacity.find_capacity {
         return rt.block_on(async {
             let stop = Stop::new();

@@ -320,8 +320,13 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 
 /// Distinct error messages, most frequent first, at most [`MAX_ERRORS`].
 pub fn count_errors(outcomes: &[Outcome]) -> Vec<ErrorCount> {
+    count_errors_of(outcomes.iter().filter_map(|o| o.error.as_deref()))
+}
+
+/// Distinct messages among `errors`, most frequent first, at most [`MAX_ERRORS`].
+pub fn count_errors_of<'a>(errors: impl Iterator<Item = &'a str>) -> Vec<ErrorCount> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for e in outcomes.iter().filter_map(|o| o.error.as_deref()) {
+    for e in errors {
         *counts.entry(e).or_default() += 1;
     }
     let mut v: Vec<ErrorCount> = counts

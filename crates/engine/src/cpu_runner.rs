@@ -1,10 +1,10 @@
-//! The CPU runner: the transformer's forward pass over a `KvPool` it owns — or an encoder's
+//! The CPU runner: the transformer's forward pass over a `KvPool` it owns — or an embedding model's
 //! pooled rows of whole inputs, keeping no KV —, and its thread pool for the engine's
 //! per-sequence work after a step.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use model::{Batch, Encoder, KvLayout, KvPool, ModelError, Pooling, Threads, TileId, Transformer};
+use model::{Batch, Embedder, KvLayout, KvPool, ModelError, Pooling, Threads, TileId, Transformer};
 
 use crate::error::{ConfigError, StartError};
 use crate::runner::{
@@ -15,27 +15,30 @@ use crate::runner::{
 /// 2 MiB), so a request that arrives meanwhile waits no longer than that.
 const WARM_BYTES: usize = 8 << 20;
 
-/// A model the CPU runner computes: a decoder that generates, or an encoder that embeds
-/// (with the pooling its rows get).
+/// A model the CPU runner computes: a decoder that generates, or an embedding model (an
+/// encoder, or a decoder read as one) with the pooling its rows get.
 pub enum CpuModel {
-    Decoder(Transformer),
-    Encoder { encoder: Encoder, pooling: Pooling },
+    Decoder(Box<Transformer>),
+    Embedder {
+        embedder: Box<dyn Embedder>,
+        pooling: Pooling,
+    },
 }
 
-/// What the CPU runner computes with: a decoder with its KV storage, or an encoder, which
+/// What the CPU runner computes with: a decoder with its KV storage, or an embedding model, which
 /// keeps no KV (each input is computed whole).
 enum Net {
     Decoder {
         model: Box<Transformer>,
         pool: Box<KvPool>,
     },
-    Encoder {
-        encoder: Box<Encoder>,
+    Embedder {
+        embedder: Box<dyn Embedder>,
         pooling: Pooling,
     },
 }
 
-/// `model::Transformer` with its KV storage, or `model::Encoder`.
+/// `model::Transformer` with its KV storage, or a `model::Embedder`.
 pub struct CpuRunner {
     net: Net,
     facts: RunnerFacts,
@@ -63,11 +66,11 @@ impl CpuRunner {
         })
     }
 
-    /// An encoder's runner: its rows pooled with `pooling` (mean, cls, last; rank on a
+    /// An embedding model's runner: its rows pooled with `pooling` (mean, cls, last; rank on a
     /// reranker, one score per input). Per-token output (`none`) is refused: an input's row is
     /// one vector.
-    pub fn encoder(
-        encoder: Encoder,
+    pub fn embedder(
+        encoder: Box<dyn Embedder>,
         pooling: Pooling,
         kv: &KvSpec,
     ) -> Result<CpuRunner, StartError> {
@@ -92,7 +95,7 @@ impl CpuRunner {
         let facts = RunnerFacts {
             layout,
             n_tiles: 1,
-            vocab_size: encoder.config().vocab_size,
+            vocab_size: encoder.vocab_size(),
             context_length: encoder.max_positions(),
             embedding: Some(EmbedFacts {
                 dim,
@@ -100,8 +103,8 @@ impl CpuRunner {
             }),
         };
         Ok(CpuRunner {
-            net: Net::Encoder {
-                encoder: Box::new(encoder),
+            net: Net::Embedder {
+                embedder: encoder,
                 pooling,
             },
             facts,
@@ -112,7 +115,7 @@ impl CpuRunner {
     fn threads(&self) -> &Threads {
         match &self.net {
             Net::Decoder { model, .. } => model.threads(),
-            Net::Encoder { encoder, .. } => encoder.threads(),
+            Net::Embedder { embedder, .. } => embedder.threads(),
         }
     }
 }
@@ -128,13 +131,13 @@ impl IntoRunner for CpuModel {
     type Runner = CpuRunner;
     fn into_runner(self, kv: &KvSpec) -> Result<CpuRunner, StartError> {
         match self {
-            CpuModel::Decoder(model) => CpuRunner::new(model, kv),
-            CpuModel::Encoder { encoder, pooling } => CpuRunner::encoder(encoder, pooling, kv),
+            CpuModel::Decoder(model) => CpuRunner::new(*model, kv),
+            CpuModel::Embedder { embedder, pooling } => CpuRunner::embedder(embedder, pooling, kv),
         }
     }
 }
 
-/// The error of a KV operation on an encoder, which has no KV.
+/// The error of a KV operation on an embedding model, which keeps no KV.
 fn no_kv() -> ModelError {
     ModelError::BadBatch("an embedding model keeps no KV".into())
 }
@@ -147,19 +150,19 @@ impl Runner for CpuRunner {
     fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), ModelError> {
         match &mut self.net {
             Net::Decoder { model, pool } => model.forward(batch, pool, logits),
-            Net::Encoder { .. } => Err(ModelError::BadBatch(
+            Net::Embedder { .. } => Err(ModelError::BadBatch(
                 "an embedding model generates nothing".into(),
             )),
         }
     }
 
     fn embed(&mut self, batch: &EmbedBatch, out: &mut Vec<f32>) -> Result<(), ModelError> {
-        let Net::Encoder { encoder, pooling } = &mut self.net else {
+        let Net::Embedder { embedder, pooling } = &mut self.net else {
             return Err(ModelError::BadBatch(
                 "this model generates text and computes no embeddings".into(),
             ));
         };
-        for row in encoder.embed_batch(batch.inputs, *pooling, false)? {
+        for row in embedder.embed_batch(batch.inputs, *pooling, false)? {
             out.extend_from_slice(&row);
         }
         Ok(())
@@ -182,7 +185,7 @@ impl Runner for CpuRunner {
     fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), ModelError> {
         match &mut self.net {
             Net::Decoder { pool, .. } => pool.import_tile(tile, bytes),
-            Net::Encoder { .. } => Err(no_kv()),
+            Net::Embedder { .. } => Err(no_kv()),
         }
     }
 

@@ -1,5 +1,6 @@
 //! Writes the tiny test models, `tiny-{arch}.gguf` for every arch in
-//! `model::testing::TINY_ARCHS`, `TINY_MOE_ARCHS` and `encoders::TINY_ENCODER_ARCHS`, into the directory given as the only
+//! `model::testing::TINY_ARCHS`, `TINY_MOE_ARCHS` and `encoders::TINY_ENCODER_ARCHS`, and
+//! `tiny-qwen3-embed.gguf` (`tiny_qwen3_embedding_gguf`), into the directory given as the only
 //! argument (created if missing). The seed is the one the goldens under `tests/goldens/tiny/`
 //! were made with; `scripts/oracle/tiny_models.py` and `encoder_goldens.py` run this and feed
 //! the files to llama.cpp.
@@ -8,7 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use model::testing::encoders::{tiny_encoder_gguf, TINY_ENCODER_ARCHS};
-use model::testing::{tiny_model_gguf, TINY_ARCHS, TINY_MOE_ARCHS, TINY_SEED};
+use model::testing::{
+    tiny_model_gguf, tiny_qwen3_embedding_gguf, TINY_ARCHS, TINY_MOE_ARCHS, TINY_SEED,
+};
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
@@ -22,11 +25,17 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let decoders = TINY_ARCHS.iter().chain(TINY_MOE_ARCHS);
-    let files = decoders.map(|a| (a, tiny_model_gguf(a, TINY_SEED))).chain(
-        TINY_ENCODER_ARCHS
-            .iter()
-            .map(|a| (a, tiny_encoder_gguf(a, TINY_SEED))),
-    );
+    let files = decoders
+        .map(|a| (a, tiny_model_gguf(a, TINY_SEED)))
+        .chain(
+            TINY_ENCODER_ARCHS
+                .iter()
+                .map(|a| (a, tiny_encoder_gguf(a, TINY_SEED))),
+        )
+        .chain(std::iter::once((
+            &"qwen3-embed",
+            tiny_qwen3_embedding_gguf(TINY_SEED),
+        )));
     for (arch, bytes) in files {
         let path = dir.join(format!("tiny-{arch}.gguf"));
         if let Err(e) = std::fs::write(&path, bytes) {

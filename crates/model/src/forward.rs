@@ -113,6 +113,29 @@ impl Transformer {
         kv: &mut KvPool,
         logits: &mut Vec<f32>,
     ) -> Result<(), ModelError> {
+        self.layers(batch, kv)?;
+        self.logits(batch, logits);
+        Ok(())
+    }
+
+    /// Runs the batch like [`Transformer::forward`], but gives back the final-normed hidden
+    /// states (`[rows][d_model]`) of the rows whose logits were asked for, in batch order, instead
+    /// of their logits: what a decoder used as an embedding model pools.
+    pub fn forward_hidden(
+        &mut self,
+        batch: &Batch,
+        kv: &mut KvPool,
+        hidden: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        self.layers(batch, kv)?;
+        let rows = self.final_norm(batch);
+        hidden.clear();
+        hidden.extend_from_slice(&self.ws.h[..rows * self.cfg.d_model]);
+        Ok(())
+    }
+
+    /// Checks the batch, then embeds it and runs every layer, leaving the residual in `ws.x`.
+    fn layers(&mut self, batch: &Batch, kv: &mut KvPool) -> Result<(), ModelError> {
         check_batch(batch, kv.layout(), &self.cfg)?;
         self.embed(batch)?;
         let rows = RowSplit::new(&self.threads, batch.tokens.len());
@@ -120,7 +143,6 @@ impl Transformer {
             self.attention_block(li, batch, kv, rows);
             self.mlp_block(li, rows);
         }
-        self.logits(batch, logits);
         Ok(())
     }
 
@@ -284,6 +306,27 @@ impl Transformer {
     /// The final norm and the output projection of the rows whose logits were asked for
     /// (gathered first, so only those are normed and projected), then the soft cap.
     fn logits(&mut self, batch: &Batch, logits: &mut Vec<f32>) {
+        let rows = self.final_norm(batch);
+        let (cfg, ws) = (&self.cfg, &mut self.ws);
+        let normed = &ws.h[..rows * cfg.d_model];
+        logits.resize(rows * cfg.vocab_size, 0.0);
+        mm(
+            &self.threads,
+            &self.w.output,
+            normed,
+            rows,
+            logits,
+            &mut ws.mm,
+        );
+        if cfg.final_logit_softcap > 0.0 {
+            let c = cfg.final_logit_softcap;
+            logits.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
+        }
+    }
+
+    /// Gathers the rows whose logits were asked for and writes their final norm into `ws.h`;
+    /// returns how many rows.
+    fn final_norm(&mut self, batch: &Batch) -> usize {
         let (cfg, ws) = (&self.cfg, &mut self.ws);
         let d = cfg.d_model;
         let rows = batch.n_logit_rows();
@@ -302,19 +345,7 @@ impl Transformer {
         }
         let normed = sized(&mut ws.h, rows * d);
         rms_norm_rows(picked, &self.w.output_norm, cfg.rms_eps, normed);
-        logits.resize(rows * cfg.vocab_size, 0.0);
-        mm(
-            &self.threads,
-            &self.w.output,
-            normed,
-            rows,
-            logits,
-            &mut ws.mm,
-        );
-        if cfg.final_logit_softcap > 0.0 {
-            let c = cfg.final_logit_softcap;
-            logits.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
-        }
+        rows
     }
 }
 

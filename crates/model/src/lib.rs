@@ -23,7 +23,10 @@ use std::path::Path;
 
 pub use batch::{Batch, LogitsWanted, SeqChunk};
 pub use config::{Arch, ModelConfig};
-pub use encoder::{load_encoder, model_kind, Encoder, LoadedEncoder, ModelKind, Pooling};
+pub use encoder::{
+    load_embedder, load_encoder, model_kind, DecoderEmbedder, Embedder, Encoder, LoadedEmbedder,
+    LoadedEncoder, ModelKind, Pooling,
+};
 pub use forward::Transformer;
 pub use kernels::Threads;
 pub use kv::{KvDtype, KvLayout, KvPool, TileId};

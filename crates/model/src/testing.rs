@@ -259,6 +259,14 @@ pub fn tiny_model_writer(arch: &str, seed: u64) -> Option<GgufWriter> {
     Some(w)
 }
 
+/// A tiny Qwen3 converted as an embedding model, Qwen3-Embedding's way: the tiny `qwen3` file
+/// with `qwen3.pooling_type` = 3 (last token).
+pub fn tiny_qwen3_embedding_gguf(seed: u64) -> Vec<u8> {
+    let mut w = tiny_model_writer("qwen3", seed).unwrap_or_else(|| panic!("tiny qwen3"));
+    w.add_metadata("qwen3.pooling_type", 3u32);
+    w.write_to_vec()
+}
+
 /// Token ids of the tiny vocabulary's `<s>` and `</s>`.
 pub fn tiny_bos_eos() -> (u32, u32) {
     (BOS_ID, EOS_ID)

@@ -302,3 +302,79 @@ async fn rerank_scores_each_pair_as_the_encoder_does_best_first() {
         Some("documents"),
     );
 }
+
+/// A state serving `bytes` (a decoder file) as an embedding model, with `pooling` if given.
+fn decoder_state(bytes: &[u8], pooling: Option<Pooling>) -> (AppState, model::LoadedEmbedder) {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "tessera-embed-decoder-{}-{}.gguf",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&path, bytes).expect("write temp model");
+    let loaded = server::load_model(&path, 1, engine_config(), None, pooling);
+    let reference = model::load_embedder(&path, 1).expect("loads");
+    let _ = std::fs::remove_file(&path);
+    let state = AppState::with_model(ServerConfig::default(), loaded.expect("the decoder loads"));
+    (state, reference)
+}
+
+#[tokio::test]
+async fn a_qwen3_embedding_file_serves_last_token_embeddings_and_generates_nothing() {
+    let file = model::testing::tiny_qwen3_embedding_gguf(7);
+    let (state, mut reference) = decoder_state(&file, None);
+    let app = server::router(state.clone());
+    let texts = ["the cat sat on the mat", "hello"];
+    let resp = embed(&app, json!({ "input": texts })).await;
+    let tok = state.loaded().expect("loaded").engine.tokenizer().clone();
+    let ids: Vec<Vec<u32>> = texts.iter().map(|t| tok.encode(t, true, false)).collect();
+    let refs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+    let want = reference
+        .embedder
+        .embed_batch(&refs, Pooling::Last, true)
+        .expect("embeds");
+    for (i, w) in want.iter().enumerate() {
+        let got = floats(&resp["data"][i]["embedding"]);
+        assert_eq!(got.len(), 64);
+        for (g, w) in got.iter().zip(w) {
+            assert!((g - w).abs() < 1e-6, "input {i}");
+        }
+    }
+    let (status, body) = post(
+        &app,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+    )
+    .await;
+    assert_error(
+        status,
+        &body,
+        axum::http::StatusCode::BAD_REQUEST,
+        Some("model"),
+    );
+}
+
+#[tokio::test]
+async fn pooling_on_a_generative_decoder_serves_it_as_an_embedding_model() {
+    let file = model::testing::tiny_model_gguf("qwen3", 7);
+    let (state, mut reference) = decoder_state(&file, Some(Pooling::Mean));
+    let app = server::router(state.clone());
+    let resp = embed(&app, json!({ "input": "hello world" })).await;
+    let tok = state.loaded().expect("loaded").engine.tokenizer().clone();
+    let ids = tok.encode("hello world", true, false);
+    let want = reference
+        .embedder
+        .embed_batch(&[&ids], Pooling::Mean, true)
+        .expect("embeds");
+    let got = floats(&resp["data"][0]["embedding"]);
+    for (g, w) in got.iter().zip(&want[0]) {
+        assert!((g - w).abs() < 1e-6);
+    }
+    let file = model::testing::tiny_model_gguf("qwen3", 7);
+    let path = std::env::temp_dir().join(format!("tessera-rank-{}.gguf", std::process::id()));
+    std::fs::write(&path, file).expect("write");
+    let refused = server::load_model(&path, 1, engine_config(), None, Some(Pooling::Rank));
+    let _ = std::fs::remove_file(&path);
+    let msg = refused.err().expect("rank needs a classifier head");
+    assert!(msg.contains("rank"), "{msg}");
+}

@@ -167,6 +167,8 @@ async fn serve_connection(mut sock: TcpStream, opts: FakeOptions, rec: Arc<Recor
                 &json!({"object": "list", "data": [{"id": "fake-model"}]}),
             )
             .await
+        } else if req.method == "POST" && req.path == "/v1/embeddings" {
+            embeddings(&mut sock, &req, &opts, &rec).await
         } else if req.method == "POST" && req.path.ends_with("completions") {
             let ok = completion(&mut sock, &req, &opts, &rec).await;
             if opts.close_after_stream {
@@ -209,6 +211,40 @@ async fn write_event(sock: &mut TcpStream, payload: &str) -> bool {
     }
     tokio::time::sleep(Duration::from_millis(1)).await;
     write_chunk(sock, b).await
+}
+
+/// One vector per input text, `usage.prompt_tokens` = the inputs' words; a request whose n-th
+/// place is a multiple of `fail_every` gets a 500.
+async fn embeddings(
+    sock: &mut TcpStream,
+    req: &Request,
+    opts: &FakeOptions,
+    rec: &Recorded,
+) -> bool {
+    let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+    rec.requests
+        .lock()
+        .expect("lock")
+        .push((req.path.clone(), body.clone()));
+    let nth = rec.completions.fetch_add(1, Ordering::SeqCst) + 1;
+    if opts.fail_every.is_some_and(|k| nth.is_multiple_of(k)) {
+        let e = json!({"error": {"message": "injected failure"}});
+        return respond_json(sock, 500, &e).await;
+    }
+    let now = rec.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    rec.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(opts.first_token_delay).await;
+    rec.in_flight.fetch_sub(1, Ordering::SeqCst);
+    let texts: Vec<&str> = body["input"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let words: usize = texts.iter().map(|t| t.split_whitespace().count()).sum();
+    let data: Vec<Value> = (0..texts.len())
+        .map(|i| json!({"object": "embedding", "index": i, "embedding": [0.6, 0.8]}))
+        .collect();
+    let v = json!({"object": "list", "data": data, "usage": {"prompt_tokens": words, "total_tokens": words}});
+    respond_json(sock, 200, &v).await
 }
 
 async fn completion(

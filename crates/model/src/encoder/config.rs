@@ -33,11 +33,21 @@ impl EncoderArch {
     }
 }
 
-/// Whether a GGUF file holds a generative (decoder) model or an encoder.
+/// Whether a GGUF file holds a generative (decoder) model, an encoder, or a decoder converted
+/// as an embedding model (its `<arch>.pooling_type` set to a pooling other than none, as
+/// llama.cpp's converter writes for Qwen3-Embedding).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelKind {
     Decoder,
     Encoder,
+    DecoderEmbedder,
+}
+
+impl ModelKind {
+    /// Whether the model computes embeddings (or scores) rather than generating.
+    pub fn embeds(self) -> bool {
+        self != ModelKind::Decoder
+    }
 }
 
 /// Tells an encoder file from a decoder one by its `general.architecture`; an architecture
@@ -47,7 +57,11 @@ pub fn model_kind(md: &Metadata) -> Result<ModelKind, ModelError> {
     if EncoderArch::from_name(name).is_some() {
         Ok(ModelKind::Encoder)
     } else if crate::Arch::from_name(name).is_some() {
-        Ok(ModelKind::Decoder)
+        let pooling = md.get_u32(&format!("{name}.pooling_type"))?;
+        Ok(match pooling.and_then(Pooling::from_gguf) {
+            Some(p) if p != Pooling::None => ModelKind::DecoderEmbedder,
+            _ => ModelKind::Decoder,
+        })
     } else {
         Err(ModelError::UnsupportedArch {
             name: name.to_string(),

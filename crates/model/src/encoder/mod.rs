@@ -15,6 +15,8 @@
 mod attention;
 mod bert;
 mod config;
+mod decoder;
+mod embedder;
 
 use std::ops::Range;
 use std::path::Path;
@@ -22,6 +24,8 @@ use std::path::Path;
 use kernels::{MatmulScratch, Threads};
 
 pub use config::{model_kind, EncoderArch, EncoderConfig, ModelKind, Pooling};
+pub use decoder::DecoderEmbedder;
+pub use embedder::Embedder;
 
 use attention::{AttnScratch, Shape};
 use bert::{BertWeights, Qkv};
@@ -372,6 +376,43 @@ fn l2_normalize(v: &mut [f32]) {
     let norm = sum.sqrt();
     let scale = if norm > 0.0 { (1.0 / norm) as f32 } else { 0.0 };
     v.iter_mut().for_each(|x| *x *= scale);
+}
+
+/// An embedding model of either kind and its tokenizer, loaded from a GGUF file.
+pub struct LoadedEmbedder {
+    pub tokenizer: tokenizer::Tokenizer,
+    pub embedder: Box<dyn Embedder>,
+}
+
+/// Opens `path` and loads it as an embedding model on `threads` workers: an encoder, or a
+/// decoder whose hidden states are pooled (its `pooling()` is the file's
+/// `<arch>.pooling_type`, else last-token, as Qwen3-Embedding's).
+pub fn load_embedder(path: &Path, threads: usize) -> Result<LoadedEmbedder, ModelError> {
+    let file = gguf::GgufFile::open(path)?;
+    if model_kind(file.metadata())? == ModelKind::Encoder {
+        drop(file);
+        let m = load_encoder(path, threads)?;
+        return Ok(LoadedEmbedder {
+            tokenizer: m.tokenizer,
+            embedder: Box::new(m.encoder),
+        });
+    }
+    let arch = file
+        .metadata()
+        .require_str("general.architecture")?
+        .to_string();
+    let from_file = file
+        .metadata()
+        .get_u32(&format!("{arch}.pooling_type"))?
+        .and_then(Pooling::from_gguf)
+        .filter(|&p| p != Pooling::None);
+    drop(file);
+    let m = crate::load(path, threads)?;
+    let pooling = from_file.unwrap_or(Pooling::Last);
+    Ok(LoadedEmbedder {
+        tokenizer: m.tokenizer,
+        embedder: Box::new(DecoderEmbedder::new(m.transformer, pooling)),
+    })
 }
 
 /// An encoder and its tokenizer, loaded from a GGUF file.

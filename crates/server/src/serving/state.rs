@@ -149,28 +149,22 @@ pub fn load_model(
     let (arch, gguf_template, kind) = read_chat_metadata(path)?;
     let chat_template = ChatTemplate::choose(chat_template_override, gguf_template, &arch)?;
     let load_path = path.to_path_buf();
-    let engine = match kind {
-        model::ModelKind::Decoder => {
-            if pooling.is_some() {
-                return Err(format!(
-                    "--pooling applies to embedding models; {} is a {arch} model that generates",
-                    path.display()
-                ));
-            }
-            EngineHandle::spawn(cfg, move || {
-                let m = model::load(&load_path, threads)?;
-                Ok((m.transformer, m.tokenizer))
-            })
-        }
-        model::ModelKind::Encoder => EngineHandle::spawn(cfg, move || {
-            let m = model::load_encoder(&load_path, threads)?;
-            let pooling = pooling.unwrap_or(m.encoder.pooling());
-            let model = engine::CpuModel::Encoder {
-                encoder: m.encoder,
+    // A decoder serves embeddings when its file says so (a pooling type) or `--pooling` asks.
+    let engine = if kind.embeds() || pooling.is_some() {
+        EngineHandle::spawn(cfg, move || {
+            let m = model::load_embedder(&load_path, threads)?;
+            let pooling = pooling.unwrap_or(m.embedder.pooling());
+            let model = engine::CpuModel::Embedder {
+                embedder: m.embedder,
                 pooling,
             };
             Ok((model, m.tokenizer))
-        }),
+        })
+    } else {
+        EngineHandle::spawn(cfg, move || {
+            let m = model::load(&load_path, threads)?;
+            Ok((m.transformer, m.tokenizer))
+        })
     }
     .map_err(|e| e.to_string())?;
     let what = match engine.info().embedding {
