@@ -39,8 +39,8 @@ from gguf.quants import dequantize
 from llama_cpp import Llama
 
 ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
-# Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS); their goldens are not read by
-# a Rust test yet.
+# Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS, written from their own seeds,
+# model::testing::tiny_seed, chosen away from routing near-ties); read by llama_family.rs.
 MOE_ARCHS = ["qwen3moe", "qwen2moe"]
 N_PROMPT = 24
 N_CONTINUATION = 16

@@ -2,7 +2,8 @@
 //! `model::testing::TINY_ARCHS`, `TINY_MOE_ARCHS` and `encoders::TINY_ENCODER_ARCHS`, and
 //! `tiny-qwen3-embed.gguf` (`tiny_qwen3_embedding_gguf`), into the directory given as the only
 //! argument (created if missing). The seed is the one the goldens under `tests/goldens/tiny/`
-//! were made with; `scripts/oracle/tiny_models.py` and `encoder_goldens.py` run this and feed
+//! were made with (`model::testing::tiny_seed`); a second argument, SEED, writes every model
+//! from that seed instead (to search for one without near-ties); `scripts/oracle/tiny_models.py` and `encoder_goldens.py` run this and feed
 //! the files to llama.cpp.
 
 use std::path::PathBuf;
@@ -10,15 +11,24 @@ use std::process::ExitCode;
 
 use model::testing::encoders::{tiny_encoder_gguf, TINY_ENCODER_ARCHS};
 use model::testing::{
-    tiny_model_gguf, tiny_qwen3_embedding_gguf, TINY_ARCHS, TINY_MOE_ARCHS, TINY_SEED,
+    tiny_model_gguf, tiny_qwen3_embedding_gguf, tiny_seed, TINY_ARCHS, TINY_MOE_ARCHS,
 };
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os().skip(1);
-    let (Some(dir), None) = (args.next(), args.next()) else {
-        eprintln!("usage: write_tiny_models DIR");
+    let (Some(dir), seed, None) = (args.next(), args.next(), args.next()) else {
+        eprintln!("usage: write_tiny_models DIR [SEED]");
         return ExitCode::from(2);
     };
+    let seed: Option<u64> = match seed.map(|s| s.to_string_lossy().parse()) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(_)) => {
+            eprintln!("SEED must be a whole number");
+            return ExitCode::from(2);
+        }
+    };
+    let seed_of = |arch: &str| seed.unwrap_or_else(|| tiny_seed(arch));
     let dir = PathBuf::from(dir);
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!("{}: {e}", dir.display());
@@ -26,15 +36,15 @@ fn main() -> ExitCode {
     }
     let decoders = TINY_ARCHS.iter().chain(TINY_MOE_ARCHS);
     let files = decoders
-        .map(|a| (a, tiny_model_gguf(a, TINY_SEED)))
+        .map(|a| (a, tiny_model_gguf(a, seed_of(a))))
         .chain(
             TINY_ENCODER_ARCHS
                 .iter()
-                .map(|a| (a, tiny_encoder_gguf(a, TINY_SEED))),
+                .map(|a| (a, tiny_encoder_gguf(a, seed_of(a)))),
         )
         .chain(std::iter::once((
             &"qwen3-embed",
-            tiny_qwen3_embedding_gguf(TINY_SEED),
+            tiny_qwen3_embedding_gguf(seed_of("qwen3")),
         )));
     for (arch, bytes) in files {
         let path = dir.join(format!("tiny-{arch}.gguf"));

@@ -1,5 +1,5 @@
-//! The Llama-family forward passes (llama, qwen2, qwen3, gemma3) against llama.cpp, on tiny
-//! models the test writes itself.
+//! The Llama-family forward passes (llama, qwen2, qwen3, gemma3, and the mixture-of-experts
+//! qwen3moe and qwen2moe) against llama.cpp, on tiny models the test writes itself.
 //!
 //! Design: `model::testing::tiny_model_gguf` builds each GGUF in-process from a fixed seed;
 //! `scripts/oracle/tiny_models.py` fed the very same bytes to llama.cpp and committed what it
@@ -24,13 +24,33 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use model::testing::{tiny_model_gguf, tiny_model_writer, TINY_ARCHS, TINY_SEED};
+use model::testing::{
+    tiny_model_gguf, tiny_model_writer, tiny_seed, TINY_ARCHS, TINY_MOE_ARCHS, TINY_SEED,
+};
 use model::{LoadedModel, LogitsWanted, Session};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// Largest accepted |ours − llama.cpp| on any logit.
 const LOGIT_TOL: f32 = 5e-2;
+/// The same for the mixture-of-experts models, whose Q8_0 experts round activations to 8 bits
+/// in both implementations, differently (`scripts/oracle/tiny_models.py` measured llama.cpp
+/// 6.3e-2 from the float64 reference on qwen3moe, 4.5e-2 on qwen2moe).
+const MOE_LOGIT_TOL: f32 = 1e-1;
+
+/// The bound for `arch`; also the greedy margin under which a step is a near-tie.
+fn tol(arch: &str) -> f32 {
+    if TINY_MOE_ARCHS.contains(&arch) {
+        MOE_LOGIT_TOL
+    } else {
+        LOGIT_TOL
+    }
+}
+
+/// Every tiny architecture, dense and mixture-of-experts.
+fn all_archs() -> impl Iterator<Item = &'static str> {
+    TINY_ARCHS.iter().chain(TINY_MOE_ARCHS).copied()
+}
 /// Tokens per KV tile: small, so the 41-token runs span many tiles and windows cross tiles.
 const TILE: usize = 4;
 const MAX_LEN: usize = 64;
@@ -123,7 +143,7 @@ fn load_bytes(name: &str, bytes: &[u8]) -> Result<LoadedModel, model::ModelError
 
 /// The tiny model of `arch`, after checking it is the one the golden was computed from.
 fn load_tiny(arch: &str, golden: &Golden) -> LoadedModel {
-    let bytes = tiny_model_gguf(arch, TINY_SEED);
+    let bytes = tiny_model_gguf(arch, tiny_seed(arch));
     let sha = hex_sha256(&bytes);
     assert_eq!(
         sha, golden.sha256,
@@ -162,9 +182,10 @@ impl MaxDiff {
             "{arch}: max |logit diff| vs llama.cpp = {:.2e} ({})",
             self.diff, self.at
         );
+        let tol = tol(arch);
         assert!(
-            self.diff <= LOGIT_TOL,
-            "{arch}: logits differ from llama.cpp by {} > {LOGIT_TOL} at {}",
+            self.diff <= tol,
+            "{arch}: logits differ from llama.cpp by {} > {tol} at {}",
             self.diff,
             self.at
         );
@@ -214,33 +235,50 @@ fn check_against_llama_cpp(arch: &str) {
         diff.row(&format!("prompt position {p}"), ours, theirs);
     }
 
-    let mut next = argmax(&all[all.len() - vocab..]);
-    let mut generated = Vec::new();
+    // Teacher-forced on llama.cpp's greedy tokens: our choice must be its choice at every
+    // step, except at a near-tie (its top two logits closer than the tolerance).
+    let mut ours_row = all[all.len() - vocab..].to_vec();
+    let mut theirs_row = golden.prompt_logits.last().expect("prompt logits").clone();
     let mut logits = Vec::new();
+    let mut near_ties = 0;
     for (step, theirs) in golden.continuation_logits.iter().enumerate() {
-        generated.push(next);
-        assert_eq!(
-            generated[..],
-            golden.continuation[..generated.len()],
-            "{arch}: greedy continuation departs from llama.cpp at step {step} \
-             (max logit diff so far {} at {})",
-            diff.diff,
-            diff.at
-        );
+        let want = golden.continuation[step];
+        if argmax(&ours_row) != want {
+            assert!(
+                margin(&theirs_row) < tol(arch),
+                "{arch}: greedy continuation departs from llama.cpp at step {step} \
+                 (llama.cpp's margin {}; max logit diff so far {} at {})",
+                margin(&theirs_row),
+                diff.diff,
+                diff.at
+            );
+            near_ties += 1;
+        }
         s.run(
             &mut m.transformer,
-            &[(0, &[next], LogitsWanted::Last)],
+            &[(0, &[want], LogitsWanted::Last)],
             &mut logits,
         )
         .unwrap_or_else(|e| panic!("{arch}: decode step {step} failed: {e}"));
         diff.row(&format!("continuation step {step}"), &logits, theirs);
-        next = argmax(&logits);
+        ours_row.clone_from(&logits);
+        theirs_row.clone_from(theirs);
     }
-    assert_eq!(
-        generated, golden.continuation,
-        "{arch}: greedy continuation"
-    );
+    eprintln!("{arch}: {near_ties} near-tie steps chose otherwise");
     diff.check(arch);
+}
+
+/// The gap between a row's two largest logits.
+fn margin(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &x in row {
+        if x > a {
+            (a, b) = (x, a);
+        } else if x > b {
+            b = x;
+        }
+    }
+    a - b
 }
 
 #[test]
@@ -263,11 +301,53 @@ fn gemma3_matches_llama_cpp() {
     check_against_llama_cpp("gemma3");
 }
 
+#[test]
+fn qwen3moe_matches_llama_cpp() {
+    check_against_llama_cpp("qwen3moe");
+}
+
+#[test]
+fn qwen2moe_matches_llama_cpp() {
+    check_against_llama_cpp("qwen2moe");
+}
+
+/// Sixteen sequences in one batch, each a different prefix of the golden prompt (so the MoE
+/// layers route many tokens of many sequences to each expert at once): every row must be
+/// llama.cpp's for its own position.
+#[test]
+fn a_batch_of_sixteen_sequences_matches_llama_cpp() {
+    for arch in all_archs() {
+        let g = read_golden(arch);
+        let mut m = load_tiny(arch, &g);
+        let vocab = m.transformer.config().vocab_size;
+        let mut s = Session::new(&m.transformer, 16, MAX_LEN, TILE);
+        let lens: Vec<usize> = (0..16).map(|i| g.prompt.len() - (i * 5) % 17).collect();
+        let work: Vec<(usize, &[u32], LogitsWanted)> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (i, &g.prompt[..n], LogitsWanted::All))
+            .collect();
+        let mut logits = Vec::new();
+        s.run(&mut m.transformer, &work, &mut logits)
+            .unwrap_or_else(|e| panic!("{arch}: forward pass failed: {e}"));
+        assert_eq!(logits.len(), lens.iter().sum::<usize>() * vocab);
+        let mut diff = MaxDiff::default();
+        let mut rows = logits.chunks(vocab);
+        for (i, &n) in lens.iter().enumerate() {
+            for (p, theirs) in g.prompt_logits[..n].iter().enumerate() {
+                let ours = rows.next().expect("a row per token");
+                diff.row(&format!("sequence {i}, position {p}"), ours, theirs);
+            }
+        }
+        diff.check(arch);
+    }
+}
+
 /// Chunk boundaries (here every 5 tokens, across tiles of 4 and gemma3's window of 8) must
 /// not change any position's logits.
 #[test]
 fn chunked_prompt_matches_llama_cpp() {
-    for arch in TINY_ARCHS {
+    for arch in all_archs() {
         let golden = read_golden(arch);
         let mut m = load_tiny(arch, &golden);
         let vocab = m.transformer.config().vocab_size;
@@ -291,7 +371,7 @@ fn chunked_prompt_matches_llama_cpp() {
 /// row must still be llama.cpp's for its own sequence and position.
 #[test]
 fn ragged_batches_of_two_sequences_match_llama_cpp() {
-    for arch in TINY_ARCHS {
+    for arch in all_archs() {
         let g = read_golden(arch);
         let mut m = load_tiny(arch, &g);
         let vocab = m.transformer.config().vocab_size;
@@ -379,7 +459,7 @@ fn gemma3_tiny_has_one_global_layer_in_six() {
 
 #[test]
 fn tokenizer_matches_llama_cpp_on_tiny_vocab() {
-    for arch in TINY_ARCHS {
+    for arch in all_archs() {
         let golden = read_golden(arch);
         let m = load_tiny(arch, &golden);
         let ids = m.tokenizer.encode(&golden.text, true, false);
