@@ -396,3 +396,29 @@ fn request_and_rendered_stream_options_are_separate_components() {
         serde_json::json!(["include_usage"])
     );
 }
+
+/// utoipa names a component after its Rust type: two types of one name (OpenAI's and
+/// Anthropic's usage, the Responses and Messages stream events) would leave one schema for
+/// both, and responses off the document.
+#[test]
+fn each_usage_shape_has_its_own_component() {
+    let doc = json(&full_config());
+    let props = |name: &str| -> BTreeSet<String> {
+        doc["components"]["schemas"][name]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("component {name}"))
+            .keys()
+            .cloned()
+            .collect()
+    };
+    assert!(props("Usage").is_superset(&BTreeSet::from([
+        "prompt_tokens".to_string(),
+        "completion_tokens".to_string(),
+        "total_tokens".to_string(),
+    ])));
+    assert!(props("MessageUsage").contains("input_tokens"));
+    assert!(props("EmbeddingUsage").contains("prompt_tokens"));
+    // And the two streams' events.
+    let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+    assert!(schemas.contains_key("StreamEvent") && schemas.contains_key("MessageStreamEvent"));
+}

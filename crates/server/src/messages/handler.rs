@@ -14,12 +14,12 @@ use crate::serving::state::AppState;
 use crate::serving::{self, observe, tools};
 
 use super::protocol::{
-    CountTokensBody, CountTokensRequest, MessageObject, MessagesBody, MessagesRequest, TokenCount,
-    Usage, MESSAGES,
+    CountTokensBody, CountTokensRequest, MessageObject, MessageUsage, MessagesBody,
+    MessagesRequest, TokenCount, MESSAGES,
 };
 use super::reply::{matched_stop, stop_reason, Blocks};
 use super::validate::{count, prepare, Prepared};
-use super::wire::StreamEvent;
+use super::wire::MessageStreamEvent;
 use super::{message, stream};
 
 /// `POST /v1/messages`.
@@ -27,7 +27,7 @@ use super::{message, stream};
     request_body(content = MessagesBody, content_type = "application/json"),
     responses((status = 200, description = "The reply, whole (JSON) or streamed (`stream: true`: \
         one event per `event:`/`data:` pair, named by its `type`)",
-        content((MessageObject = "application/json"), (StreamEvent = "text/event-stream")))))]
+        content((MessageObject = "application/json"), (MessageStreamEvent = "text/event-stream")))))]
 pub async fn create(
     State(state): State<AppState>,
     body: Result<Bytes, BytesRejection>,
@@ -66,7 +66,7 @@ fn whole(prep: &Prepared, tok: &Tokenizer, out: Outcome) -> Result<MessageObject
     let ids: Vec<u32> = out.tokens.iter().map(|t| t.id).collect();
     let stop = matched_stop(&prep.stops, tok, &ids, &out.text);
     let reason = stop_reason(out.reason, blocks.calls(), stop.as_deref());
-    let usage = Usage::new(
+    let usage = MessageUsage::new(
         prep.prompt_tokens,
         out.usage.cached_tokens,
         out.usage.completion_tokens,

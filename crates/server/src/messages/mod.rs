@@ -19,7 +19,7 @@ mod stream;
 pub mod validate;
 pub mod wire;
 
-use protocol::{ContentBlock, MessageObject, Usage};
+use protocol::{ContentBlock, MessageObject, MessageUsage};
 use validate::Prepared;
 
 /// The message object of `prep`'s reply.
@@ -28,7 +28,7 @@ fn message(
     content: Vec<ContentBlock>,
     stop_reason: Option<&'static str>,
     stop_sequence: Option<String>,
-    usage: Usage,
+    usage: MessageUsage,
 ) -> MessageObject {
     MessageObject {
         id: prep.id.clone(),

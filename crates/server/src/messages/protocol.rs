@@ -249,7 +249,7 @@ pub struct MessageObject {
     pub stop_reason: Option<&'static str>,
     /// The stop sequence that ended the reply, if one did.
     pub stop_sequence: Option<String>,
-    pub usage: Usage,
+    pub usage: MessageUsage,
 }
 
 /// A block of the reply.
@@ -280,19 +280,19 @@ pub enum ContentBlock {
 /// the prompt is their sum). Prefixes are cached without being asked, so nothing counts as a
 /// cache write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, ToSchema)]
-pub struct Usage {
+pub struct MessageUsage {
     pub input_tokens: usize,
     pub output_tokens: usize,
     pub cache_creation_input_tokens: usize,
     pub cache_read_input_tokens: usize,
 }
 
-impl Usage {
+impl MessageUsage {
     /// The usage of a prompt of `prompt` tokens (`cached` of them from the prefix cache) and
     /// `output` generated tokens.
-    pub fn new(prompt: usize, cached: usize, output: usize) -> Usage {
+    pub fn new(prompt: usize, cached: usize, output: usize) -> MessageUsage {
         let cached = cached.min(prompt);
-        Usage {
+        MessageUsage {
             input_tokens: prompt - cached,
             output_tokens: output,
             cache_creation_input_tokens: 0,
@@ -390,7 +390,7 @@ mod tests {
             ],
             stop_reason: Some("tool_use"),
             stop_sequence: None,
-            usage: Usage::new(10, 4, 3),
+            usage: MessageUsage::new(10, 4, 3),
         };
         let v = serde_json::to_value(&m).expect("serializes");
         assert_eq!(

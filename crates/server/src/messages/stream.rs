@@ -28,10 +28,10 @@ use crate::base::ApiError;
 use crate::serving::run::Tagged;
 use crate::serving::tools::{ChoiceReader, Out};
 
-use super::protocol::{ContentBlock, Usage};
+use super::protocol::{ContentBlock, MessageUsage};
 use super::reply::{matched_stop, stop_reason, Blocks, Change};
 use super::validate::Prepared;
-use super::wire::{BlockDelta, MessageDelta, StreamEvent};
+use super::wire::{BlockDelta, MessageDelta, MessageStreamEvent};
 
 struct Driver {
     events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
@@ -44,7 +44,7 @@ struct Driver {
     ids: Vec<u32>,
     sent: String,
     pinged: bool,
-    pending: VecDeque<StreamEvent>,
+    pending: VecDeque<MessageStreamEvent>,
     done: bool,
 }
 
@@ -61,7 +61,7 @@ pub fn respond(
         Vec::new(),
         None,
         None,
-        Usage::new(prep.prompt_tokens, 0, 0),
+        MessageUsage::new(prep.prompt_tokens, 0, 0),
     );
     let d = Driver {
         events,
@@ -72,7 +72,7 @@ pub fn respond(
         ids: Vec::new(),
         sent: String::new(),
         pinged: false,
-        pending: VecDeque::from([StreamEvent::MessageStart { message: start }]),
+        pending: VecDeque::from([MessageStreamEvent::MessageStart { message: start }]),
         done: false,
     };
     let ctx = crate::base::context::current();
@@ -100,13 +100,13 @@ pub fn respond(
 
 /// One event as an SSE frame. The event types always serialize; should one ever fail, the
 /// frame carries an `error` event instead and the cause is logged.
-fn frame(ev: &StreamEvent) -> SseEvent {
+fn frame(ev: &MessageStreamEvent) -> SseEvent {
     match serde_json::to_string(ev) {
         Ok(data) => SseEvent::default().event(ev.name()).data(data),
         Err(e) => {
             let e = ApiError::Internal(format!("cannot serialize a messages event: {e}"));
             tracing::error!("{e}");
-            let err = StreamEvent::Error {
+            let err = MessageStreamEvent::Error {
                 error: e.anthropic_body().error,
             };
             // A struct of strings: it serializes.
@@ -145,10 +145,11 @@ impl Driver {
                     },
                 ),
                 Change::ThinkingDelta(index, thinking) => {
-                    self.pending.push_back(StreamEvent::ContentBlockDelta {
-                        index,
-                        delta: BlockDelta::ThinkingDelta { thinking },
-                    })
+                    self.pending
+                        .push_back(MessageStreamEvent::ContentBlockDelta {
+                            index,
+                            delta: BlockDelta::ThinkingDelta { thinking },
+                        })
                 }
                 Change::TextStart(index) => self.block_start(
                     index,
@@ -157,26 +158,28 @@ impl Driver {
                     },
                 ),
                 Change::TextDelta(index, text) => {
-                    self.pending.push_back(StreamEvent::ContentBlockDelta {
-                        index,
-                        delta: BlockDelta::TextDelta { text },
-                    })
+                    self.pending
+                        .push_back(MessageStreamEvent::ContentBlockDelta {
+                            index,
+                            delta: BlockDelta::TextDelta { text },
+                        })
                 }
                 Change::ToolUse(index) => self.tool_use(index),
                 Change::Stop(index) => self
                     .pending
-                    .push_back(StreamEvent::ContentBlockStop { index }),
+                    .push_back(MessageStreamEvent::ContentBlockStop { index }),
             }
         }
     }
 
     fn block_start(&mut self, index: usize, content_block: ContentBlock) {
-        self.pending.push_back(StreamEvent::ContentBlockStart {
-            index,
-            content_block,
-        });
+        self.pending
+            .push_back(MessageStreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            });
         if !std::mem::replace(&mut self.pinged, true) {
-            self.pending.push_back(StreamEvent::Ping);
+            self.pending.push_back(MessageStreamEvent::Ping);
         }
     }
 
@@ -196,12 +199,13 @@ impl Driver {
                 input: empty,
             },
         );
-        self.pending.push_back(StreamEvent::ContentBlockDelta {
-            index,
-            delta: BlockDelta::InputJsonDelta {
-                partial_json: input.to_string(),
-            },
-        });
+        self.pending
+            .push_back(MessageStreamEvent::ContentBlockDelta {
+                index,
+                delta: BlockDelta::InputJsonDelta {
+                    partial_json: input.to_string(),
+                },
+            });
     }
 
     /// The closing events of a finished generation.
@@ -215,19 +219,19 @@ impl Driver {
         self.events_for(changes);
         let stop = matched_stop(&self.prep.stops, &self.tok, &self.ids, &self.sent);
         let stop_reason = stop_reason(reason, self.blocks.calls(), stop.as_deref());
-        let usage = Usage::new(
+        let usage = MessageUsage::new(
             self.prep.prompt_tokens,
             usage.cached_tokens,
             usage.completion_tokens,
         );
-        self.pending.push_back(StreamEvent::MessageDelta {
+        self.pending.push_back(MessageStreamEvent::MessageDelta {
             delta: MessageDelta {
                 stop_reason,
                 stop_sequence: stop,
             },
             usage,
         });
-        self.pending.push_back(StreamEvent::MessageStop);
+        self.pending.push_back(MessageStreamEvent::MessageStop);
         self.done = true;
     }
 
@@ -237,11 +241,11 @@ impl Driver {
             tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
         }
         let error = e.anthropic_body().error;
-        self.pending.push_back(StreamEvent::Error { error });
+        self.pending.push_back(MessageStreamEvent::Error { error });
         self.done = true;
     }
 
-    async fn next_event(&mut self) -> Option<StreamEvent> {
+    async fn next_event(&mut self) -> Option<MessageStreamEvent> {
         loop {
             if let Some(ev) = self.pending.pop_front() {
                 return Some(ev);

@@ -6,12 +6,12 @@ use utoipa::ToSchema;
 
 use crate::base::AnthropicError;
 
-use super::protocol::{ContentBlock, MessageObject, Usage};
+use super::protocol::{ContentBlock, MessageObject, MessageUsage};
 
 /// One stream event.
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum StreamEvent {
+pub enum MessageStreamEvent {
     /// First: the message with no content and no stop reason yet.
     MessageStart {
         message: MessageObject,
@@ -33,7 +33,7 @@ pub enum StreamEvent {
     /// The stop reason, and the usage (cumulative, with the cache counts).
     MessageDelta {
         delta: MessageDelta,
-        usage: Usage,
+        usage: MessageUsage,
     },
     MessageStop,
     /// A failure after the 200 went out; the last event.
@@ -42,18 +42,18 @@ pub enum StreamEvent {
     },
 }
 
-impl StreamEvent {
+impl MessageStreamEvent {
     /// The SSE event name: the event's `type`.
     pub fn name(&self) -> &'static str {
         match self {
-            StreamEvent::MessageStart { .. } => "message_start",
-            StreamEvent::ContentBlockStart { .. } => "content_block_start",
-            StreamEvent::Ping => "ping",
-            StreamEvent::ContentBlockDelta { .. } => "content_block_delta",
-            StreamEvent::ContentBlockStop { .. } => "content_block_stop",
-            StreamEvent::MessageDelta { .. } => "message_delta",
-            StreamEvent::MessageStop => "message_stop",
-            StreamEvent::Error { .. } => "error",
+            MessageStreamEvent::MessageStart { .. } => "message_start",
+            MessageStreamEvent::ContentBlockStart { .. } => "content_block_start",
+            MessageStreamEvent::Ping => "ping",
+            MessageStreamEvent::ContentBlockDelta { .. } => "content_block_delta",
+            MessageStreamEvent::ContentBlockStop { .. } => "content_block_stop",
+            MessageStreamEvent::MessageDelta { .. } => "message_delta",
+            MessageStreamEvent::MessageStop => "message_stop",
+            MessageStreamEvent::Error { .. } => "error",
         }
     }
 }
@@ -91,16 +91,16 @@ mod tests {
     #[test]
     fn events_carry_their_name_as_type() {
         let events = [
-            StreamEvent::Ping,
-            StreamEvent::MessageStop,
-            StreamEvent::ContentBlockStop { index: 2 },
-            StreamEvent::ContentBlockDelta {
+            MessageStreamEvent::Ping,
+            MessageStreamEvent::MessageStop,
+            MessageStreamEvent::ContentBlockStop { index: 2 },
+            MessageStreamEvent::ContentBlockDelta {
                 index: 1,
                 delta: BlockDelta::InputJsonDelta {
                     partial_json: "{}".into(),
                 },
             },
-            StreamEvent::Error {
+            MessageStreamEvent::Error {
                 error: AnthropicError {
                     kind: "api_error",
                     message: "m".into(),
