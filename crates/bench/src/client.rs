@@ -14,6 +14,8 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
+
 use eventsource_stream::EventStreamError;
 use futures_util::StreamExt as _;
 use serde_json::{json, Value};
@@ -172,6 +174,19 @@ impl Client {
             req = req.bearer_auth(key);
         }
         req.send().await.map_err(|e| error_chain(&e))
+    }
+
+    /// The model to name in requests: `--model`, else the first one the server lists.
+    pub async fn model_for(cfg: &BenchConfig) -> anyhow::Result<String> {
+        match &cfg.model {
+            Some(m) => Ok(m.clone()),
+            None => Self::first_model(cfg).await.with_context(|| {
+                format!(
+                    "asking {} for its model (or pass --model)",
+                    cfg.models_url()
+                )
+            }),
+        }
     }
 
     /// The first model listed by `GET /v1/models`.

@@ -199,15 +199,7 @@ pub async fn execute(
     let workload = cfg
         .embed
         .context("an embeddings run without its workload")?;
-    let model = match &cfg.model {
-        Some(m) => m.clone(),
-        None => Client::first_model(cfg).await.with_context(|| {
-            format!(
-                "asking {} for its model (or pass --model)",
-                cfg.models_url()
-            )
-        })?,
-    };
+    let model = Client::model_for(cfg).await?;
     let client = Client::new(cfg, model.clone())?;
     let prompts = Arc::new(PromptBuilder::new(cfg.seed, 0, 0));
     let mut warm_failed = 0;

@@ -123,15 +123,7 @@ pub async fn execute(
     show_progress: bool,
     stop: Stop,
 ) -> anyhow::Result<RunResult> {
-    let model = match &cfg.model {
-        Some(m) => m.clone(),
-        None => Client::first_model(cfg).await.with_context(|| {
-            format!(
-                "asking {} for its model (or pass --model)",
-                cfg.models_url()
-            )
-        })?,
-    };
+    let model = Client::model_for(cfg).await?;
     let client = Client::new(cfg, model.clone())?;
     let prompts = Arc::new(PromptBuilder::with_prefixes(
         cfg.seed,
