@@ -5,7 +5,8 @@ llama.cpp keeps the chat templates of the models it supports in `models/template
 `scripts/fetch_chat_templates.py` extracts them). Every template is rendered here for a set of
 conversations (a lone user turn, a system message, multi-turn with and without a system
 message, a final assistant turn, tools offered, a tool call and its result, two parallel calls
-with named results and a final answer, an empty tool list, `chat_template_kwargs`, non-ASCII
+with named results and a final answer, arguments of every JSON type beside text, an empty
+tool list, `chat_template_kwargs`, non-ASCII
 text and surrounding whitespace), each with the generation prompt on and off.
 
 The renderer is transformers' own `render_jinja_template`, the function
@@ -75,6 +76,25 @@ TOOLS = [
             },
         },
     },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_forecast",
+            "description": "Forecast for the coming days: \"hourly\" adds one line per hour.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {"type": "object", "description": "Where",
+                                 "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}}},
+                    "days": {"type": "integer", "minimum": 1, "maximum": 14, "default": 3},
+                    "hourly": {"type": "boolean", "default": False},
+                    "threshold": {"type": ["number", "null"], "default": None, "minimum": 1e-05},
+                    "fields": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["location"],
+            },
+        },
+    },
 ]
 
 
@@ -124,6 +144,15 @@ CONVERSATIONS = [
         msg("tool", "21:05", tool_call_id="f5g6h7i8j", name="get_time"),
         msg("assistant", "It is 64°F in Paris and 21:05 in Tokyo."),
         msg("user", "Thanks!"),
+    ]},
+    {"name": "rich_arguments", "tools": TOOLS, "messages": [
+        msg("user", "Forecast for Zürich, hourly, 0.5 mm threshold?"),
+        msg("assistant", "Let me check.",
+            tool_calls=[call("k9l8m7n6o", "get_forecast",
+                             {"location": {"lat": 47.37, "lon": 8.55}, "days": 2, "hourly": True,
+                              "threshold": 0.5, "fields": ["rain", "wind"], "note": None,
+                              "label": "Zürich \"centre\" ✓"})]),
+        msg("tool", '{"rain": [0.0, 1.25e-05], "ok": true}', tool_call_id="k9l8m7n6o"),
     ]},
     {"name": "empty_tools", "tools": [], "messages": [msg("user", "Hello!")]},
     # Variables a request passes in `chat_template_kwargs`: thinking off (Qwen 3 and others), and

@@ -5,14 +5,15 @@
 //! - the globals `raise_exception(message)` and `strftime_now(format)`, and transformers' `tojson`
 //!   (`pyjson`);
 //! - Python's string, dict and list methods (`.strip()`, `.items()`, …: minijinja-contrib's
-//!   `pycompat`), and Python's printing, generators and tests (`python`);
+//!   `pycompat`), and Python's printing, generators and tests (`python`), also through `~`
+//!   (`tilde`);
 //! - transformers' `{% generation %}…{% endgeneration %}` (it marks the assistant's tokens and
 //!   renders its body unchanged) read as a block that always renders.
 
 use minijinja::{Environment, Error, ErrorKind};
 
 use super::strftime::{self, Clock};
-use super::{pyjson, python};
+use super::{pyjson, python, tilde};
 
 pub const TEMPLATE_NAME: &str = "chat";
 
@@ -47,8 +48,11 @@ pub fn environment(source: &str, clock: Clock) -> Result<Environment<'static>, S
     env.add_function("strftime_now", move |format: String| {
         strftime::strftime(clock, &format).map_err(|e| Error::new(ErrorKind::InvalidOperation, e))
     });
-    env.add_template_owned(TEMPLATE_NAME, generation_as_if(source))
-        .map_err(|e| format!("chat template {}", describe(&e)))?;
+    env.add_template_owned(
+        TEMPLATE_NAME,
+        tilde::python_tilde(&generation_as_if(source)),
+    )
+    .map_err(|e| format!("chat template {}", describe(&e)))?;
     Ok(env)
 }
 

@@ -29,6 +29,7 @@ mod jinja;
 mod pyjson;
 mod python;
 mod strftime;
+mod tilde;
 
 pub use strftime::Clock;
 

@@ -2,7 +2,8 @@
 //! templates use:
 //!
 //! - values print as Python's `str()` prints them (`None`, `True`, `['a', 1]`, `{'k': 'v'}`,
-//!   `1e-05`), in `{{ … }}` and through `string` and `join`;
+//!   `1e-05`), in `{{ … }}`, through `~` (`tilde`) and the filters `string`, `join`, `upper`,
+//!   `lower`, `capitalize`, `title`, `trim` and `replace`;
 //! - an absent `tools` or `documents` is Python's `None`, which is not iterable (a template
 //!   that loops over tools it was not given fails, as in transformers);
 //! - `map`, `select`, `reject`, `selectattr` and `rejectattr` return generators: iterable once,
@@ -263,6 +264,59 @@ fn join(value: &Value, d: Option<&str>, kwargs: minijinja::value::Kwargs) -> Res
     Ok(out)
 }
 
+/// Python's `str.isspace`, which `strip()` strips (Rust's whitespace and `\x1c`–`\x1f`).
+fn py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// Jinja2's `trim(chars=None)`: `str(value).strip(chars)`.
+fn trim(v: &Value, chars: Option<&str>) -> Result<String, Error> {
+    let s = str_of(v)?;
+    Ok(match chars {
+        Some(chars) => s.trim_matches(|c| chars.contains(c)).to_string(),
+        None => s.trim_matches(py_space).to_string(),
+    })
+}
+
+/// Jinja2's `capitalize`: the first character upper case, the rest lower case.
+fn capitalize(v: &Value) -> Result<String, Error> {
+    let s = str_of(v)?;
+    let mut chars = s.chars();
+    Ok(match chars.next() {
+        Some(first) => first
+            .to_uppercase()
+            .chain(chars.as_str().to_lowercase().chars())
+            .collect(),
+        None => String::new(),
+    })
+}
+
+/// Jinja2's `title`: each word (split at `-`, whitespace and opening brackets) capitalized.
+fn title(v: &Value) -> Result<String, Error> {
+    let s = str_of(v)?;
+    let mut out = String::with_capacity(s.len());
+    let mut word_start = true;
+    for c in s.chars() {
+        let sep = c == '-' || py_space(c) || matches!(c, '(' | '{' | '[' | '<');
+        if word_start && !sep {
+            out.extend(c.to_uppercase());
+        } else {
+            out.extend(c.to_lowercase());
+        }
+        word_start = sep;
+    }
+    Ok(out)
+}
+
+/// Jinja2's `replace(old, new, count=None)` on `str(value)`.
+fn replace(v: &Value, old: &Value, new: &Value, count: Option<usize>) -> Result<String, Error> {
+    let (s, old, new) = (str_of(v)?, str_of(old)?, str_of(new)?);
+    Ok(match count {
+        Some(n) => s.replacen(&old, &new, n),
+        None => s.replace(&old, &new),
+    })
+}
+
 /// Jinja2's `length`: `len(value)`, 0 for an undefined value.
 fn length(v: &Value) -> Result<usize, Error> {
     if v.is_undefined() {
@@ -290,6 +344,12 @@ pub fn install(env: &mut Environment<'static>) {
     env.add_filter("string", |v: &Value| str_of(v));
     env.add_filter("join", join);
     env.add_filter("length", length);
+    env.add_filter("upper", |v: &Value| str_of(v).map(|s| s.to_uppercase()));
+    env.add_filter("lower", |v: &Value| str_of(v).map(|s| s.to_lowercase()));
+    env.add_filter("capitalize", capitalize);
+    env.add_filter("title", title);
+    env.add_filter("trim", trim);
+    env.add_filter("replace", replace);
     env.add_filter("count", length);
     env.add_filter("map", |state: &State, v: Value, args: Rest<Value>| {
         lazily(v, |v| minijinja::filters::map(state, v, args))
@@ -372,6 +432,14 @@ mod tests {
             "{'a': [1, 2.0, True, None, \"it's\"], 'b\\n': {'c': 'say \"hi\"'}}"
         );
         assert_eq!(str_of(&none()).expect("prints"), "None");
+        assert_eq!(
+            title(&Value::from("it's a-b (c)")).expect("titles"),
+            "It's A-B (C)"
+        );
+        assert_eq!(
+            capitalize(&Value::from("hELLO")).expect("capitalizes"),
+            "Hello"
+        );
         assert_eq!(str_of(&Value::UNDEFINED).expect("prints"), "");
         let mut out = String::new();
         str_repr("a\u{7}\u{a0}é\u{200b}", &mut out);
