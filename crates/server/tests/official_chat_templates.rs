@@ -28,7 +28,7 @@ const REFUSED: &[(&str, &str)] = &[(
     // `"Use the function '"|safe + t["function"]["name"] + … + t["function"] | tojson()`: in
     // Python the Markup string HTML-escapes the tool's JSON (`&#34;name&#34;: …`).
     "meetkai-functionary-medium-v3.1.jinja",
-    "line 22: `|safe` followed by `+`",
+    "line 22: `|safe` beside `+`",
 )];
 
 fn workspace() -> PathBuf {

@@ -298,7 +298,7 @@ fn a_chat_template_that_cannot_render_is_refused_at_load_with_its_line() {
         // Python's Markup escapes the string added to it: refused.
         (
             "{% for m in messages %}\n{{ m.content }}\n{{ '<'|safe + m.role }}{% endfor %}",
-            "chat template line 3: `|safe` followed by `+`",
+            "chat template line 3: `|safe` beside `+`",
         ),
         // A syntax error.
         (

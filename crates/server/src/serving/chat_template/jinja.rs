@@ -12,6 +12,7 @@
 
 use minijinja::{Environment, Error, ErrorKind};
 
+use super::lex::{self, Kind};
 use super::strftime::{self, Clock};
 use super::{pyjson, python, tilde};
 
@@ -60,28 +61,34 @@ pub fn environment(source: &str, clock: Clock) -> Result<Environment<'static>, S
 const MARKUP_FILTERS: [&str; 4] = ["safe", "e", "escape", "forceescape"];
 
 /// The first construct of `source` this renderer cannot render as Python's Jinja2 does, as its
-/// line and the reason: a `Markup` string (`x|safe`) added to another with `+`, which in Python
+/// line and the reason: a `Markup` string (`x|safe`) on either side of `+`, which in Python
 /// HTML-escapes the other string (`"` becomes `&#34;`) while minijinja joins them as they are.
 fn unsupported(source: &str) -> Option<(usize, String)> {
-    let bytes = source.as_bytes();
-    let mut from = 0;
-    while let Some(at) = source[from..].find('|').map(|i| from + i) {
-        from = at + 1;
-        let rest = source[from..].trim_start();
-        let name_len = rest
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(rest.len());
-        let (name, after) = rest.split_at(name_len);
-        if MARKUP_FILTERS.contains(&name) && after.trim_start().starts_with('+') {
-            let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
-            return Some((
-                line,
-                format!(
-                    "`|{name}` followed by `+`: in Python's Jinja2 a Markup string HTML-escapes \
-                     the string added to it (`\"` becomes `&#34;`), which Tessera's renderer does \
-                     not reproduce"
-                ),
-            ));
+    for tag in lex::tags(source) {
+        let t = &tag.tokens;
+        for (i, plus) in t.iter().enumerate() {
+            if !(plus.kind == Kind::Op && plus.text == "+") || lex::is_sign(t, i) {
+                continue;
+            }
+            let (left, right) = lex::operands(&tag, i);
+            let markup = left.chain(right).find(|&k| {
+                t[k].depth == plus.depth
+                    && t[k].text == "|"
+                    && t.get(k + 1)
+                        .is_some_and(|f| MARKUP_FILTERS.contains(&f.text))
+            });
+            if let Some(k) = markup {
+                let line = 1 + source[..plus.start].matches('\n').count();
+                return Some((
+                    line,
+                    format!(
+                        "`|{}` beside `+`: in Python's Jinja2 a Markup string HTML-escapes the \
+                         string added to it (`\"` becomes `&#34;`), which Tessera's renderer \
+                         does not reproduce",
+                        t[k + 1].text
+                    ),
+                ));
+            }
         }
     }
     None
@@ -146,14 +153,21 @@ mod tests {
         let src = "{{ 'a' ~ x|safe }}\n{{ \"f '\"|safe + name + \"'\"|safe }}";
         let e = environment(src, Clock::System).expect_err("refused");
         assert!(
-            e.starts_with("chat template line 2: `|safe` followed by `+`"),
+            e.starts_with("chat template line 2: `|safe` beside `+`"),
             "{e}"
         );
-        assert!(environment(
+        let e = environment("{% set a = 'x' +\n b|e %}", Clock::System).expect_err("refused");
+        assert!(
+            e.starts_with("chat template line 1: `|e` beside `+`"),
+            "{e}"
+        );
+        for fine in [
             "{{ x|tojson|safe }}{{ y|e ~ z }}{{ a|length + 1 }}",
-            Clock::System
-        )
-        .is_ok());
+            "{{ a + b ~ c|safe }}{{ '|safe + x' }}",
+            "text |safe + outside tags",
+        ] {
+            assert!(environment(fine, Clock::System).is_ok(), "{fine}");
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::serving::tools::Family;
 
 mod gemma;
 mod jinja;
+mod lex;
 mod pyjson;
 mod python;
 mod strftime;

@@ -5,7 +5,8 @@
 //!   `1e-05`), in `{{ … }}`, through `~` (`tilde`) and the filters `string`, `join`, `upper`,
 //!   `lower`, `capitalize`, `title`, `trim` and `replace`;
 //! - an absent `tools` or `documents` is Python's `None`, which is not iterable (a template
-//!   that loops over tools it was not given fails, as in transformers);
+//!   that loops over tools it was not given fails, as in transformers); `is none` holds for it
+//!   (`== none` does not: no official template compares so);
 //! - `map`, `select`, `reject`, `selectattr` and `rejectattr` return generators: iterable once,
 //!   no length, not JSON-serializable, always true; given a false value (`None`) they yield
 //!   nothing;
@@ -338,8 +339,11 @@ fn is_iterable(v: &Value) -> bool {
 /// Installs the printing, filters and tests above into `env`.
 pub fn install(env: &mut Environment<'static>) {
     env.set_formatter(|out, _state, value| {
-        out.write_str(&str_of(value)?)
-            .map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
+        let written = match value.as_str() {
+            Some(s) => out.write_str(s),
+            None => out.write_str(&str_of(value)?),
+        };
+        written.map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string()))
     });
     env.add_filter("string", |v: &Value| str_of(v));
     env.add_filter("join", join);

@@ -176,3 +176,52 @@ fn gemma_turns_refuse_tools() {
         .render(&[msg("user", "x"), tool_msg], None, true, "", "", None)
         .is_err());
 }
+
+#[test]
+fn templates_see_python_values_tests_and_generators() {
+    let render = |src: &str, tools: Option<&[Value]>| {
+        ChatTemplate::jinja(src.into()).expect("compiles").render(
+            &[msg("user", "hi")],
+            tools,
+            false,
+            "",
+            "",
+            None,
+        )
+    };
+    let out = render(
+        "{{ tools is none }} {{ tools is iterable }} {{ tools is defined }} {{ documents }}|\
+         {{ [none, true, 1.5e-7, {'k': 'it\\'s'}] }}|{{ 'x' ~ none ~ false ~ 2 ~ [1] }}|\
+         {{ 'ab' is sequence }} {{ true is number }} {{ nothing|length }} {{ [1, 2] | join('-') }}|\
+         {% set g = messages|map(attribute='role') %}{{ g|list }}{{ g|list }} {{ g is iterable }}|\
+         {{ (none|map('upper')|list) }} {{ [[1], [2]] | upper }}",
+        None,
+    )
+    .expect("renders");
+    assert_eq!(
+        out,
+        "True False True None|[None, True, 1.5e-07, {'k': \"it's\"}]|xNoneFalse2[1]|\
+         True True 0 1-2|['user'][] True|[] [[1], [2]]"
+    );
+    // Python's None is not iterable: a loop over tools that were not given fails, as in
+    // transformers; given, they are a list.
+    let src = "{% for t in tools %}{{ t.type }}{% endfor %}";
+    assert!(render(src, None).is_err());
+    let tools = [serde_json::json!({"type": "function"})];
+    assert_eq!(render(src, Some(&tools)).expect("renders"), "function");
+    // A generator has no length and no JSON.
+    assert!(render("{{ messages|map(attribute='role')|length }}", None).is_err());
+    assert!(render("{{ messages|select|tojson }}", None).is_err());
+}
+
+#[test]
+fn strftime_now_reads_the_clock_given() {
+    // 2026-02-03 04:05:06 UTC.
+    let t = ChatTemplate::jinja_with_clock(
+        "{{ strftime_now('%d %b %Y %H:%M') }}".into(),
+        Clock::Fixed(1_770_091_506),
+    )
+    .expect("compiles");
+    let out = t.render(&[], None, false, "", "", None).expect("renders");
+    assert_eq!(out, "03 Feb 2026 04:05");
+}
