@@ -4,10 +4,10 @@ llama.cpp keeps the chat templates of the models it supports in `models/template
 (the llama-cpp-python sdist has them under `vendor/llama.cpp/models/templates`;
 `scripts/fetch_chat_templates.py` extracts them). Every template is rendered here for a set of
 conversations (a lone user turn, a system message, multi-turn with and without a system
-message, a final assistant turn, tools offered, a tool call and its result, two parallel calls
-with named results and a final answer, arguments of every JSON type beside text, an empty
-tool list, `chat_template_kwargs`, non-ASCII
-text and surrounding whitespace), each with the generation prompt on and off.
+message, a final assistant turn, non-ASCII text and surrounding whitespace, tools offered, a
+tool call and its result, two parallel calls with named results and a final answer, a call whose
+arguments hold every JSON type, an empty tool list, `chat_template_kwargs`), each with the
+generation prompt on and off.
 
 The renderer is transformers' own `render_jinja_template`, the function
 `PreTrainedTokenizer.apply_chat_template` calls: a Jinja2 ImmutableSandboxedEnvironment with
@@ -103,8 +103,8 @@ def msg(role, content, **extra):
 
 
 def call(id_, name, arguments):
-    # Mistral's templates require ids of 9 letters and digits: `tool_result` uses OpenAI-style
-    # ids (they refuse it), `parallel_tool_calls` ids they accept.
+    """An assistant message's call. Mistral's templates accept only ids of 9 letters and digits:
+    `tool_result` has an OpenAI-style id (they refuse it), the other calls ids they accept."""
     return {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
