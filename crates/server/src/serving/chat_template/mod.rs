@@ -5,9 +5,11 @@
 //! (`<start_of_turn>user\n…<end_of_turn>\n<start_of_turn>model\n`, the system message folded into
 //! the first user turn, as Gemma's own template does). Jinja templates run in minijinja set up to
 //! render as transformers' `apply_chat_template` renders in Python's Jinja2 (`jinja`: its
-//! globals, `tojson` with its options, Python's printing and tests); llama.cpp's official
-//! templates render the same text in both (`tests/official_chat_templates.rs`). A template that
-//! does not compile is refused when it is loaded, naming its line.
+//! globals, `tojson` with its options, Python's printing and tests): 69 of llama.cpp's 70
+//! official templates render the same text in both (`tests/official_chat_templates.rs`). A
+//! template that does not compile, or that needs what this renderer cannot reproduce (a `|safe`
+//! string beside `+`, `jinja::unsupported`: the 70th), is refused when it is loaded, naming its
+//! line.
 //!
 //! The rendered text contains the BOS token when the template writes it, so callers tokenize it
 //! without adding special tokens and with special-token parsing on.
