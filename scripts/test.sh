@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs Tessera's whole test suite, the full tier (`cargo test --workspace --release` alone is the
-# fast tier: no model, no network, no redis-server). Fetches the models on first use (the golden
-# and end-to-end tests need them), runs the Rust tests of every crate in release mode, then the
-# end-to-end tests (the official `openai` client, curl, a Prometheus parser, an OTLP receiver
-# and headless Chromium against `tessera serve`; tests/e2e/run.sh installs what they need), the
-# scale-out tests (three replicas behind the Shepherd Model Gateway, tests/scale/run.sh) and the
-# validation of the deployment files (scripts/validate_deploy.sh).
+# fast tier: no model, no network, no redis-server). Fetches the models and llama.cpp's official
+# chat templates on first use (the golden and end-to-end tests need them), runs the Rust tests of
+# every crate in release mode, then the end-to-end tests (the official `openai` client, curl, a
+# Prometheus parser, an OTLP receiver and headless Chromium against `tessera serve`;
+# tests/e2e/run.sh installs what they need), the scale-out tests (three replicas behind the
+# Shepherd Model Gateway, tests/scale/run.sh) and the validation of the deployment files
+# (scripts/validate_deploy.sh).
 # Needs `redis-server` (installed here when missing, as root with apt): the Redis tier's tests
 # start their own.
 set -euo pipefail
@@ -34,6 +35,13 @@ BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"
 for name in smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b nomic-embed-text-v1.5; do
     "$BIN" fetch-model "$name"
 done
+# llama.cpp's official chat templates, for their goldens (crates/server/tests/official_chat_templates.rs):
+# extracted from the llama-cpp-python sdist on PyPI (pip download) into models/chat-templates
+# (or $TESSERA_CHAT_TEMPLATES_DIR) and checked against the golden's sha256.
+if [[ ! -x .venv/bin/python ]]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python scripts/fetch_chat_templates.py
 # The full tier: the fast tier's tests plus those that read the real models fetched above
 # (feature `real-models`) and those that start a real redis-server (feature `services`).
 cargo test --workspace --release --features real-models,services

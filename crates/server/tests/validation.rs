@@ -285,6 +285,37 @@ async fn chat_on_a_model_without_a_template_is_refused() {
     assert_error(s, &b, StatusCode::BAD_REQUEST, Some("messages"));
 }
 
+/// A chat template Tessera cannot render as transformers does stops the model from loading, and
+/// the error names the template's line and the reason.
+#[test]
+fn a_chat_template_that_cannot_render_is_refused_at_load_with_its_line() {
+    let path = std::env::temp_dir().join(format!("tessera-refused-{}.gguf", std::process::id()));
+    std::fs::write(&path, model::testing::tiny_model_gguf("llama", 7)).expect("write temp model");
+    let load = |template: &str| {
+        server::load_model(&path, 1, engine_config(), Some(template.into()), None).err()
+    };
+    let cases = [
+        // Python's Markup escapes the string added to it: refused.
+        (
+            "{% for m in messages %}\n{{ m.content }}\n{{ '<'|safe + m.role }}{% endfor %}",
+            "chat template line 3: `|safe` beside `+`",
+        ),
+        // A syntax error.
+        (
+            "{{ messages }}\n\n{% if %}",
+            "chat template line 3: syntax error",
+        ),
+    ];
+    let errors: Vec<Option<String>> = cases.iter().map(|(t, _)| load(t)).collect();
+    let fine = load("{{ (messages|first).content|safe ~ '!' }}");
+    let _ = std::fs::remove_file(&path);
+    for ((template, want), got) in cases.iter().zip(errors) {
+        let got = got.unwrap_or_else(|| panic!("{template:?} loaded"));
+        assert!(got.starts_with(want), "{template:?}: {got}");
+    }
+    assert_eq!(fine, None, "a template that renders loads");
+}
+
 #[tokio::test]
 async fn bad_query_strings_get_the_openai_400_naming_the_parameter() {
     let app = server::router(tiny_state());

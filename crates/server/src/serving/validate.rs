@@ -514,3 +514,53 @@ pub(crate) fn opt_range(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The chat route gives a template the messages the official-template goldens were rendered
+    /// from (`scripts/oracle/official_templates_goldens.py`) when an OpenAI client sends them:
+    /// arguments as JSON text, `content: null` beside tool calls when there is no text.
+    #[test]
+    fn chat_messages_reach_the_template_in_the_goldens_shapes() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/goldens/official_chat_templates.json"
+        );
+        let golden: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("golden")).expect("JSON");
+        let conversations = golden["conversations"].as_array().expect("conversations");
+        let mut with_calls = 0;
+        for conv in conversations {
+            let expected = conv["messages"].as_array().expect("messages");
+            let sent: Vec<serde_json::Value> = expected
+                .iter()
+                .map(|m| {
+                    let mut m = m.clone();
+                    if let Some(calls) = m.get_mut("tool_calls").and_then(|c| c.as_array_mut()) {
+                        with_calls += 1;
+                        for c in calls {
+                            let args = c["function"]["arguments"].to_string();
+                            c["function"]["arguments"] = args.into();
+                        }
+                        if m["content"] == "" {
+                            m["content"] = serde_json::Value::Null;
+                        }
+                    }
+                    m
+                })
+                .collect();
+            let sent: Vec<ChatMessage> =
+                serde_json::from_value(sent.into()).expect("OpenAI messages");
+            let plain = plain_messages(&sent).expect("valid");
+            assert_eq!(
+                &serde_json::to_value(&plain).expect("serializes"),
+                &conv["messages"],
+                "{}",
+                conv["name"]
+            );
+        }
+        assert!(with_calls >= 2, "the goldens have tool calls");
+    }
+}

@@ -33,14 +33,18 @@ pub fn calls(i: usize, calls: &[ToolCallIn]) -> Result<Vec<Value>, ApiError> {
                     "arguments must be the JSON text of an object",
                 ));
             };
-            let mut call = json!({
-                "type": "function",
-                "function": { "name": c.function.name, "arguments": arguments },
-            });
+            // The client's order, `id` first, as transformers' templates see it (a template
+            // may write the call out with `tojson`).
+            let mut call = serde_json::Map::new();
             if let Some(id) = &c.id {
-                call["id"] = json!(id);
+                call.insert("id".into(), json!(id));
             }
-            Ok(call)
+            call.insert("type".into(), json!("function"));
+            call.insert(
+                "function".into(),
+                json!({ "name": c.function.name, "arguments": arguments }),
+            );
+            Ok(Value::Object(call))
         })
         .collect()
 }
@@ -62,9 +66,8 @@ mod tests {
              "function": {"name": "f", "arguments": "{\"city\": \"Paris\"}"}}]}));
         let out = calls(2, m.tool_calls.as_deref().expect("calls")).expect("valid");
         assert_eq!(
-            out,
-            vec![json!({"type": "function", "id": "call_1",
-                "function": {"name": "f", "arguments": {"city": "Paris"}}})]
+            serde_json::to_string(&out).expect("serializes"),
+            r#"[{"id":"call_1","type":"function","function":{"name":"f","arguments":{"city":"Paris"}}}]"#
         );
     }
 
