@@ -100,7 +100,9 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     shutdown_timeout: u64,
-    /// Jinja chat template file, overriding the model's own (or the built-in Gemma format).
+    /// Jinja chat template file, overriding the model's own (or the built-in Gemma format);
+    /// rendered as transformers renders it, and refused at start (naming its line) if it does
+    /// not compile or needs what Tessera cannot reproduce.
     #[arg(long)]
     chat_template: Option<PathBuf>,
     /// How an embedding model pools its token states into one vector (or, `rank`, a
