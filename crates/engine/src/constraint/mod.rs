@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use llguidance::api::TopLevelGrammar;
+use llguidance::api::{GrammarWithLexer, TopLevelGrammar};
 use llguidance::{Matcher, ParserFactory, TokenParser};
 use tokenizer::Tokenizer;
 
@@ -45,7 +45,14 @@ pub enum Constraint {
     Choice(Vec<String>),
     /// Text of this Lark grammar (llguidance's dialect, rule `start`).
     Lark(String),
+    /// Text matching rule `lead` of the Lark grammar `lead` (which defines that rule and may
+    /// let it match nothing), then text matching `then`: the server puts a reasoning model's
+    /// thinking here, so that a grammar holds the answer and not the thinking.
+    After { lead: String, then: Box<Constraint> },
 }
+
+/// The name `Constraint::After` gives its second grammar, referenced from the first.
+const THEN_GRAMMAR: &str = "then";
 
 impl Constraint {
     /// The grammar llguidance compiles, and the cache key (the kind and its canonical text).
@@ -75,6 +82,23 @@ impl Constraint {
                 (TopLevelGrammar::from_regex(&rx), key)
             }
             Constraint::Lark(g) => (TopLevelGrammar::from_lark(g.clone()), format!("lark\0{g}")),
+            Constraint::After { lead, then } => {
+                let (inner, inner_key) = then.grammar()?;
+                let main =
+                    GrammarWithLexer::from_lark(format!("start: lead @{THEN_GRAMMAR}\n{lead}\n"));
+                let mut grammars = vec![main];
+                let mut inner = inner.grammars.into_iter();
+                let (Some(mut first), None) = (inner.next(), inner.next()) else {
+                    return Err("a constraint after a lead must be one grammar".into());
+                };
+                first.name = Some(THEN_GRAMMAR.into());
+                grammars.push(first);
+                let grammar = TopLevelGrammar {
+                    grammars,
+                    max_tokens: None,
+                };
+                (grammar, format!("after\0{lead}\0{inner_key}"))
+            }
         })
     }
 }

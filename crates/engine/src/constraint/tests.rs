@@ -241,3 +241,114 @@ fn a_warmed_vocabulary_is_not_waited_for() {
     assert_eq!(cold.stats().vocab_waits.load(Relaxed), 1);
     assert!(cold.stats().vocab_ready.load(Relaxed));
 }
+
+/// A BPE-like vocabulary whose texts spell `<think>` both whole and in pieces, with `<|end|>`
+/// as a control token (id 3).
+fn think_vocab() -> Tokenizer {
+    let pieces = [
+        "<|end|>", "<think>", "</think>", "<", "/", "think", ">", "\n", " ", "a", "b", "c", "1",
+        "{", "}", "\"", ":", "{\"", "\":",
+    ];
+    let mut tokens = vec!["<unk>".to_string(), "<s>".into(), "</s>".into()];
+    tokens.extend(pieces.iter().map(|p| p.to_string()));
+    let mut v = Vocab::new(VocabModel::Spm, tokens);
+    v.token_types = (0..v.tokens.len())
+        .map(|i| match i {
+            0 => 2,
+            1..=3 => 3,
+            _ => 1,
+        })
+        .collect();
+    v.scores = vec![0.0; v.tokens.len()];
+    v.add_space_prefix = false;
+    Tokenizer::from_vocab(&v).expect("valid test vocabulary")
+}
+
+/// Whether the grammar takes these pieces in turn and then allows the end.
+fn takes(t: &Tokenizer, c: &CompiledConstraint, pieces: &[&str]) -> bool {
+    let mut m = c.processor();
+    for p in pieces {
+        let id = t.token_to_id(p).expect("a piece of the vocabulary");
+        if !m.allows(id) {
+            return false;
+        }
+        m.accept(id);
+    }
+    m.allows(EOS)
+}
+
+const THINK_LEAD: &str = "lead: (\"<think>\" thought WS?)?\n\
+     thought[suffix=\"</think>\"]: /(?s:.*)/\n\
+     WS: /[ \\n]+/";
+
+#[test]
+fn a_grammar_after_a_lead_holds_the_answer_and_not_the_lead() {
+    let t = think_vocab();
+    let g = Grammars::new(t.clone());
+    let schema = serde_json::json!({
+        "type": "object", "properties": {"a": {"type": "integer"}},
+        "required": ["a"], "additionalProperties": false
+    });
+    let c = g
+        .compile(&Constraint::After {
+            lead: THINK_LEAD.into(),
+            then: Box::new(Constraint::JsonSchema(schema)),
+        })
+        .expect("compiles");
+    let answer = ["{\"", "a", "\":", " ", "1", "}"];
+    let with = |lead: &[&'static str]| [lead, &answer[..]].concat();
+    // No thinking at all; thinking spelled by one token or by pieces, holding what JSON forbids.
+    assert!(takes(&t, &c, &answer));
+    assert!(takes(
+        &t,
+        &c,
+        &with(&["<think>", "a", "{", "}", "</think>", "\n", "\n"])
+    ));
+    assert!(takes(
+        &t,
+        &c,
+        &with(&["<", "think", ">", "b", "<", "/", "think", ">"])
+    ));
+    // The answer is still held: free text after the thinking, or a bad object, is refused.
+    assert!(!takes(&t, &c, &["<think>", "a", "</think>", "b"]));
+    assert!(!takes(&t, &c, &with(&["a"])));
+    assert!(!takes(&t, &c, &["<think>", "a", "</think>", "{\"", "b"]));
+    // An unclosed thought is not a complete reply.
+    assert!(!takes(
+        &t,
+        &c,
+        &["<think>", "a", "{\"", "a", "\":", " ", "1", "}"]
+    ));
+}
+
+#[test]
+fn a_lead_may_end_at_a_control_token() {
+    let t = think_vocab();
+    let g = Grammars::new(t.clone());
+    let c = g
+        .compile(&Constraint::After {
+            lead: "lead: /(?s:.*)/ <[3]>".into(),
+            then: Box::new(Constraint::Regex("a[bc]+".into())),
+        })
+        .expect("compiles");
+    assert!(takes(&t, &c, &["c", "<", "1", "<|end|>", "a", "b"]));
+    assert!(takes(&t, &c, &["<|end|>", "a", "c"]));
+    assert!(!takes(&t, &c, &["a", "b"]), "the lead's end is required");
+    assert!(!takes(&t, &c, &["<|end|>", "b"]));
+}
+
+#[test]
+fn a_lead_and_its_answer_are_cached_together() {
+    let g = Grammars::new(think_vocab());
+    let after = |rx: &str| Constraint::After {
+        lead: THINK_LEAD.into(),
+        then: Box::new(Constraint::Regex(rx.into())),
+    };
+    g.compile(&after("a+")).expect("compiles");
+    g.compile(&after("a+")).expect("compiles");
+    g.compile(&after("b+")).expect("compiles");
+    g.compile(&Constraint::Regex("a+".into()))
+        .expect("compiles");
+    assert_eq!(g.stats().compiled.load(Relaxed), 3);
+    assert_eq!(g.stats().cache_hits.load(Relaxed), 1);
+}

@@ -81,7 +81,14 @@ pub fn prepare(
     if let Some(instr) = &req.instructions {
         put_instructions(&mut messages, instr);
     }
-    let text = render_messages(&messages, setup.rendered.as_deref(), true, None, m, "input")?;
+    let text = render_messages(
+        &messages,
+        setup.rendered.as_deref(),
+        true,
+        req.chat_template_kwargs.as_ref(),
+        m,
+        "input",
+    )?;
     let prompt = m.engine.tokenizer().encode(&text, false, true);
     let prompts = vec![prompt];
     check_prompt_lengths(&prompts, m, "input")?;
@@ -104,7 +111,7 @@ pub fn prepare(
     let input_tokens = prompts[0].len();
     let mut job = job(prompts, request, &common, cfg, false)?;
     job.tools = setup.parse;
-    job.reasoning = reasoning_of(None, m);
+    job.reasoning = reasoning_of(req.chat_template_kwargs.as_ref(), m);
     let text_config = req.text.take().unwrap_or_else(|| json!({}));
     let head = ResponseObject {
         id: new_id("resp_"),

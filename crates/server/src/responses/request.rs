@@ -47,6 +47,10 @@ pub struct ResponsesRequest {
     /// `{"format": {"type": "text" | "json_object" | "json_schema", …}}`: read by
     /// `structured::text_format`.
     pub text: Option<serde_json::Value>,
+    /// Extra chat-template variables, as on chat completions (vLLM's extension, e.g.
+    /// `{"enable_thinking": false}`).
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// `input`: text (one user message) or a list of message items.

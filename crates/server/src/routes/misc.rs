@@ -81,7 +81,8 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
     Ok(([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body).into_response())
 }
 
-/// `{model, prompt, add_special_tokens}` or `{model, messages, add_generation_prompt}` →
+/// `{model, prompt, add_special_tokens}` or `{model, messages, add_generation_prompt, tools,
+/// chat_template_kwargs}` →
 /// `{tokens, count, max_model_len}`.
 #[utoipa::path(post, path = "/tokenize", tag = "tokenizer",
     request_body(content = TokenizeBody, content_type = "application/json"),
@@ -107,7 +108,7 @@ pub async fn tokenize(
                 &msgs,
                 rendered,
                 req.add_generation_prompt.unwrap_or(true),
-                None,
+                req.chat_template_kwargs.as_ref(),
                 m,
             )?;
             tok.encode(&text, req.add_special_tokens.unwrap_or(false), true)

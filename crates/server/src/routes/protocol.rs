@@ -17,6 +17,9 @@ pub struct TokenizeRequest {
     pub add_generation_prompt: Option<bool>,
     /// With `messages`: the tools the chat template shows (as a chat request with them would).
     pub tools: Option<Vec<ToolDef>>,
+    /// With `messages`: extra template variables, as on chat (`{"enable_thinking": false}`).
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

@@ -25,8 +25,9 @@
 //! It gives out `Out::Reasoning` and `Out::Content`; the content goes on to the tool-call
 //! parser (`tools::ChoiceReader`), which so never sees the thinking.
 //!
-//! A structured-output or tool grammar holds the answer, not the thinking: `grammar` wraps it
-//! so that it starts after the reasoning (`reasoning_grammar`).
+//! A structured-output or tool grammar holds the answer, not the thinking: the request's
+//! constraint follows `Reasoning::lead_grammar` (`engine::constraint::Constraint::After`),
+//! which lets the reply think freely first, in the parser's format.
 
 use tokenizer::Tokenizer;
 
@@ -111,6 +112,50 @@ impl Reasoning {
         Reasoning {
             parser,
             markers: Markers::of_texts(parser.marker_texts(), tok),
+        }
+    }
+
+    /// The Lark grammar (rule `lead`) of what a reply writes before its answer, for a
+    /// constraint that holds the answer alone (`Constraint::After`):
+    /// - `deepseek_r1`: free text up to `</think>` (the prompt opened the block);
+    /// - `qwen3`: optionally `<think>`, free text, `</think>`;
+    /// - `gpt-oss`: optionally an analysis message, then the final channel's header.
+    ///
+    /// Up to four whitespace characters may follow `</think>` (unbounded, a small model held
+    /// away from what it wanted to write can pad there until `max_tokens`). A marker that is a control token is named by its id
+    /// (free text ends where the model draws it); a marker that is text ends a lazy lexeme.
+    pub fn lead_grammar(&self) -> String {
+        let mark = |text: &str| match self.markers.id_of(text) {
+            Some(id) => format!("<[{id}]>"),
+            None => serde_json::Value::from(text).to_string(),
+        };
+        // Free text up to `marker` (included), as an expression and the rule it needs.
+        let until = |rule: &str, marker: &str| match self.markers.id_of(marker) {
+            Some(id) => (format!("{rule} <[{id}]>"), format!("{rule}: /(?s:.*)/")),
+            None => (
+                rule.to_string(),
+                format!("{rule}[suffix={}]: /(?s:.*)/", mark(marker)),
+            ),
+        };
+        let ws = "WS: /[ \\t\\r\\n]{1,4}/";
+        match self.parser {
+            ReasoningParser::DeepSeekR1 => {
+                let (thought, rule) = until("thought", THINK_CLOSE);
+                format!("lead: {thought} WS?\n{rule}\n{ws}\n")
+            }
+            ReasoningParser::Qwen3 => {
+                let (thought, rule) = until("thought", THINK_CLOSE);
+                let open = mark(THINK_OPEN);
+                format!("lead: ({open} {thought} WS?)?\n{rule}\n{ws}\n")
+            }
+            ReasoningParser::GptOss => {
+                let (analysis, rule) = until("analysis", END);
+                let [channel, message, start] = [CHANNEL, MESSAGE, START].map(mark);
+                format!(
+                    "lead: ({channel} \"analysis\" {message} {analysis} {start} \"assistant\")? \
+                     {channel} \"final\" {message}\n{rule}\n"
+                )
+            }
         }
     }
 }

@@ -180,3 +180,161 @@ fn hidden_think_tokens_are_read_as_their_text_and_content_reaches_the_tool_parse
     }
     assert_eq!(r.calls(), 1);
 }
+
+mod lead_grammar {
+    use engine::constraint::{CompiledConstraint, Constraint, Grammars};
+    use model::LogitsProcessor;
+    use tokenizer::{Tokenizer, Vocab, VocabModel};
+
+    use super::*;
+
+    const EOS: u32 = 2;
+    const PIECES: [&str; 22] = [
+        "<think>",
+        "</think>",
+        "<|channel|>",
+        "<|message|>",
+        "<|end|>",
+        "<|start|>",
+        "analysis",
+        "final",
+        "assistant",
+        "\n",
+        " ",
+        "a",
+        "b",
+        "1",
+        "{",
+        "}",
+        "\"",
+        ":",
+        "{\"",
+        "\":",
+        "<",
+        "/",
+    ];
+
+    /// A vocabulary of `PIECES` (ids from 3), with `control` among them as control tokens.
+    fn vocab(control: &[&str]) -> Tokenizer {
+        let mut tokens = vec!["<unk>".to_string(), "<s>".into(), "</s>".into()];
+        tokens.extend(PIECES.iter().map(|p| p.to_string()));
+        let mut v = Vocab::new(VocabModel::Spm, tokens.clone());
+        v.token_types = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| match i {
+                0 => 2,
+                1 | 2 => 3,
+                _ if control.contains(&t.as_str()) => 3,
+                _ => 1,
+            })
+            .collect();
+        v.scores = vec![0.0; tokens.len()];
+        v.add_space_prefix = false;
+        Tokenizer::from_vocab(&v).expect("a valid test vocabulary")
+    }
+
+    fn schema() -> Constraint {
+        Constraint::JsonSchema(serde_json::json!({
+            "type": "object", "properties": {"a": {"type": "integer"}},
+            "required": ["a"], "additionalProperties": false
+        }))
+    }
+
+    /// The reply `pieces` make if the grammar takes each in turn and then allows the end (the
+    /// markers that are control tokens read back as their text), split by the parser.
+    fn reply(
+        r: &Reasoning,
+        t: &Tokenizer,
+        c: &CompiledConstraint,
+        pieces: &[&str],
+    ) -> Option<(String, String)> {
+        let mut m = c.processor();
+        let mut text = String::new();
+        for p in pieces {
+            let id = t.token_to_id(p).expect("a piece of the vocabulary");
+            if !m.allows(id) {
+                return None;
+            }
+            m.accept(id);
+            text.push_str(r.markers.piece(id, &t.decode(&[id], true)));
+        }
+        m.allows(EOS).then(|| split_whole(r.parser, &text))
+    }
+
+    const ANSWER: [&str; 6] = ["{\"", "a", "\":", " ", "1", "}"];
+
+    fn then_answer(lead: &[&'static str]) -> Vec<&'static str> {
+        [lead, &ANSWER[..]].concat()
+    }
+
+    fn compiled(
+        parser: ReasoningParser,
+        control: &[&str],
+    ) -> (Reasoning, Tokenizer, CompiledConstraint) {
+        let t = vocab(control);
+        let r = Reasoning::new(parser, &t);
+        let c = Grammars::new(t.clone())
+            .compile(&Constraint::After {
+                lead: r.lead_grammar(),
+                then: Box::new(schema()),
+            })
+            .unwrap_or_else(|e| panic!("{parser:?}: {e}\n{}", r.lead_grammar()));
+        (r, t, c)
+    }
+
+    #[test]
+    fn deepseek_r1_thinks_freely_then_answers_under_the_grammar() {
+        for control in [&[][..], &["</think>"]] {
+            let (r, t, c) = compiled(ReasoningParser::DeepSeekR1, control);
+            let think = ["a", " ", "{", "</think>", "\n", "\n"];
+            assert_eq!(
+                reply(&r, &t, &c, &then_answer(&think)),
+                Some(pair("a {", "{\"a\": 1}")),
+                "{control:?}"
+            );
+            // The block the prompt opened must close; the answer must match.
+            assert_eq!(reply(&r, &t, &c, &ANSWER), None, "{control:?}");
+            assert_eq!(reply(&r, &t, &c, &["a", "</think>", "b"]), None);
+        }
+    }
+
+    #[test]
+    fn qwen3_may_think_first_and_the_answer_is_held_either_way() {
+        let (r, t, c) = compiled(ReasoningParser::Qwen3, &[]);
+        let think = ["<think>", "\n", "b", "}", "\n", "</think>", "\n", "\n"];
+        assert_eq!(
+            reply(&r, &t, &c, &then_answer(&think)),
+            Some(pair("b}\n", "{\"a\": 1}"))
+        );
+        assert_eq!(reply(&r, &t, &c, &ANSWER), Some(pair("", "{\"a\": 1}")));
+        assert_eq!(reply(&r, &t, &c, &["<think>", "a", "</think>", "b"]), None);
+        assert_eq!(reply(&r, &t, &c, &["a"]), None);
+    }
+
+    #[test]
+    fn gpt_oss_analysis_is_free_and_the_final_channel_is_held() {
+        let markers = ["<|channel|>", "<|message|>", "<|end|>", "<|start|>"];
+        let (r, t, c) = compiled(ReasoningParser::GptOss, &markers);
+        let analysis = [
+            "<|channel|>",
+            "analysis",
+            "<|message|>",
+            "a",
+            " ",
+            "{",
+            "<|end|>",
+            "<|start|>",
+            "assistant",
+        ];
+        let final_head = ["<|channel|>", "final", "<|message|>"];
+        let full = [&analysis[..], &final_head[..], &ANSWER[..]].concat();
+        assert_eq!(reply(&r, &t, &c, &full), Some(pair("a {", "{\"a\": 1}")));
+        let direct = [&final_head[..], &ANSWER[..]].concat();
+        assert_eq!(reply(&r, &t, &c, &direct), Some(pair("", "{\"a\": 1}")));
+        // Without the final channel's header, or with free text in it, no.
+        assert_eq!(reply(&r, &t, &c, &ANSWER), None);
+        let loose = [&final_head[..], &["a"][..]].concat();
+        assert_eq!(reply(&r, &t, &c, &loose), None);
+    }
+}

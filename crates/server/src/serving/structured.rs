@@ -226,7 +226,8 @@ pub fn with_tool_grammar(
 }
 
 /// Compiles `asked` for the model (on a blocking thread) and attaches it to the job's
-/// requests; a grammar the library cannot handle is a 400 naming the field.
+/// requests, after the thinking when the job splits reasoning from the answer; a grammar the
+/// library cannot handle is a 400 naming the field.
 pub async fn attach(job: &mut Job, asked: Option<Asked>, m: &Loaded) -> Result<(), ApiError> {
     let Some(Asked { constraint, param }) = asked else {
         return Ok(());
@@ -237,6 +238,14 @@ pub async fn attach(job: &mut Job, asked: Option<Asked>, m: &Loaded) -> Result<(
             format!("ignore_eos cannot be combined with `{param}`: a complete output must end"),
         ));
     }
+    // With a reasoning parser the grammar holds the answer; the thinking before it is free.
+    let constraint = match &job.reasoning {
+        Some(r) => Constraint::After {
+            lead: r.lead_grammar(),
+            then: Box::new(constraint),
+        },
+        None => constraint,
+    };
     let engine = m.engine.clone();
     let compiled = tokio::task::spawn_blocking(move || engine.compile(&constraint))
         .await
