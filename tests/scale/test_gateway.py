@@ -90,7 +90,10 @@ class Load:
 
     def __init__(self, url, model, clients=16, max_tokens=24):
         self.records, self.lock, self.halt = [], threading.Lock(), threading.Event()
-        self.threads = [threading.Thread(target=self.client, args=(url, model, i, max_tokens)) for i in range(clients)]
+        # Daemons, and halted by each test's `finally`: a failed test must not leave clients
+        # spinning against a stopped gateway, nor keep pytest from exiting.
+        self.threads = [threading.Thread(target=self.client, args=(url, model, i, max_tokens), daemon=True)
+                        for i in range(clients)]
         for t in self.threads:
             t.start()
 
@@ -180,6 +183,7 @@ def test_cache_aware_routing_multiplies_prefix_cache_hits(smg, log_dir, replicas
 def test_a_killed_replica_costs_only_its_running_streams_and_rejoins(smg, log_dir, replicas, model):
     gw = Gateway(smg, log_dir, replicas, "round_robin")
     victim = replicas[1]
+    load = None
     try:
         load = Load(gw.url, model)
         wait_until(lambda: load.done_count() >= 16, 300, "16 streams to complete before the kill")
@@ -197,6 +201,8 @@ def test_a_killed_replica_costs_only_its_running_streams_and_rejoins(smg, log_di
                    "the restarted replica to serve again")
         records = load.stop()
     finally:
+        if load:
+            load.halt.set()
         gw.stop()
     failed = [r for r in records if not r["ok"]]
     record("kill -9 of 1 of 3 under 16 streaming clients", {
@@ -213,6 +219,7 @@ def test_a_killed_replica_costs_only_its_running_streams_and_rejoins(smg, log_di
 def test_a_hung_replica_is_routed_around_and_its_requests_finish_when_it_resumes(smg, log_dir, replicas, model):
     gw = Gateway(smg, log_dir, replicas, "round_robin", "--health-check-timeout-secs", "1")
     victim = replicas[0]
+    load = None
     try:
         load = Load(gw.url, model, clients=8)
         wait_until(lambda: load.done_count() >= 8, 300, "8 streams to complete before the hang")
@@ -226,6 +233,8 @@ def test_a_hung_replica_is_routed_around_and_its_requests_finish_when_it_resumes
         wait_until(lambda: victim.url in gw.healthy_workers(), 60, "smg to take the resumed replica back")
         records = load.stop()
     finally:
+        if load:
+            load.halt.set()
         victim.proc.send_signal(signal.SIGCONT)
         gw.stop()
     failed = [r for r in records if not r["ok"]]
@@ -242,6 +251,7 @@ def test_a_hung_replica_is_routed_around_and_its_requests_finish_when_it_resumes
 def test_a_draining_replica_fails_no_request(smg, log_dir, replicas, model):
     gw = Gateway(smg, log_dir, replicas, "round_robin")
     victim = replicas[2]
+    load = None
     try:
         load = Load(gw.url, model)
         wait_until(lambda: load.done_count() >= 16, 300, "16 streams to complete before the drain")
@@ -249,9 +259,20 @@ def test_a_draining_replica_fails_no_request(smg, log_dir, replicas, model):
         assert served > 0
         victim.terminate()
         t0 = time.monotonic()
-        status, _ = http("GET", f"{victim.url}/health", timeout=5)
+        # The signal reaches the server some time after `terminate` returns: until then
+        # /health still says 200. It must say 503 before the server exits.
+        seen = []
+
+        def draining():
+            try:
+                seen.append(http("GET", f"{victim.url}/health", timeout=5)[0])
+            except OSError:
+                seen.append(None)
+            return seen[-1] != 200
+
+        wait_until(draining, 60, "/health to stop answering 200 after SIGTERM", interval=0.02)
         health_503_after = time.monotonic() - t0
-        assert status == 503
+        assert seen[-1] == 503, f"/health answered {seen} after SIGTERM: the server must say 503 while it drains"
         exit_code = victim.proc.wait(timeout=120)
         drained_in = time.monotonic() - t0
         after = load.done_count()
@@ -260,6 +281,8 @@ def test_a_draining_replica_fails_no_request(smg, log_dir, replicas, model):
         victim.start()
         victim.wait_healthy()
     finally:
+        if load:
+            load.halt.set()
         gw.stop()
     failed = [r for r in records if not r["ok"]]
     record("SIGTERM drain of 1 of 3 under 16 streaming clients", {

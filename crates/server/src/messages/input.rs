@@ -5,15 +5,16 @@
 //!   message answering its `tool_use_id` (named after the call it answers, for templates that
 //!   show the name), in the order the blocks come; an error result's text is prefixed with
 //!   `Error: `, so the model sees that the call failed.
-//! - An assistant message's text is its content and its `tool_use` blocks its `tool_calls`
-//!   (`input` as the arguments object, as templates read it).
+//! - An assistant message's text is its content, its `tool_use` blocks its `tool_calls`
+//!   (`input` as the arguments object, as templates read it) and its `thinking` blocks its
+//!   `reasoning_content` (the signature is not checked: this server signs nothing).
 //! - `tools` (`name`, `description`, `input_schema`, `strict`) become chat's function tools and
 //!   `tool_choice` chat's: `auto` → `auto`, `any` → `required`, `tool` → the named function,
 //!   `none` → `none`; `disable_parallel_tool_use` → at most one call. Errors name Anthropic's
 //!   paths (`tools[0].name`).
 //!
-//! Any other block kind (image, document, thinking…) is a 400 naming its path and saying what
-//! is not supported.
+//! Any other block kind (image, document, redacted thinking…) is a 400 naming its path and
+//! saying what is not supported.
 
 use serde_json::{json, Value};
 
@@ -87,8 +88,9 @@ fn block_text(b: &Block, at: &str) -> Result<String, ApiError> {
 fn unsupported(at: &str, kind: &str, allowed: &str) -> ApiError {
     let why = match kind {
         "image" | "document" => "only text input is supported".to_string(),
-        "thinking" | "redacted_thinking" => {
-            "thinking blocks are not supported: this server has no reasoning parser yet".into()
+        "thinking" => "thinking blocks are only taken in assistant turns".into(),
+        "redacted_thinking" => {
+            "redacted_thinking blocks cannot be read by this server (it never writes them)".into()
         }
         _ => format!("blocks of type `{kind}` are not supported here (only {allowed})"),
     };
@@ -173,7 +175,18 @@ fn assistant(i: usize, content: &Content) -> Result<Message, ApiError> {
                 let call = tool_use(b, &at)?;
                 m.tool_calls.get_or_insert_with(Vec::new).push(call);
             }
-            other => return Err(unsupported(&at, other, "text and tool_use")),
+            "thinking" => {
+                let Some(Value::String(t)) = &b.thinking else {
+                    return Err(ApiError::invalid(
+                        &format!("{at}.thinking"),
+                        "a thinking block needs `thinking` text",
+                    ));
+                };
+                m.reasoning_content
+                    .get_or_insert_with(String::new)
+                    .push_str(t);
+            }
+            other => return Err(unsupported(&at, other, "text, thinking and tool_use")),
         }
     }
     Ok(m)

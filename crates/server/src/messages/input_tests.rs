@@ -89,6 +89,25 @@ fn tool_use_and_tool_result_become_calls_and_tool_messages() {
 }
 
 #[test]
+fn assistant_thinking_blocks_become_the_messages_reasoning() {
+    let m = convert(json!({
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Greet ", "signature": ""},
+                {"type": "thinking", "thinking": "back.", "signature": "anything"},
+                {"type": "text", "text": "Hello"}
+            ]},
+            {"role": "user", "content": "Bye"}
+        ]
+    }))
+    .expect("valid");
+    assert_eq!(m[1].content, "Hello");
+    assert_eq!(m[1].reasoning_content.as_deref(), Some("Greet back."));
+    assert_eq!(m[0].reasoning_content, None);
+}
+
+#[test]
 fn unsupported_and_incomplete_blocks_are_named_by_their_path() {
     let cases = [
         (
@@ -97,9 +116,19 @@ fn unsupported_and_incomplete_blocks_are_named_by_their_path() {
             "text input",
         ),
         (
-            json!({"role": "assistant", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"}]}),
+            json!({"role": "user", "content": [{"type": "thinking", "thinking": "hm", "signature": "s"}]}),
             "messages[0].content[0].type",
-            "reasoning",
+            "assistant turns",
+        ),
+        (
+            json!({"role": "assistant", "content": [{"type": "redacted_thinking", "data": "x"}]}),
+            "messages[0].content[0].type",
+            "redacted_thinking",
+        ),
+        (
+            json!({"role": "assistant", "content": [{"type": "thinking", "signature": "s"}]}),
+            "messages[0].content[0].thinking",
+            "thinking",
         ),
         (
             json!({"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}),

@@ -135,7 +135,7 @@ impl<'de> Deserialize<'de> for Content {
 #[serde(deny_unknown_fields)]
 pub struct Block {
     #[serde(rename = "type")]
-    #[schema(pattern = "^(text|tool_use|tool_result)$")]
+    #[schema(pattern = "^(text|thinking|tool_use|tool_result)$")]
     pub kind: String,
     pub text: Option<String>,
     pub id: Option<String>,

@@ -98,6 +98,10 @@ pub struct ChatMessage {
     pub tool_calls: Option<Vec<ToolCallIn>>,
     /// A `tool` message: the call this is the result of.
     pub tool_call_id: Option<String>,
+    /// An assistant message's thinking, as a reply gave it (vLLM's newer name `reasoning`
+    /// too), passed to the chat template.
+    #[serde(alias = "reasoning")]
+    pub reasoning_content: Option<String>,
 }
 
 /// A call of an earlier assistant message.

@@ -191,17 +191,37 @@ fn push_call(messages: &mut Vec<Message>, call: Value) {
     }
 }
 
+/// An assistant message that is only thinking so far (a reasoning item), waiting for the
+/// message or calls it led to.
+pub fn is_thinking_alone(m: &Message) -> bool {
+    m.role == "assistant"
+        && m.reasoning_content.is_some()
+        && m.content.is_empty()
+        && m.tool_calls.is_none()
+}
+
+/// Appends `m`, as the answer of the thinking just before it when there is one.
+pub fn push_answer(messages: &mut Vec<Message>, m: Message) {
+    match messages.last_mut() {
+        Some(prev) if m.role == "assistant" && is_thinking_alone(prev) => prev.content = m.content,
+        _ => messages.push(m),
+    }
+}
+
 /// A stored response's output as messages.
 pub fn output_messages(items: &[OutputItem], messages: &mut Vec<Message>) {
     for item in items {
         match item {
             OutputItem::Message(m) => {
                 let text: String = m.content.iter().map(|c| c.text.as_str()).collect();
-                messages.push(Message::text("assistant", text));
+                push_answer(messages, Message::text("assistant", text));
             }
-            // The thinking of an earlier turn is not shown to the model again (as chat
-            // templates drop it from history).
-            OutputItem::Reasoning(_) => {}
+            // The template decides whether earlier thinking is shown (Qwen3's keeps only the
+            // thinking after the last user message).
+            OutputItem::Reasoning(r) => messages.push(Message {
+                reasoning_content: Some(r.content.iter().map(|c| c.text.as_str()).collect()),
+                ..Message::text("assistant", "")
+            }),
             OutputItem::FunctionCall(c) => {
                 let args = serde_json::from_str::<Value>(&c.arguments)
                     .ok()

@@ -250,9 +250,11 @@ fn input_messages(
         return Err(ApiError::invalid("input", "input must not be empty"));
     }
     let mut messages = Vec::with_capacity(items.len());
+    // The last reasoning item's index (for the error of one left without its answer).
+    let mut reasoning_at = 0;
     for (i, item) in items.into_iter().enumerate() {
         let kind = item.kind.as_deref().unwrap_or("message");
-        if kind != "message" && family.is_none() {
+        if !matches!(kind, "message" | "reasoning") && family.is_none() {
             return Err(ApiError::invalid(
                 &format!("input[{i}].type"),
                 "this model's chat template has no known tool-call format, so function calls \
@@ -260,7 +262,19 @@ fn input_messages(
             ));
         }
         match kind {
-            "message" => messages.push(item_message(i, item)?),
+            "message" => items::push_answer(&mut messages, item_message(i, item)?),
+            "reasoning" => {
+                reasoning_at = i;
+                let text = match item.content {
+                    None => String::new(),
+                    Some(ItemContent::Text(t)) => t,
+                    Some(ItemContent::Parts(parts)) => parts_text(i, &parts, REASONING_PARTS)?,
+                };
+                messages.push(Message {
+                    reasoning_content: Some(text),
+                    ..Message::text("assistant", "")
+                });
+            }
             "function_call" => {
                 items::input_call(i, item.call_id, item.name, item.arguments, &mut messages)?
             }
@@ -268,7 +282,7 @@ fn input_messages(
                 let output = match item.output {
                     None => String::new(),
                     Some(ItemContent::Text(t)) => t,
-                    Some(ItemContent::Parts(parts)) => parts_text(i, &parts)?,
+                    Some(ItemContent::Parts(parts)) => parts_text(i, &parts, MESSAGE_PARTS)?,
                 };
                 messages.push(items::input_output(i, item.call_id, output)?);
             }
@@ -277,11 +291,17 @@ fn input_messages(
                     &format!("input[{i}].type"),
                     format!(
                         "input items of type `{other}` are not supported (only message, \
-                         function_call and function_call_output)"
+                         reasoning, function_call and function_call_output)"
                     ),
                 ))
             }
         }
+    }
+    if messages.last().is_some_and(items::is_thinking_alone) {
+        return Err(ApiError::invalid(
+            &format!("input[{reasoning_at}].type"),
+            "a reasoning item must be followed by the message or function_call it led to",
+        ));
     }
     Ok(messages)
 }
@@ -308,16 +328,20 @@ fn item_message(i: usize, item: InputItem) -> Result<Message, ApiError> {
     let content = match item.content {
         None => String::new(),
         Some(ItemContent::Text(t)) => t,
-        Some(ItemContent::Parts(parts)) => parts_text(i, &parts)?,
+        Some(ItemContent::Parts(parts)) => parts_text(i, &parts, MESSAGE_PARTS)?,
     };
     Ok(Message::text(role, content))
 }
 
-fn parts_text(i: usize, parts: &[ContentPart]) -> Result<String, ApiError> {
+/// Text parts of the given kinds.
+const MESSAGE_PARTS: &[&str] = &["input_text", "output_text", "text"];
+const REASONING_PARTS: &[&str] = &["reasoning_text"];
+
+fn parts_text(i: usize, parts: &[ContentPart], kinds: &[&str]) -> Result<String, ApiError> {
     let mut text = String::new();
     for (j, part) in parts.iter().enumerate() {
         match (part.kind.as_str(), &part.text) {
-            ("input_text" | "output_text" | "text", Some(t)) => text.push_str(t),
+            (kind, Some(t)) if kinds.contains(&kind) => text.push_str(t),
             (kind, _) => {
                 return Err(ApiError::invalid(
                     &format!("input[{i}].content[{j}]"),

@@ -163,7 +163,7 @@ pub fn reasoning_of(kwargs: Option<&TemplateKwargs>, m: &Loaded) -> Option<Reaso
 }
 
 /// Chat messages as role and text (only text content parts are accepted), with an assistant
-/// message's tool calls and a tool message's call id.
+/// message's tool calls and thinking and a tool message's call id.
 fn plain_messages(messages: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
     let mut plain = Vec::with_capacity(messages.len());
     for (i, msg) in messages.iter().enumerate() {
@@ -191,12 +191,19 @@ fn plain_messages(messages: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
             _ => None,
         };
         let is_tool = msg.role == "tool";
+        if msg.reasoning_content.is_some() && msg.role != "assistant" {
+            return Err(ApiError::invalid(
+                &format!("messages[{i}].reasoning_content"),
+                "only an assistant message carries reasoning_content",
+            ));
+        }
         plain.push(Message {
             role: msg.role.clone(),
             content,
             tool_calls,
             tool_call_id: msg.tool_call_id.clone(),
             name: msg.name.clone().filter(|_| is_tool),
+            reasoning_content: msg.reasoning_content.clone(),
         });
     }
     Ok(plain)
