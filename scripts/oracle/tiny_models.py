@@ -38,7 +38,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 from llama_cpp import Llama
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3"]
 # Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS, written from their own seeds,
 # model::testing::tiny_seed, chosen away from routing near-ties); read by llama_family.rs.
 MOE_ARCHS = ["qwen3moe", "qwen2moe"]
@@ -140,15 +140,18 @@ def rope(x, pos, base, neox):
     return y
 
 
-def attention(q, k, v, window):
-    """Causal GQA attention; `window` limits a query at p to keys p-window+1..p."""
+def attention(q, k, v, window, scale, softcap=None):
+    """Causal GQA attention; `window` limits a query at p to keys p-window+1..p; scores are
+    scaled by `scale`, then (Gemma 2) soft-capped: softcap * tanh(s / softcap)."""
     n, n_heads, head_dim = q.shape
     group = n_heads // k.shape[1]
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     masked = (j > i) | ((i - j) >= window if window else False)
     out = np.empty_like(q)
     for h in range(n_heads):
-        scores = q[:, h] @ k[:, h // group].T / np.sqrt(head_dim)
+        scores = q[:, h] @ k[:, h // group].T * scale
+        if softcap:
+            scores = softcap * np.tanh(scores / softcap)
         scores[masked] = -np.inf
         p = np.exp(scores - scores.max(1, keepdims=True))
         out[:, h] = (p / p.sum(1, keepdims=True)) @ v[:, h // group]
@@ -187,8 +190,11 @@ def reference_logits(path, tokens):
     n_layers, d_model = hp("block_count"), hp("embedding_length")
     n_heads, n_kv = hp("attention.head_count"), hp("attention.head_count_kv")
     head_dim, eps = hp("attention.key_length", d_model // n_heads), hp("attention.layer_norm_rms_epsilon")
-    gemma = arch == "gemma3"
+    gemma = arch in ("gemma2", "gemma3")
     x = t["token_embd.weight"][tokens] * (np.sqrt(d_model) if gemma else 1.0)
+    # Gemma 2: queries scaled by 1/sqrt(d_model / n_heads) in the 46-layer 27B, else as usual.
+    scale = 1 / np.sqrt(d_model / n_heads if arch == "gemma2" and n_layers == 46 else head_dim)
+    attn_cap = hp("attn_logit_softcapping", 50.0) if arch == "gemma2" else None
     pos = np.arange(len(tokens), dtype=np.float64)
     for layer in range(n_layers):
         w = lambda name: t.get(f"blk.{layer}.{name}")
@@ -199,11 +205,17 @@ def reference_logits(path, tokens):
             v.reshape(len(tokens), n_kv, head_dim)
         if w("attn_q_norm.weight") is not None:
             q, k = rms_norm(q, w("attn_q_norm.weight"), eps), rms_norm(k, w("attn_k_norm.weight"), eps)
-        # Gemma 3: five sliding-window layers with RoPE base 10k to each global one.
-        local = gemma and (layer + 1) % 6 != 0
-        base = 10_000.0 if local else hp("rope.freq_base")
+        # Gemma 3: five sliding-window layers with RoPE base 10k to each global one; Gemma 2:
+        # every even layer slides, with the global base.
+        if arch == "gemma3":
+            local = (layer + 1) % 6 != 0
+            base = 10_000.0 if local else hp("rope.freq_base")
+        else:
+            local = arch == "gemma2" and layer % 2 == 0
+            base = hp("rope.freq_base")
         q, k = rope(q, pos, base, arch != "llama"), rope(k, pos, base, arch != "llama")
-        a = attention(q, k, v, hp("attention.sliding_window") if local else None) @ w("attn_output.weight").T
+        window = hp("attention.sliding_window") if local else None
+        a = attention(q, k, v, window, scale, attn_cap) @ w("attn_output.weight").T
         x = x + (rms_norm(a, w("post_attention_norm.weight"), eps) if gemma else a)
         h = rms_norm(x, w("ffn_norm.weight"), eps)
         if w("ffn_gate_inp.weight") is not None:
@@ -217,7 +229,11 @@ def reference_logits(path, tokens):
         f = (act * up) @ w("ffn_down.weight").T
         x = x + (rms_norm(f, w("post_ffw_norm.weight"), eps) if gemma else f)
     x = rms_norm(x, t["output_norm.weight"], eps)
-    return x @ t.get("output.weight", t["token_embd.weight"]).T
+    logits = x @ t.get("output.weight", t["token_embd.weight"]).T
+    if arch == "gemma2":
+        cap = hp("final_logit_softcapping", 30.0)
+        logits = cap * np.tanh(logits / cap)
+    return logits
 
 
 def check_reference(path, golden):

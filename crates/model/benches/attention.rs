@@ -76,6 +76,7 @@ fn bench(c: &mut Criterion) {
         n_kv_heads: 1,
         head_dim: HD,
         scale: 1.0 / 16.0,
+        softcap: 0.0,
     };
     let mut scratch: Vec<Mutex<AttnScratch>> = Vec::new();
     let mut g = c.benchmark_group("attention");

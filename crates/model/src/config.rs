@@ -13,6 +13,9 @@ use crate::ModelError;
 /// The architectures Tessera can run, chosen by `general.architecture`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
+    /// Gemma 2: Gemma's norms and GeGLU, every other layer a sliding window, attention and
+    /// final logits soft-capped.
+    Gemma2,
     Gemma3,
     Llama,
     Qwen2,
@@ -26,10 +29,11 @@ pub enum Arch {
 impl Arch {
     /// The `general.architecture` strings we accept, for error messages.
     pub const SUPPORTED: &'static [&'static str] =
-        &["gemma3", "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe"];
+        &["gemma2", "gemma3", "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe"];
 
     pub fn from_name(name: &str) -> Option<Arch> {
         match name {
+            "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
             "llama" => Some(Arch::Llama),
             "qwen2" => Some(Arch::Qwen2),
@@ -42,6 +46,7 @@ impl Arch {
 
     pub fn name(self) -> &'static str {
         match self {
+            Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
@@ -171,6 +176,8 @@ pub struct ModelConfig {
     pub attn_scale: f32,
     /// Gemma 2 style tanh soft-capping of the final logits (0 = off).
     pub final_logit_softcap: f32,
+    /// Gemma 2's tanh soft-capping of the scaled attention scores, `c * tanh(s / c)` (0 = off).
+    pub attn_softcap: f32,
     /// RoPE base of the global layers, and the number of rotated dimensions per head.
     pub rope_base: f32,
     pub rope_dims: usize,
@@ -266,6 +273,7 @@ impl ModelConfig {
             embed_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             final_logit_softcap: md.get_f32(&key("final_logit_softcapping"))?.unwrap_or(0.0),
+            attn_softcap: 0.0,
             rope_base,
             rope_dims,
             layers: vec![
@@ -289,6 +297,7 @@ impl ModelConfig {
     ) -> Result<(), ModelError> {
         let (d_model, rope_dims) = (self.d_model, self.rope_dims);
         match self.arch {
+            Arch::Gemma2 => self.apply_gemma2(md, key)?,
             Arch::Gemma3 => {
                 self.activation = Activation::GeluTanh;
                 self.post_norms = true;
@@ -318,6 +327,56 @@ impl ModelConfig {
             Arch::Qwen2Moe => {
                 self.qkv_bias = true;
                 self.moe = Some(MoeSpec::from_metadata(md, key, false, true)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gemma 2, as llama.cpp reads it: GeGLU, post-norms, scaled embeddings; sliding-window
+    /// layers by `attention.sliding_window_pattern` (default 2: every even layer), with the
+    /// window `attention.sliding_window` (default 4096) and RoPE base `rope.freq_base_swa`
+    /// (default: the global one); attention scores soft-capped by `attn_logit_softcapping`
+    /// (default 50) and logits by `final_logit_softcapping` (default 30); queries scaled by
+    /// 1/sqrt(head_dim), but by 1/sqrt(d_model / n_heads) in the 46-layer 27B.
+    fn apply_gemma2(
+        &mut self,
+        md: &Metadata,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<(), ModelError> {
+        self.activation = Activation::GeluTanh;
+        self.post_norms = true;
+        self.embed_scale = (self.d_model as f32).sqrt();
+        let window = md
+            .get_u32(&key("attention.sliding_window"))?
+            .unwrap_or(4096) as usize;
+        let pattern = md
+            .get_u32(&key("attention.sliding_window_pattern"))?
+            .unwrap_or(2) as usize;
+        if window == 0 || pattern == 0 {
+            return Err(ModelError::invalid(
+                "attention.sliding_window and its pattern must be positive",
+            ));
+        }
+        let cap = |k: &str, default: f32| -> Result<f32, ModelError> {
+            let v = md.get_f32(&key(k))?.unwrap_or(default);
+            match v.is_finite() && v > 0.0 {
+                true => Ok(v),
+                false => Err(ModelError::invalid(format!("{} must be positive", key(k)))),
+            }
+        };
+        self.attn_softcap = cap("attn_logit_softcapping", 50.0)?;
+        self.final_logit_softcap = cap("final_logit_softcapping", 30.0)?;
+        if self.n_layers == 46 {
+            self.attn_scale = 1.0 / ((self.d_model / self.n_heads) as f32).sqrt();
+        }
+        let swa_base = md
+            .get_f32(&key("rope.freq_base_swa"))?
+            .unwrap_or(self.rope_base);
+        let local_freqs = inv_freqs(self.rope_dims, swa_base);
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            if i % pattern < pattern - 1 {
+                layer.window = Some(window);
+                layer.rope_inv_freq = local_freqs.clone();
             }
         }
         Ok(())

@@ -274,6 +274,7 @@ impl Transformer {
             n_kv_heads: cfg.n_kv_heads,
             head_dim: cfg.head_dim,
             scale: cfg.attn_scale,
+            softcap: cfg.attn_softcap,
         };
         let att = sized(&mut ws.att, n * qd);
         let q = &ws.q[..n * qd];

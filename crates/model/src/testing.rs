@@ -28,7 +28,7 @@ use gguf::{Array, GgmlType, GgufWriter};
 pub mod encoders;
 
 /// The dense architectures `tiny_model_gguf` can build (each has llama.cpp goldens).
-pub const TINY_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+pub const TINY_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma2", "gemma3"];
 
 /// The mixture-of-experts architectures `tiny_model_gguf` can build (no llama.cpp goldens yet).
 pub const TINY_MOE_ARCHS: &[&str] = &["qwen3moe", "qwen2moe"];
@@ -104,6 +104,8 @@ struct TinySpec {
     qk_norm: bool,
     post_norms: bool,
     sliding_window: Option<u32>,
+    /// Gemma 2's `attn_logit_softcapping` and `final_logit_softcapping`.
+    softcaps: Option<(f32, f32)>,
     /// Every layer's FFN is a mixture of experts.
     moe: Option<TinyMoe>,
 }
@@ -137,6 +139,7 @@ impl TinySpec {
         qk_norm: false,
         post_norms: false,
         sliding_window: None,
+        softcaps: None,
         moe: None,
     };
 
@@ -195,6 +198,19 @@ impl TinySpec {
                     ff: 32,
                     shared_ff: Some(64),
                 }),
+                ..b
+            },
+            // Four layers: sliding-window (8), global, sliding, global. Caps far below Gemma 2's
+            // (50, 30), so that they bend this model's scores and logits.
+            "gemma2" => TinySpec {
+                arch: "gemma2",
+                n_layers: 4,
+                head_dim: 32,
+                key_length: true,
+                rms_eps: 1e-6,
+                post_norms: true,
+                sliding_window: Some(8),
+                softcaps: Some((1.5, 4.0)),
                 ..b
             },
             // Seven layers so the pattern of six (five sliding, one global) has its global layer
@@ -324,6 +340,10 @@ fn write_hparams(w: &mut GgufWriter, s: &TinySpec) {
     }
     if let Some(window) = s.sliding_window {
         w.add_metadata(key("attention.sliding_window"), window);
+    }
+    if let Some((attn, last)) = s.softcaps {
+        w.add_metadata(key("attn_logit_softcapping"), attn);
+        w.add_metadata(key("final_logit_softcapping"), last);
     }
 }
 

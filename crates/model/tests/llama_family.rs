@@ -1,5 +1,5 @@
-//! The Llama-family forward passes (llama, qwen2, qwen3, gemma3, and the mixture-of-experts
-//! qwen3moe and qwen2moe) against llama.cpp, on tiny models the test writes itself.
+//! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, and the
+//! mixture-of-experts qwen3moe and qwen2moe) against llama.cpp, on tiny models the test writes itself.
 //!
 //! Design: `model::testing::tiny_model_gguf` builds each GGUF in-process from a fixed seed;
 //! `scripts/oracle/tiny_models.py` fed the very same bytes to llama.cpp and committed what it
@@ -296,6 +296,14 @@ fn qwen3_matches_llama_cpp() {
     check_against_llama_cpp("qwen3");
 }
 
+/// Gemma 2's tiny model caps attention scores at 1.5 and logits at 4 (the float64 reference
+/// moves by 5.7 without the attention cap), so both soft-caps are checked as well as its
+/// alternating windows.
+#[test]
+fn gemma2_matches_llama_cpp() {
+    check_against_llama_cpp("gemma2");
+}
+
 #[test]
 fn gemma3_matches_llama_cpp() {
     check_against_llama_cpp("gemma3");
@@ -455,6 +463,17 @@ fn gemma3_tiny_has_one_global_layer_in_six() {
         .collect();
     let w = Some(8);
     assert_eq!(windows, [w, w, w, w, w, None, w]);
+}
+
+#[test]
+fn gemma2_tiny_slides_every_other_layer_and_caps_its_scores() {
+    let golden = read_golden("gemma2");
+    let m = load_tiny("gemma2", &golden);
+    let cfg = m.transformer.config();
+    let windows: Vec<Option<usize>> = cfg.layers.iter().map(|l| l.window).collect();
+    assert_eq!(windows, [Some(8), None, Some(8), None]);
+    assert_eq!((cfg.attn_softcap, cfg.final_logit_softcap), (1.5, 4.0));
+    assert_eq!(cfg.attn_scale, 1.0 / 32f32.sqrt(), "1/sqrt(head_dim)");
 }
 
 #[test]

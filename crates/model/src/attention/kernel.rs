@@ -123,7 +123,7 @@ fn run_task_body<L: Lanes>(
         direct,
     };
     scores_pass(lanes, &tiles, &shape, &s.m, &mut s.scores, &mut s.k, &lo);
-    softmax_pass(lanes, &shape, &mut s.scores, &lo);
+    softmax_pass(lanes, &shape, h.softcap, &mut s.scores, &lo);
 
     // Pass 3 goes straight into the output when the task has every head of its queries (their
     // rows are then its whole run of `out`).
@@ -207,11 +207,13 @@ fn scores_pass<L: Lanes>(
 }
 
 /// Pass 2: softmax over each query's visible keys (sum in f64, as ggml), probabilities
-/// rounded to f16 as llama.cpp's f16 V product sees them.
+/// rounded to f16 as llama.cpp's f16 V product sees them; with `softcap` > 0 (Gemma 2) each
+/// score first becomes `softcap * tanh(score / softcap)`, as llama.cpp computes it.
 #[inline(always)]
 fn softmax_pass<L: Lanes>(
     lanes: L,
     shape: &TileSpan,
+    softcap: f32,
     scores: &mut [f32],
     lo: &impl Fn(usize) -> usize,
 ) {
@@ -221,6 +223,10 @@ fn softmax_pass<L: Lanes>(
         let (v_lo, v_hi) = (lo(p) - base, p + 1 - base);
         for hi in 0..nh {
             let sc = &mut scores[(t * nh + hi) * span..(t * nh + hi + 1) * span][v_lo..v_hi];
+            if softcap > 0.0 {
+                let inv = 1.0 / softcap;
+                sc.iter_mut().for_each(|s| *s = softcap * (*s * inv).tanh());
+            }
             softmax_f16(lanes, sc);
         }
     }

@@ -60,6 +60,8 @@ pub struct Heads {
     pub head_dim: usize,
     /// Multiplies q.k before the softmax.
     pub scale: f32,
+    /// Gemma 2: scaled scores become `softcap * tanh(s / softcap)` before the softmax (0: off).
+    pub softcap: f32,
 }
 
 /// Per-thread reusable buffers; grown, never shrunk.
