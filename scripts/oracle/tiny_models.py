@@ -38,7 +38,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 from llama_cpp import Llama
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2"]
 # Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS, written from their own seeds,
 # model::testing::tiny_seed, chosen away from routing near-ties); read by llama_family.rs.
 MOE_ARCHS = ["qwen3moe", "qwen2moe"]
@@ -198,12 +198,18 @@ def reference_logits(path, tokens):
     pos = np.arange(len(tokens), dtype=np.float64)
     for layer in range(n_layers):
         w = lambda name: t.get(f"blk.{layer}.{name}")
-        h = rms_norm(x, w("attn_norm.weight"), eps)
+        # OLMo 2 has no pre-norms (and post-norms, as Gemma).
+        pre = (lambda y, name: rms_norm(y, w(name), eps)) if w("attn_norm.weight") is not None else (lambda y, _: y)
+        post = gemma or arch == "olmo2"
+        h = pre(x, "attn_norm.weight")
         q, k, v = (h @ w(f"attn_{c}.weight").T + (w(f"attn_{c}.bias") if w(f"attn_{c}.bias") is not None else 0)
                    for c in "qkv")
+        if arch == "olmo2":
+            # One norm over all of Q and all of K, before the split into heads.
+            q, k = rms_norm(q, w("attn_q_norm.weight"), eps), rms_norm(k, w("attn_k_norm.weight"), eps)
         q, k, v = q.reshape(len(tokens), n_heads, head_dim), k.reshape(len(tokens), n_kv, head_dim), \
             v.reshape(len(tokens), n_kv, head_dim)
-        if w("attn_q_norm.weight") is not None:
+        if w("attn_q_norm.weight") is not None and arch != "olmo2":
             q, k = rms_norm(q, w("attn_q_norm.weight"), eps), rms_norm(k, w("attn_k_norm.weight"), eps)
         # Gemma 3: five sliding-window layers with RoPE base 10k to each global one; Gemma 2:
         # every even layer slides, with the global base.
@@ -216,8 +222,8 @@ def reference_logits(path, tokens):
         q, k = rope(q, pos, base, arch != "llama"), rope(k, pos, base, arch != "llama")
         window = hp("attention.sliding_window") if local else None
         a = attention(q, k, v, window, scale, attn_cap) @ w("attn_output.weight").T
-        x = x + (rms_norm(a, w("post_attention_norm.weight"), eps) if gemma else a)
-        h = rms_norm(x, w("ffn_norm.weight"), eps)
+        x = x + (rms_norm(a, w("post_attention_norm.weight"), eps) if post else a)
+        h = pre(x, "ffn_norm.weight")
         if w("ffn_gate_inp.weight") is not None:
             x = x + moe_ffn(h, w, hp("expert_used_count"), norm_topk=arch == "qwen3moe")
             continue
@@ -227,7 +233,7 @@ def reference_logits(path, tokens):
         else:
             act = gate / (1 + np.exp(-gate))
         f = (act * up) @ w("ffn_down.weight").T
-        x = x + (rms_norm(f, w("post_ffw_norm.weight"), eps) if gemma else f)
+        x = x + (rms_norm(f, w("post_ffw_norm.weight"), eps) if post else f)
     x = rms_norm(x, t["output_norm.weight"], eps)
     logits = x @ t.get("output.weight", t["token_embd.weight"]).T
     if arch == "gemma2":

@@ -24,18 +24,23 @@ pub enum Arch {
     Qwen2Moe,
     /// Qwen 3 attention with a mixture-of-experts FFN in every layer.
     Qwen3Moe,
+    /// OLMo 2: norms after attention and the MLP only (none before), and QK-norm over the
+    /// whole of Q and of K rather than per head.
+    Olmo2,
 }
 
 impl Arch {
     /// The `general.architecture` strings we accept, for error messages.
-    pub const SUPPORTED: &'static [&'static str] =
-        &["gemma2", "gemma3", "llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe"];
+    pub const SUPPORTED: &'static [&'static str] = &[
+        "gemma2", "gemma3", "llama", "olmo2", "qwen2", "qwen2moe", "qwen3", "qwen3moe",
+    ];
 
     pub fn from_name(name: &str) -> Option<Arch> {
         match name {
             "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
             "llama" => Some(Arch::Llama),
+            "olmo2" => Some(Arch::Olmo2),
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
             "qwen2moe" => Some(Arch::Qwen2Moe),
@@ -49,6 +54,7 @@ impl Arch {
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Llama => "llama",
+            Arch::Olmo2 => "olmo2",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen2Moe => "qwen2moe",
@@ -168,6 +174,10 @@ pub struct ModelConfig {
     pub post_norms: bool,
     /// Gemma, Qwen 3: RMS-norm over each head of Q and K before RoPE.
     pub qk_norm: bool,
+    /// OLMo 2: the QK-norm spans all of Q and all of K (its weights are that wide).
+    pub qk_norm_whole: bool,
+    /// RMS-norms before attention and before the MLP (all but OLMo 2).
+    pub pre_norms: bool,
     /// Qwen 2: biases on the Q, K and V projections.
     pub qkv_bias: bool,
     /// Gemma: embeddings are multiplied by sqrt(d_model).
@@ -269,6 +279,8 @@ impl ModelConfig {
             rope_style: RopeStyle::Neox,
             post_norms: false,
             qk_norm: false,
+            qk_norm_whole: false,
+            pre_norms: true,
             qkv_bias: false,
             embed_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
@@ -318,6 +330,13 @@ impl ModelConfig {
                 }
             }
             Arch::Llama => self.rope_style = RopeStyle::Interleaved,
+            Arch::Olmo2 => {
+                self.post_norms = true;
+                self.pre_norms = false;
+                self.qk_norm = true;
+                self.qk_norm_whole = true;
+                self.apply_swa_pattern(md, key, 4)?;
+            }
             Arch::Qwen2 => self.qkv_bias = true,
             Arch::Qwen3 => self.qk_norm = true,
             Arch::Qwen3Moe => {
@@ -376,6 +395,38 @@ impl ModelConfig {
         for (i, layer) in self.layers.iter_mut().enumerate() {
             if i % pattern < pattern - 1 {
                 layer.window = Some(window);
+                layer.rope_inv_freq = local_freqs.clone();
+            }
+        }
+        Ok(())
+    }
+
+    /// Optional sliding-window layers (OLMo 3 files under `olmo2`): with
+    /// `attention.sliding_window` set, layers `i % pattern < pattern - 1` slide, `pattern` from
+    /// `attention.sliding_window_pattern` (default `default_pattern`), with RoPE base
+    /// `rope.freq_base_swa` (default the global one) and no RoPE scaling.
+    fn apply_swa_pattern(
+        &mut self,
+        md: &Metadata,
+        key: &dyn Fn(&str) -> String,
+        default_pattern: u32,
+    ) -> Result<(), ModelError> {
+        let Some(window) = md.get_u32(&key("attention.sliding_window"))? else {
+            return Ok(());
+        };
+        let pattern = md
+            .get_u32(&key("attention.sliding_window_pattern"))?
+            .unwrap_or(default_pattern) as usize;
+        if window == 0 || pattern == 0 {
+            return Ok(());
+        }
+        let swa_base = md
+            .get_f32(&key("rope.freq_base_swa"))?
+            .unwrap_or(self.rope_base);
+        let local_freqs = inv_freqs(self.rope_dims, swa_base);
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            if i % pattern < pattern - 1 {
+                layer.window = Some(window as usize);
                 layer.rope_inv_freq = local_freqs.clone();
             }
         }

@@ -186,7 +186,7 @@ impl Transformer {
                 rms_norm_rows_in_place(o, pn, eps);
             }
             kernels::add(x, o);
-            rms_norm_rows(x, &lw.ffn_norm, eps, h);
+            pre_norm(x, lw.ffn_norm.as_deref(), eps, h);
         });
     }
 
@@ -201,7 +201,7 @@ impl Transformer {
             let x = &ws.x[..n * d];
             rows.run(th, &|r| {
                 let h = h.take_rows(&r);
-                rms_norm_rows(&x[r.start * d..r.end * d], &lw.attn_norm, eps, h);
+                pre_norm(&x[r.start * d..r.end * d], lw.attn_norm.as_deref(), eps, h);
             });
         }
         let q = sized(&mut ws.q, n * qd);
@@ -505,5 +505,14 @@ impl RowSplit {
         } else {
             threads.for_each_range(self.n, self.chunk, &|_, r| f(r));
         }
+    }
+}
+
+/// The rows of `x` RMS-normed by `weight` into `h`, or copied when the model has no pre-norms
+/// (OLMo 2).
+fn pre_norm(x: &[f32], weight: Option<&[f32]>, eps: f32, h: &mut [f32]) {
+    match weight {
+        Some(w) => rms_norm_rows(x, w, eps, h),
+        None => h.copy_from_slice(x),
     }
 }

@@ -56,7 +56,8 @@ impl Matrix {
 
 /// The weights of one transformer block.
 pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,
+    /// `None` without pre-norms (OLMo 2): attention reads the residual itself.
+    pub attn_norm: Option<Vec<f32>>,
     pub wq: Matrix,
     pub wk: Matrix,
     pub wv: Matrix,
@@ -67,7 +68,8 @@ pub struct LayerWeights {
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub post_attn_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
+    /// `None` without pre-norms (OLMo 2).
+    pub ffn_norm: Option<Vec<f32>>,
     pub ffn: Ffn,
     pub post_ffn_norm: Option<Vec<f32>>,
 }
@@ -122,8 +124,17 @@ impl ModelWeights {
                 }
             };
             let need_vec = |s: &str, len: usize| l.vector(&n(s), len);
+            let pre_norm = |s: &str| match cfg.pre_norms {
+                true => need_vec(s, d).map(Some),
+                false => Ok(None),
+            };
+            // Per head, or (OLMo 2) over the whole projection.
+            let (qn, kn) = match cfg.qk_norm_whole {
+                true => (q, kv),
+                false => (hd, hd),
+            };
             let layer = LayerWeights {
-                attn_norm: need_vec("attn_norm.weight", d)?,
+                attn_norm: pre_norm("attn_norm.weight")?,
                 wq: l.matrix(&n("attn_q.weight"), q, d)?,
                 wk: l.matrix(&n("attn_k.weight"), kv, d)?,
                 wv: l.matrix(&n("attn_v.weight"), kv, d)?,
@@ -132,12 +143,12 @@ impl ModelWeights {
                 bk: opt_vec("attn_k.bias", kv)?,
                 bv: opt_vec("attn_v.bias", kv)?,
                 q_norm: if cfg.qk_norm {
-                    Some(need_vec("attn_q_norm.weight", hd)?)
+                    Some(need_vec("attn_q_norm.weight", qn)?)
                 } else {
                     None
                 },
                 k_norm: if cfg.qk_norm {
-                    Some(need_vec("attn_k_norm.weight", hd)?)
+                    Some(need_vec("attn_k_norm.weight", kn)?)
                 } else {
                     None
                 },
@@ -146,7 +157,7 @@ impl ModelWeights {
                 } else {
                     None
                 },
-                ffn_norm: need_vec("ffn_norm.weight", d)?,
+                ffn_norm: pre_norm("ffn_norm.weight")?,
                 ffn: match cfg.moe {
                     None => Ffn::Dense {
                         gate: l.matrix(&n("ffn_gate.weight"), ff, d)?,

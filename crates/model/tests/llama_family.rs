@@ -1,4 +1,4 @@
-//! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, and the
+//! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, olmo2, and the
 //! mixture-of-experts qwen3moe and qwen2moe) against llama.cpp, on tiny models the test writes itself.
 //!
 //! Design: `model::testing::tiny_model_gguf` builds each GGUF in-process from a fixed seed;
@@ -302,6 +302,12 @@ fn qwen3_matches_llama_cpp() {
 #[test]
 fn gemma2_matches_llama_cpp() {
     check_against_llama_cpp("gemma2");
+}
+
+/// OLMo 2: no pre-norms, and one QK-norm over all of Q and of K.
+#[test]
+fn olmo2_matches_llama_cpp() {
+    check_against_llama_cpp("olmo2");
 }
 
 #[test]
