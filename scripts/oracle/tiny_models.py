@@ -38,10 +38,10 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 from llama_cpp import Llama
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite"]
 # Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS, written from their own seeds,
 # model::testing::tiny_seed, chosen away from routing near-ties); read by llama_family.rs.
-MOE_ARCHS = ["qwen3moe", "qwen2moe"]
+MOE_ARCHS = ["qwen3moe", "qwen2moe", "granitemoe"]
 N_PROMPT = 24
 N_CONTINUATION = 16
 N_CTX = 256
@@ -195,6 +195,13 @@ def reference_logits(path, tokens):
     # Gemma 2: queries scaled by 1/sqrt(d_model / n_heads) in the 46-layer 27B, else as usual.
     scale = 1 / np.sqrt(d_model / n_heads if arch == "gemma2" and n_layers == 46 else head_dim)
     attn_cap = hp("attn_logit_softcapping", 50.0) if arch == "gemma2" else None
+    # Granite: embeddings, attention scores and what joins the residual multiplied, logits divided.
+    granite = arch in ("granite", "granitemoe")
+    if granite:
+        x = x * hp("embedding_scale")
+        scale = hp("attention.scale")
+    residual = hp("residual_scale") if granite else 1.0
+    interleaved = arch in ("llama", "granite", "granitemoe")
     pos = np.arange(len(tokens), dtype=np.float64)
     for layer in range(n_layers):
         w = lambda name: t.get(f"blk.{layer}.{name}")
@@ -219,13 +226,13 @@ def reference_logits(path, tokens):
         else:
             local = arch == "gemma2" and layer % 2 == 0
             base = hp("rope.freq_base")
-        q, k = rope(q, pos, base, arch != "llama"), rope(k, pos, base, arch != "llama")
+        q, k = rope(q, pos, base, not interleaved), rope(k, pos, base, not interleaved)
         window = hp("attention.sliding_window") if local else None
         a = attention(q, k, v, window, scale, attn_cap) @ w("attn_output.weight").T
-        x = x + (rms_norm(a, w("post_attention_norm.weight"), eps) if post else a)
+        x = x + residual * (rms_norm(a, w("post_attention_norm.weight"), eps) if post else a)
         h = pre(x, "ffn_norm.weight")
         if w("ffn_gate_inp.weight") is not None:
-            x = x + moe_ffn(h, w, hp("expert_used_count"), norm_topk=arch == "qwen3moe")
+            x = x + residual * moe_ffn(h, w, hp("expert_used_count"), norm_topk=arch in ("qwen3moe", "granitemoe"))
             continue
         gate, up = h @ w("ffn_gate.weight").T, h @ w("ffn_up.weight").T
         if gemma:
@@ -233,12 +240,14 @@ def reference_logits(path, tokens):
         else:
             act = gate / (1 + np.exp(-gate))
         f = (act * up) @ w("ffn_down.weight").T
-        x = x + (rms_norm(f, w("post_ffw_norm.weight"), eps) if post else f)
+        x = x + residual * (rms_norm(f, w("post_ffw_norm.weight"), eps) if post else f)
     x = rms_norm(x, t["output_norm.weight"], eps)
     logits = x @ t.get("output.weight", t["token_embd.weight"]).T
     if arch == "gemma2":
         cap = hp("final_logit_softcapping", 30.0)
         logits = cap * np.tanh(logits / cap)
+    if granite:
+        logits = logits / hp("logit_scale")
     return logits
 
 

@@ -27,12 +27,25 @@ pub enum Arch {
     /// OLMo 2: norms after attention and the MLP only (none before), and QK-norm over the
     /// whole of Q and of K rather than per head.
     Olmo2,
+    /// Granite (3.x): Llama with four multipliers (embeddings, attention, residual, logits).
+    Granite,
+    /// Granite MoE: Granite's multipliers over a mixture-of-experts FFN (top-k renormalised).
+    GraniteMoe,
 }
 
 impl Arch {
     /// The `general.architecture` strings we accept, for error messages.
     pub const SUPPORTED: &'static [&'static str] = &[
-        "gemma2", "gemma3", "llama", "olmo2", "qwen2", "qwen2moe", "qwen3", "qwen3moe",
+        "gemma2",
+        "gemma3",
+        "granite",
+        "granitemoe",
+        "llama",
+        "olmo2",
+        "qwen2",
+        "qwen2moe",
+        "qwen3",
+        "qwen3moe",
     ];
 
     pub fn from_name(name: &str) -> Option<Arch> {
@@ -41,6 +54,8 @@ impl Arch {
             "gemma3" => Some(Arch::Gemma3),
             "llama" => Some(Arch::Llama),
             "olmo2" => Some(Arch::Olmo2),
+            "granite" => Some(Arch::Granite),
+            "granitemoe" => Some(Arch::GraniteMoe),
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
             "qwen2moe" => Some(Arch::Qwen2Moe),
@@ -55,6 +70,8 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Llama => "llama",
             Arch::Olmo2 => "olmo2",
+            Arch::Granite => "granite",
+            Arch::GraniteMoe => "granitemoe",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen2Moe => "qwen2moe",
@@ -112,10 +129,14 @@ impl MoeSpec {
         key: &dyn Fn(&str) -> String,
         norm_topk: bool,
         shared: bool,
+        width: Option<usize>,
     ) -> Result<MoeSpec, ModelError> {
         let n_expert = md.require_u32(&key("expert_count"))? as usize;
         let n_used = md.require_u32(&key("expert_used_count"))? as usize;
-        let d_ff_exp = md.require_u32(&key("expert_feed_forward_length"))? as usize;
+        let d_ff_exp = match width {
+            Some(w) => w,
+            None => md.require_u32(&key("expert_feed_forward_length"))? as usize,
+        };
         if n_expert == 0 || n_used == 0 || d_ff_exp == 0 {
             return Err(ModelError::invalid(format!(
                 "{}, {} and {} must be positive",
@@ -188,6 +209,10 @@ pub struct ModelConfig {
     pub final_logit_softcap: f32,
     /// Gemma 2's tanh soft-capping of the scaled attention scores, `c * tanh(s / c)` (0 = off).
     pub attn_softcap: f32,
+    /// Granite: what attention and the MLP add to the residual is multiplied by this first.
+    pub residual_scale: f32,
+    /// Granite: logits are divided by this.
+    pub logit_scale: f32,
     /// RoPE base of the global layers, and the number of rotated dimensions per head.
     pub rope_base: f32,
     pub rope_dims: usize,
@@ -286,6 +311,8 @@ impl ModelConfig {
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             final_logit_softcap: md.get_f32(&key("final_logit_softcapping"))?.unwrap_or(0.0),
             attn_softcap: 0.0,
+            residual_scale: 1.0,
+            logit_scale: 1.0,
             rope_base,
             rope_dims,
             layers: vec![
@@ -330,6 +357,19 @@ impl ModelConfig {
                 }
             }
             Arch::Llama => self.rope_style = RopeStyle::Interleaved,
+            Arch::Granite => self.apply_granite(md, key)?,
+            Arch::GraniteMoe => {
+                self.apply_granite(md, key)?;
+                let shared = key("expert_shared_feed_forward_length");
+                if md.get_u32(&shared)?.is_some_and(|v| v > 0) {
+                    return Err(ModelError::invalid(format!(
+                        "{shared} is set: Granite MoE with a shared expert is not supported"
+                    )));
+                }
+                // llama.cpp sizes Granite MoE's experts by `feed_forward_length`.
+                let width = std::mem::take(&mut self.d_ff);
+                self.moe = Some(MoeSpec::from_metadata(md, key, true, false, Some(width))?);
+            }
             Arch::Olmo2 => {
                 self.post_norms = true;
                 self.pre_norms = false;
@@ -341,11 +381,11 @@ impl ModelConfig {
             Arch::Qwen3 => self.qk_norm = true,
             Arch::Qwen3Moe => {
                 self.qk_norm = true;
-                self.moe = Some(MoeSpec::from_metadata(md, key, true, false)?);
+                self.moe = Some(MoeSpec::from_metadata(md, key, true, false, None)?);
             }
             Arch::Qwen2Moe => {
                 self.qkv_bias = true;
-                self.moe = Some(MoeSpec::from_metadata(md, key, false, true)?);
+                self.moe = Some(MoeSpec::from_metadata(md, key, false, true, None)?);
             }
         }
         Ok(())
@@ -398,6 +438,39 @@ impl ModelConfig {
                 layer.rope_inv_freq = local_freqs.clone();
             }
         }
+        Ok(())
+    }
+
+    /// Granite, as llama.cpp reads it: Llama's layout (interleaved RoPE) with embeddings times
+    /// `embedding_scale`, attention scores times `attention.scale` (instead of
+    /// 1/sqrt(head_dim)), attention and MLP outputs times `residual_scale` before they join
+    /// the residual, and logits divided by `logit_scale` (required); an absent or zero
+    /// multiplier is none.
+    fn apply_granite(
+        &mut self,
+        md: &Metadata,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<(), ModelError> {
+        self.rope_style = RopeStyle::Interleaved;
+        let scale = |k: &str| -> Result<Option<f32>, ModelError> {
+            match md.get_f32(&key(k))? {
+                None | Some(0.0) => Ok(None),
+                Some(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
+                Some(_) => Err(ModelError::invalid(format!("{} must be positive", key(k)))),
+            }
+        };
+        if let Some(s) = scale("embedding_scale")? {
+            self.embed_scale = s;
+        }
+        if let Some(s) = scale("attention.scale")? {
+            self.attn_scale = s;
+        }
+        if let Some(s) = scale("residual_scale")? {
+            self.residual_scale = s;
+        }
+        self.logit_scale = scale("logit_scale")?.ok_or_else(|| {
+            ModelError::invalid(format!("{} is missing or zero", key("logit_scale")))
+        })?;
         Ok(())
     }
 

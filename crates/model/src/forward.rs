@@ -185,6 +185,7 @@ impl Transformer {
             if let Some(pn) = &lw.post_attn_norm {
                 rms_norm_rows_in_place(o, pn, eps);
             }
+            scale_residual(o, cfg.residual_scale);
             kernels::add(x, o);
             pre_norm(x, lw.ffn_norm.as_deref(), eps, h);
         });
@@ -300,6 +301,7 @@ impl Transformer {
             if let Some(pn) = &lw.post_ffn_norm {
                 rms_norm_rows_in_place(o, pn, eps);
             }
+            scale_residual(o, cfg.residual_scale);
             kernels::add(x, o);
         });
     }
@@ -322,6 +324,10 @@ impl Transformer {
         if cfg.final_logit_softcap > 0.0 {
             let c = cfg.final_logit_softcap;
             logits.iter_mut().for_each(|v| *v = c * (*v / c).tanh());
+        }
+        if cfg.logit_scale != 1.0 {
+            let inv = 1.0 / cfg.logit_scale;
+            logits.iter_mut().for_each(|v| *v *= inv);
         }
     }
 
@@ -505,6 +511,13 @@ impl RowSplit {
         } else {
             threads.for_each_range(self.n, self.chunk, &|_, r| f(r));
         }
+    }
+}
+
+/// Granite: what a block adds to the residual, times `scale` (1: unchanged).
+fn scale_residual(o: &mut [f32], scale: f32) {
+    if scale != 1.0 {
+        o.iter_mut().for_each(|v| *v *= scale);
     }
 }
 

@@ -28,10 +28,12 @@ use gguf::{Array, GgmlType, GgufWriter};
 pub mod encoders;
 
 /// The dense architectures `tiny_model_gguf` can build (each has llama.cpp goldens).
-pub const TINY_ARCHS: &[&str] = &["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2"];
+pub const TINY_ARCHS: &[&str] = &[
+    "llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite",
+];
 
 /// The mixture-of-experts architectures `tiny_model_gguf` can build (no llama.cpp goldens yet).
-pub const TINY_MOE_ARCHS: &[&str] = &["qwen3moe", "qwen2moe"];
+pub const TINY_MOE_ARCHS: &[&str] = &["qwen3moe", "qwen2moe", "granitemoe"];
 
 /// The seed of the committed goldens (`tests/goldens/tiny/`). Chosen among the first few dozen
 /// so that in every architecture's 16-token greedy continuation the top two logits of each
@@ -112,6 +114,8 @@ struct TinySpec {
     sliding_window: Option<u32>,
     /// Gemma 2's `attn_logit_softcapping` and `final_logit_softcapping`.
     softcaps: Option<(f32, f32)>,
+    /// Granite's `embedding_scale`, `attention.scale`, `residual_scale` and `logit_scale`.
+    granite: Option<[f32; 4]>,
     /// Every layer's FFN is a mixture of experts.
     moe: Option<TinyMoe>,
 }
@@ -125,6 +129,12 @@ struct TinyMoe {
     ff: usize,
     shared_ff: Option<usize>,
 }
+
+/// Granite's `embedding_scale`, `attention.scale`, `residual_scale` and `logit_scale` for
+/// the tiny models: milder than Granite 3.x 2B's (12, 1/64, 0.22, 8), which shrink this
+/// model's logits until an attention scale four times too large moves them by only 0.07;
+/// with these, leaving out any one moves them by far more than the test's tolerance.
+const GRANITE_SCALES: [f32; 4] = [2.0, 0.5, 0.5, 1.5];
 
 impl TinySpec {
     const BASE: TinySpec = TinySpec {
@@ -147,6 +157,7 @@ impl TinySpec {
         post_norms: false,
         sliding_window: None,
         softcaps: None,
+        granite: None,
         moe: None,
     };
 
@@ -218,6 +229,28 @@ impl TinySpec {
                 post_norms: true,
                 sliding_window: Some(8),
                 softcaps: Some((1.5, 4.0)),
+                ..b
+            },
+            // Granite's four multipliers on Llama's layout, tied output.
+            "granite" => TinySpec {
+                arch: "granite",
+                rope_dims: true,
+                granite: Some(GRANITE_SCALES),
+                ..b
+            },
+            // The same over eight experts of width 32, two per token (Granite MoE files give
+            // the experts' width as `feed_forward_length`).
+            "granitemoe" => TinySpec {
+                arch: "granitemoe",
+                rope_dims: true,
+                d_ff: 32,
+                granite: Some(GRANITE_SCALES),
+                moe: Some(TinyMoe {
+                    n_expert: 8,
+                    n_used: 2,
+                    ff: 32,
+                    shared_ff: None,
+                }),
                 ..b
             },
             // OLMo 2 1B's shape in small: untied output, post-norms only, whole-width QK-norm.
@@ -358,6 +391,12 @@ fn write_hparams(w: &mut GgufWriter, s: &TinySpec) {
     }
     if let Some(window) = s.sliding_window {
         w.add_metadata(key("attention.sliding_window"), window);
+    }
+    if let Some([embedding, attention, residual, logit]) = s.granite {
+        w.add_metadata(key("embedding_scale"), embedding);
+        w.add_metadata(key("attention.scale"), attention);
+        w.add_metadata(key("residual_scale"), residual);
+        w.add_metadata(key("logit_scale"), logit);
     }
     if let Some((attn, last)) = s.softcaps {
         w.add_metadata(key("attn_logit_softcapping"), attn);

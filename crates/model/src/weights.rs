@@ -86,6 +86,15 @@ pub enum Ffn {
     Moe(Box<MoeWeights>),
 }
 
+/// Per-layer tensors a file may hold that no supported layout applies (biases of the output
+/// projection and the MLP, which some Granite and OLMo variants carry): loading refuses them.
+const UNSUPPORTED_LAYER_TENSORS: [&str; 4] = [
+    "attn_output.bias",
+    "ffn_gate.bias",
+    "ffn_up.bias",
+    "ffn_down.bias",
+];
+
 /// All weights of a model.
 pub struct ModelWeights {
     pub file: &'static GgufFile,
@@ -190,6 +199,16 @@ impl ModelWeights {
                     None
                 },
             };
+            // Tensors some architectures may carry that this forward pass would not apply.
+            for extra in UNSUPPORTED_LAYER_TENSORS {
+                if file.tensor(&n(extra)).is_some() {
+                    return Err(ModelError::BadTensor {
+                        path: file.path().display().to_string(),
+                        name: n(extra),
+                        problem: "not supported (the model would run without it)".into(),
+                    });
+                }
+            }
             if cfg.qkv_bias && (layer.bq.is_none() || layer.bk.is_none() || layer.bv.is_none()) {
                 return Err(ModelError::MissingTensor {
                     path: file.path().display().to_string(),

@@ -1,5 +1,5 @@
-//! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, olmo2, and the
-//! mixture-of-experts qwen3moe and qwen2moe) against llama.cpp, on tiny models the test writes itself.
+//! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, olmo2, granite, and
+//! the mixture-of-experts qwen3moe, qwen2moe and granitemoe) against llama.cpp, on tiny models the test writes itself.
 //!
 //! Design: `model::testing::tiny_model_gguf` builds each GGUF in-process from a fixed seed;
 //! `scripts/oracle/tiny_models.py` fed the very same bytes to llama.cpp and committed what it
@@ -308,6 +308,18 @@ fn gemma2_matches_llama_cpp() {
 #[test]
 fn olmo2_matches_llama_cpp() {
     check_against_llama_cpp("olmo2");
+}
+
+/// Granite's four multipliers (embeddings, attention, residual, logits); each, left out, moves
+/// the float64 reference's logits by 3.4 to 6.1.
+#[test]
+fn granite_matches_llama_cpp() {
+    check_against_llama_cpp("granite");
+}
+
+#[test]
+fn granitemoe_matches_llama_cpp() {
+    check_against_llama_cpp("granitemoe");
 }
 
 #[test]
