@@ -38,7 +38,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 from llama_cpp import Llama
 
-ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite"]
+ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "phi3"]
 # Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS, written from their own seeds,
 # model::testing::tiny_seed, chosen away from routing near-ties); read by llama_family.rs.
 MOE_ARCHS = ["qwen3moe", "qwen2moe", "granitemoe"]
@@ -127,10 +127,14 @@ def rms_norm(x, w, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox):
-    """x: [tokens, heads, head_dim]. NeoX rotates (i, i + d/2), the original Llama (2i, 2i+1)."""
+def rope(x, pos, base, neox, factors=None):
+    """x: [tokens, heads, head_dim]. NeoX rotates (i, i + d/2), the original Llama (2i, 2i+1);
+    `factors` (LongRoPE) divide the frequencies."""
     d = x.shape[-1]
-    angles = pos[:, None] * base ** (-np.arange(0, d, 2) / d)[None, :]
+    freqs = base ** (-np.arange(0, d, 2) / d)
+    if factors is not None:
+        freqs = freqs / factors
+    angles = pos[:, None] * freqs[None, :]
     cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
     first, second = (np.s_[..., : d // 2], np.s_[..., d // 2:]) if neox else \
         (np.s_[..., 0::2], np.s_[..., 1::2])
@@ -202,6 +206,13 @@ def reference_logits(path, tokens):
         scale = hp("attention.scale")
     residual = hp("residual_scale") if granite else 1.0
     interleaved = arch in ("llama", "granite", "granitemoe")
+    # Phi 3: LongRoPE's long factors past the original context (llama.cpp's choice at n_ctx 256),
+    # and its attention factor on RoPE's cos and sin.
+    factors, rope_gain = None, 1.0
+    if arch == "phi3":
+        long = N_CTX > hp("rope.scaling.original_context_length")
+        factors = t["rope_factors_long.weight" if long else "rope_factors_short.weight"]
+        rope_gain = hp("rope.scaling.attn_factor", 1.0)
     pos = np.arange(len(tokens), dtype=np.float64)
     for layer in range(n_layers):
         w = lambda name: t.get(f"blk.{layer}.{name}")
@@ -209,8 +220,12 @@ def reference_logits(path, tokens):
         pre = (lambda y, name: rms_norm(y, w(name), eps)) if w("attn_norm.weight") is not None else (lambda y, _: y)
         post = gemma or arch == "olmo2"
         h = pre(x, "attn_norm.weight")
-        q, k, v = (h @ w(f"attn_{c}.weight").T + (w(f"attn_{c}.bias") if w(f"attn_{c}.bias") is not None else 0)
-                   for c in "qkv")
+        if w("attn_qkv.weight") is not None:
+            qkv = h @ w("attn_qkv.weight").T
+            q, k, v = np.split(qkv, [n_heads * head_dim, (n_heads + n_kv) * head_dim], axis=1)
+        else:
+            q, k, v = (h @ w(f"attn_{c}.weight").T + (w(f"attn_{c}.bias") if w(f"attn_{c}.bias") is not None else 0)
+                       for c in "qkv")
         if arch == "olmo2":
             # One norm over all of Q and all of K, before the split into heads.
             q, k = rms_norm(q, w("attn_q_norm.weight"), eps), rms_norm(k, w("attn_k_norm.weight"), eps)
@@ -226,7 +241,8 @@ def reference_logits(path, tokens):
         else:
             local = arch == "gemma2" and layer % 2 == 0
             base = hp("rope.freq_base")
-        q, k = rope(q, pos, base, not interleaved), rope(k, pos, base, not interleaved)
+        q = rope(q, pos, base, not interleaved, factors) * rope_gain
+        k = rope(k, pos, base, not interleaved, factors) * rope_gain
         window = hp("attention.sliding_window") if local else None
         a = attention(q, k, v, window, scale, attn_cap) @ w("attn_output.weight").T
         x = x + residual * (rms_norm(a, w("post_attention_norm.weight"), eps) if post else a)
@@ -234,7 +250,11 @@ def reference_logits(path, tokens):
         if w("ffn_gate_inp.weight") is not None:
             x = x + residual * moe_ffn(h, w, hp("expert_used_count"), norm_topk=arch in ("qwen3moe", "granitemoe"))
             continue
-        gate, up = h @ w("ffn_gate.weight").T, h @ w("ffn_up.weight").T
+        if w("ffn_gate.weight") is None:
+            # Phi 3: one projection, the gate's rows then the up's.
+            gate, up = np.split(h @ w("ffn_up.weight").T, 2, axis=1)
+        else:
+            gate, up = h @ w("ffn_gate.weight").T, h @ w("ffn_up.weight").T
         if gemma:
             act = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate ** 3)))
         else:

@@ -31,6 +31,8 @@ pub enum Arch {
     Granite,
     /// Granite MoE: Granite's multipliers over a mixture-of-experts FFN (top-k renormalised).
     GraniteMoe,
+    /// Phi 3 / 3.5: fused QKV and gate-up projections, LongRoPE frequency factors.
+    Phi3,
 }
 
 impl Arch {
@@ -42,6 +44,7 @@ impl Arch {
         "granitemoe",
         "llama",
         "olmo2",
+        "phi3",
         "qwen2",
         "qwen2moe",
         "qwen3",
@@ -56,6 +59,7 @@ impl Arch {
             "olmo2" => Some(Arch::Olmo2),
             "granite" => Some(Arch::Granite),
             "granitemoe" => Some(Arch::GraniteMoe),
+            "phi3" => Some(Arch::Phi3),
             "qwen2" => Some(Arch::Qwen2),
             "qwen3" => Some(Arch::Qwen3),
             "qwen2moe" => Some(Arch::Qwen2Moe),
@@ -72,6 +76,7 @@ impl Arch {
             Arch::Olmo2 => "olmo2",
             Arch::Granite => "granite",
             Arch::GraniteMoe => "granitemoe",
+            Arch::Phi3 => "phi3",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen2Moe => "qwen2moe",
@@ -199,6 +204,10 @@ pub struct ModelConfig {
     pub qk_norm_whole: bool,
     /// RMS-norms before attention and before the MLP (all but OLMo 2).
     pub pre_norms: bool,
+    /// Phi 3: one `ffn_up` of twice the width, the gate's rows then the up's.
+    pub fused_gate_up: bool,
+    /// Phi 3 LongRoPE: the context the short frequency factors are for.
+    pub rope_original_context: Option<usize>,
     /// Qwen 2: biases on the Q, K and V projections.
     pub qkv_bias: bool,
     /// Gemma: embeddings are multiplied by sqrt(d_model).
@@ -306,6 +315,8 @@ impl ModelConfig {
             qk_norm: false,
             qk_norm_whole: false,
             pre_norms: true,
+            fused_gate_up: false,
+            rope_original_context: None,
             qkv_bias: false,
             embed_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
@@ -358,6 +369,20 @@ impl ModelConfig {
             }
             Arch::Llama => self.rope_style = RopeStyle::Interleaved,
             Arch::Granite => self.apply_granite(md, key)?,
+            Arch::Phi3 => {
+                self.fused_gate_up = true;
+                // LongRoPE's attention factor scales RoPE's cos and sin, so Q and K each.
+                let f = md.get_f32(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
+                if !(f.is_finite() && f > 0.0) {
+                    return Err(ModelError::invalid(
+                        "rope.scaling.attn_factor must be positive",
+                    ));
+                }
+                self.attn_scale *= f * f;
+                self.rope_original_context = md
+                    .get_u32(&key("rope.scaling.original_context_length"))?
+                    .map(|v| v as usize);
+            }
             Arch::GraniteMoe => {
                 self.apply_granite(md, key)?;
                 let shared = key("expert_shared_feed_forward_length");
@@ -504,6 +529,22 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+
+    /// The tensor of RoPE frequency factors to apply, if the file has one: `rope_freqs.weight`
+    /// (Llama 3.1+), or Phi 3's LongRoPE pair, the long factors when the model is served past
+    /// the context its short ones are for (Tessera serves the whole `context_length`, so
+    /// whenever the file's is longer, as llama-server with its default `-c 0`).
+    pub fn rope_factors_tensor(&self, has: impl Fn(&str) -> bool) -> Option<&'static str> {
+        if has("rope_freqs.weight") {
+            return Some("rope_freqs.weight");
+        }
+        let original = self.rope_original_context?;
+        let name = match self.context_length > original {
+            true => "rope_factors_long.weight",
+            false => "rope_factors_short.weight",
+        };
+        has(name).then_some(name)
     }
 
     /// Applies per-frequency factors (GGUF's `rope_freqs.weight`, how Llama 3.1+ files carry

@@ -99,7 +99,8 @@ pub fn load(path: &Path, threads: usize) -> Result<LoadedModel, ModelError> {
         source: Box::new(e),
     };
     let mut cfg = ModelConfig::from_metadata(file.metadata()).map_err(in_file)?;
-    if let Some(t) = file.tensor("rope_freqs.weight") {
+    if let Some(name) = cfg.rope_factors_tensor(|n| file.tensor(n).is_some()) {
+        let t = file.require_tensor(name)?;
         let n = t.info.n_elements() as usize;
         let mut factors = vec![0.0; n];
         kernels::dequantize_row(t.info.ggml_type, t.data, &mut factors)

@@ -29,7 +29,7 @@ pub mod encoders;
 
 /// The dense architectures `tiny_model_gguf` can build (each has llama.cpp goldens).
 pub const TINY_ARCHS: &[&str] = &[
-    "llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite",
+    "llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "phi3",
 ];
 
 /// The mixture-of-experts architectures `tiny_model_gguf` can build (no llama.cpp goldens yet).
@@ -116,6 +116,9 @@ struct TinySpec {
     softcaps: Option<(f32, f32)>,
     /// Granite's `embedding_scale`, `attention.scale`, `residual_scale` and `logit_scale`.
     granite: Option<[f32; 4]>,
+    /// Phi 3: fused `attn_qkv` and gate-up `ffn_up`, LongRoPE factors for a context longer
+    /// than `PHI3_ORIGINAL_CONTEXT`, and their attention factor.
+    phi: bool,
     /// Every layer's FFN is a mixture of experts.
     moe: Option<TinyMoe>,
 }
@@ -135,6 +138,11 @@ struct TinyMoe {
 /// model's logits until an attention scale four times too large moves them by only 0.07;
 /// with these, leaving out any one moves them by far more than the test's tolerance.
 const GRANITE_SCALES: [f32; 4] = [2.0, 0.5, 0.5, 1.5];
+
+/// The tiny phi3's `rope.scaling.original_context_length` (its context is 256) and
+/// `rope.scaling.attn_factor`.
+const PHI3_ORIGINAL_CONTEXT: u32 = 64;
+const PHI3_ATTN_FACTOR: f32 = 1.25;
 
 impl TinySpec {
     const BASE: TinySpec = TinySpec {
@@ -158,6 +166,7 @@ impl TinySpec {
         sliding_window: None,
         softcaps: None,
         granite: None,
+        phi: false,
         moe: None,
     };
 
@@ -251,6 +260,15 @@ impl TinySpec {
                     ff: 32,
                     shared_ff: None,
                 }),
+                ..b
+            },
+            // Phi-3.5-mini's layout in small: served past its original context, so LongRoPE's
+            // long factors apply (in llama.cpp too, at the goldens' 256-token context).
+            "phi3" => TinySpec {
+                arch: "phi3",
+                rope_dims: true,
+                untied_output: true,
+                phi: true,
                 ..b
             },
             // OLMo 2 1B's shape in small: untied output, post-norms only, whole-width QK-norm.
@@ -365,7 +383,13 @@ pub fn tiny_vocab_size() -> usize {
 fn write_hparams(w: &mut GgufWriter, s: &TinySpec) {
     let key = |k: &str| format!("{}.{k}", s.arch);
     w.add_metadata("general.architecture", s.arch);
-    w.add_metadata("general.name", format!("tiny-{}", s.arch));
+    // llama.cpp gives a model named like "phi3" the special tokens of Phi 3's vocabulary
+    // (`<|endoftext|>`), which the tiny one lacks.
+    let name = match s.phi {
+        true => "tiny-phi-three".to_string(),
+        false => format!("tiny-{}", s.arch),
+    };
+    w.add_metadata("general.name", name);
     w.add_metadata(key("block_count"), s.n_layers as u32);
     w.add_metadata(key("context_length"), s.context);
     w.add_metadata(key("embedding_length"), s.d_model as u32);
@@ -391,6 +415,13 @@ fn write_hparams(w: &mut GgufWriter, s: &TinySpec) {
     }
     if let Some(window) = s.sliding_window {
         w.add_metadata(key("attention.sliding_window"), window);
+    }
+    if s.phi {
+        w.add_metadata(
+            key("rope.scaling.original_context_length"),
+            PHI3_ORIGINAL_CONTEXT,
+        );
+        w.add_metadata(key("rope.scaling.attn_factor"), PHI3_ATTN_FACTOR);
     }
     if let Some([embedding, attention, residual, logit]) = s.granite {
         w.add_metadata(key("embedding_scale"), embedding);
@@ -441,9 +472,13 @@ fn write_weights(w: &mut GgufWriter, s: &TinySpec, rng: &mut SplitMix64) {
         if !s.olmo {
             add_f32(w, &n("attn_norm.weight"), &[d], norm(rng, d));
         }
-        add_matrix(w, &n("attn_q.weight"), d, q, rng);
-        add_matrix(w, &n("attn_k.weight"), d, kv, rng);
-        add_matrix(w, &n("attn_v.weight"), d, kv, rng);
+        if s.phi {
+            add_matrix(w, &n("attn_qkv.weight"), d, q + 2 * kv, rng);
+        } else {
+            add_matrix(w, &n("attn_q.weight"), d, q, rng);
+            add_matrix(w, &n("attn_k.weight"), d, kv, rng);
+            add_matrix(w, &n("attn_v.weight"), d, kv, rng);
+        }
         if s.qkv_bias {
             add_f32(w, &n("attn_q.bias"), &[q], rng.fill(q, 0.0, 0.1));
             add_f32(w, &n("attn_k.bias"), &[kv], rng.fill(kv, 0.0, 0.1));
@@ -465,17 +500,29 @@ fn write_weights(w: &mut GgufWriter, s: &TinySpec, rng: &mut SplitMix64) {
             write_experts(w, i, d, moe, rng);
             continue;
         }
-        add_matrix(w, &n("ffn_gate.weight"), d, ff, rng);
-        if i == 1 {
-            let up = rng.fill(d * ff, 0.0, fan_in_scale(d));
-            add_f16(w, &n("ffn_up.weight"), &[d, ff], &up);
+        if s.phi {
+            add_matrix(w, &n("ffn_up.weight"), d, 2 * ff, rng);
         } else {
-            add_matrix(w, &n("ffn_up.weight"), d, ff, rng);
+            add_matrix(w, &n("ffn_gate.weight"), d, ff, rng);
+            if i == 1 {
+                let up = rng.fill(d * ff, 0.0, fan_in_scale(d));
+                add_f16(w, &n("ffn_up.weight"), &[d, ff], &up);
+            } else {
+                add_matrix(w, &n("ffn_up.weight"), d, ff, rng);
+            }
         }
         add_matrix(w, &n("ffn_down.weight"), ff, d, rng);
         if s.post_norms {
             add_f32(w, &n("post_ffw_norm.weight"), &[d], post_norm(rng, d));
         }
+    }
+    if s.phi {
+        // Factors that bend every frequency, the long ones more.
+        let half = hd / 2;
+        let long: Vec<f32> = (0..half).map(|i| 1.0 + 0.75 * i as f32).collect();
+        let short: Vec<f32> = (0..half).map(|i| 1.0 + 0.1 * i as f32).collect();
+        add_f32(w, "rope_factors_long.weight", &[half], long);
+        add_f32(w, "rope_factors_short.weight", &[half], short);
     }
     add_f32(w, "output_norm.weight", &[d], norm(rng, d));
     if s.untied_output {

@@ -25,6 +25,16 @@ pub struct Matrix {
 }
 
 impl Matrix {
+    /// Rows `r` as a matrix of their own (a part of a fused projection).
+    fn row_range(&self, r: std::ops::Range<usize>) -> Matrix {
+        let rb = self.row_bytes();
+        Matrix {
+            data: &self.data[r.start * rb..r.end * rb],
+            rows: r.len(),
+            ..*self
+        }
+    }
+
     pub fn weights(&self) -> Weights<'static> {
         Weights {
             ty: self.ty,
@@ -142,11 +152,23 @@ impl ModelWeights {
                 true => (q, kv),
                 false => (hd, hd),
             };
+            // Q, K and V apart, or fused in one projection (Phi 3) whose rows are them in turn.
+            let [wq, wk, wv] = match file.tensor(&n("attn_qkv.weight")) {
+                Some(_) => {
+                    let f = l.matrix(&n("attn_qkv.weight"), q + 2 * kv, d)?;
+                    [0..q, q..q + kv, q + kv..q + 2 * kv].map(|r| f.row_range(r))
+                }
+                None => [
+                    l.matrix(&n("attn_q.weight"), q, d)?,
+                    l.matrix(&n("attn_k.weight"), kv, d)?,
+                    l.matrix(&n("attn_v.weight"), kv, d)?,
+                ],
+            };
             let layer = LayerWeights {
                 attn_norm: pre_norm("attn_norm.weight")?,
-                wq: l.matrix(&n("attn_q.weight"), q, d)?,
-                wk: l.matrix(&n("attn_k.weight"), kv, d)?,
-                wv: l.matrix(&n("attn_v.weight"), kv, d)?,
+                wq,
+                wk,
+                wv,
                 wo: l.matrix(&n("attn_output.weight"), d, q)?,
                 bq: opt_vec("attn_q.bias", q)?,
                 bk: opt_vec("attn_k.bias", kv)?,
@@ -168,6 +190,14 @@ impl ModelWeights {
                 },
                 ffn_norm: pre_norm("ffn_norm.weight")?,
                 ffn: match cfg.moe {
+                    None if cfg.fused_gate_up => {
+                        let f = l.matrix(&n("ffn_up.weight"), 2 * ff, d)?;
+                        Ffn::Dense {
+                            gate: f.row_range(0..ff),
+                            up: f.row_range(ff..2 * ff),
+                            down: l.matrix(&n("ffn_down.weight"), d, ff)?,
+                        }
+                    }
                     None => Ffn::Dense {
                         gate: l.matrix(&n("ffn_gate.weight"), ff, d)?,
                         up: l.matrix(&n("ffn_up.weight"), ff, d)?,

@@ -1,5 +1,5 @@
-//! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, olmo2, granite, and
-//! the mixture-of-experts qwen3moe, qwen2moe and granitemoe) against llama.cpp, on tiny models the test writes itself.
+//! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, olmo2, granite, phi3,
+//! and the mixture-of-experts qwen3moe, qwen2moe and granitemoe) against llama.cpp, on tiny models the test writes itself.
 //!
 //! Design: `model::testing::tiny_model_gguf` builds each GGUF in-process from a fixed seed;
 //! `scripts/oracle/tiny_models.py` fed the very same bytes to llama.cpp and committed what it
@@ -320,6 +320,12 @@ fn granite_matches_llama_cpp() {
 #[test]
 fn granitemoe_matches_llama_cpp() {
     check_against_llama_cpp("granitemoe");
+}
+
+/// Phi 3: fused QKV and gate-up projections, LongRoPE's long factors and attention factor.
+#[test]
+fn phi3_matches_llama_cpp() {
+    check_against_llama_cpp("phi3");
 }
 
 #[test]
