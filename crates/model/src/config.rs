@@ -534,7 +534,7 @@ impl ModelConfig {
     /// The tensor of RoPE frequency factors to apply, if the file has one: `rope_freqs.weight`
     /// (Llama 3.1+), or Phi 3's LongRoPE pair, the long factors when the model is served past
     /// the context its short ones are for (Tessera serves the whole `context_length`, so
-    /// whenever the file's is longer, as llama-server with its default `-c 0`).
+    /// whenever the file's is longer; llama.cpp compares its context per sequence).
     pub fn rope_factors_tensor(&self, has: impl Fn(&str) -> bool) -> Option<&'static str> {
         if has("rope_freqs.weight") {
             return Some("rope_freqs.weight");
