@@ -35,13 +35,14 @@ BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"
 for name in smollm2-135m qwen2.5-coder-0.5b qwen2.5-coder-1.5b nomic-embed-text-v1.5; do
     "$BIN" fetch-model "$name"
 done
-# llama.cpp's official chat templates, for their goldens (crates/server/tests/official_chat_templates.rs):
-# extracted from the llama-cpp-python sdist on PyPI (pip download) into models/chat-templates
-# (or $TESSERA_CHAT_TEMPLATES_DIR) and checked against the golden's sha256.
+# llama.cpp's official chat templates, for their goldens (crates/server/tests/official_chat_templates.rs),
+# and its vocabulary test files (crates/tokenizer/tests/llama_cpp_vocabs.rs): extracted from the
+# llama-cpp-python sdist on PyPI (pip download) into models/chat-templates and
+# models/llama-cpp-vocabs and checked against the sha256 of their manifests in tests/goldens.
 if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
-.venv/bin/python scripts/fetch_chat_templates.py
+.venv/bin/python scripts/fetch_llama_cpp_files.py
 # The full tier: the fast tier's tests plus those that read the real models fetched above
 # (feature `real-models`) and those that start a real redis-server (feature `services`).
 cargo test --workspace --release --features real-models,services

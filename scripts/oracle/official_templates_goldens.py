@@ -2,7 +2,7 @@
 
 llama.cpp keeps the chat templates of the models it supports in `models/templates/*.jinja`
 (the llama-cpp-python sdist has them under `vendor/llama.cpp/models/templates`;
-`scripts/fetch_chat_templates.py` extracts them). Every template is rendered here for a set of
+`scripts/fetch_llama_cpp_files.py` extracts them). Every template is rendered here for a set of
 conversations (a lone user turn, a system message, multi-turn with and without a system
 message, a final assistant turn, non-ASCII text and surrounding whitespace, tools offered, a
 tool call and its result, two parallel calls with named results and a final answer, a call whose

@@ -6,7 +6,7 @@
 //! tools, tool calls and their results, `chat_template_kwargs`, …), and for every template of
 //! llama.cpp's `models/templates` its file name, its sha256 and transformers' rendering of each
 //! conversation with the generation prompt on and off (or the error it raised). The templates
-//! themselves are llama.cpp's files, not the repository's: `scripts/fetch_chat_templates.py`
+//! themselves are llama.cpp's files, not the repository's: `scripts/fetch_llama_cpp_files.py`
 //! extracts them from the llama-cpp-python sdist into `$TESSERA_CHAT_TEMPLATES_DIR` (else
 //! `<workspace>/models/chat-templates`), and scripts/test.sh runs it before the tests. A
 //! missing or changed file fails.
@@ -57,7 +57,7 @@ fn source(entry: &Value) -> String {
     let path = templates_dir().join(text(entry, "file"));
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e}; scripts/fetch_chat_templates.py fetches the templates \
+            "{}: {e}; scripts/fetch_llama_cpp_files.py fetches the templates \
              (or set TESSERA_CHAT_TEMPLATES_DIR)",
             path.display()
         )
