@@ -400,7 +400,7 @@ impl ModelConfig {
                 self.pre_norms = false;
                 self.qk_norm = true;
                 self.qk_norm_whole = true;
-                self.apply_swa_pattern(md, key, 4)?;
+                self.apply_swa_pattern(md, key, None, 4)?;
             }
             Arch::Qwen2 => self.qkv_bias = true,
             Arch::Qwen3 => self.qk_norm = true,
@@ -430,17 +430,7 @@ impl ModelConfig {
         self.activation = Activation::GeluTanh;
         self.post_norms = true;
         self.embed_scale = (self.d_model as f32).sqrt();
-        let window = md
-            .get_u32(&key("attention.sliding_window"))?
-            .unwrap_or(4096) as usize;
-        let pattern = md
-            .get_u32(&key("attention.sliding_window_pattern"))?
-            .unwrap_or(2) as usize;
-        if window == 0 || pattern == 0 {
-            return Err(ModelError::invalid(
-                "attention.sliding_window and its pattern must be positive",
-            ));
-        }
+        self.apply_swa_pattern(md, key, Some(4096), 2)?;
         let cap = |k: &str, default: f32| -> Result<f32, ModelError> {
             let v = md.get_f32(&key(k))?.unwrap_or(default);
             match v.is_finite() && v > 0.0 {
@@ -452,16 +442,6 @@ impl ModelConfig {
         self.final_logit_softcap = cap("final_logit_softcapping", 30.0)?;
         if self.n_layers == 46 {
             self.attn_scale = 1.0 / ((self.d_model / self.n_heads) as f32).sqrt();
-        }
-        let swa_base = md
-            .get_f32(&key("rope.freq_base_swa"))?
-            .unwrap_or(self.rope_base);
-        let local_freqs = inv_freqs(self.rope_dims, swa_base);
-        for (i, layer) in self.layers.iter_mut().enumerate() {
-            if i % pattern < pattern - 1 {
-                layer.window = Some(window);
-                layer.rope_inv_freq = local_freqs.clone();
-            }
         }
         Ok(())
     }
@@ -499,31 +479,33 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// Optional sliding-window layers (OLMo 3 files under `olmo2`): with
-    /// `attention.sliding_window` set, layers `i % pattern < pattern - 1` slide, `pattern` from
-    /// `attention.sliding_window_pattern` (default `default_pattern`), with RoPE base
+    /// Sliding-window layers as llama.cpp sets them from a pattern: with a window
+    /// (`attention.sliding_window`, else `default_window`; none or zero: no layer slides),
+    /// layers `i % pattern < pattern - 1` slide (every layer when the pattern is 0), `pattern`
+    /// from `attention.sliding_window_pattern` (default `default_pattern`), with RoPE base
     /// `rope.freq_base_swa` (default the global one) and no RoPE scaling.
     fn apply_swa_pattern(
         &mut self,
         md: &Metadata,
         key: &dyn Fn(&str) -> String,
+        default_window: Option<u32>,
         default_pattern: u32,
     ) -> Result<(), ModelError> {
-        let Some(window) = md.get_u32(&key("attention.sliding_window"))? else {
+        let window = md
+            .get_u32(&key("attention.sliding_window"))?
+            .or(default_window);
+        let Some(window) = window.filter(|&w| w > 0) else {
             return Ok(());
         };
         let pattern = md
             .get_u32(&key("attention.sliding_window_pattern"))?
             .unwrap_or(default_pattern) as usize;
-        if window == 0 || pattern == 0 {
-            return Ok(());
-        }
         let swa_base = md
             .get_f32(&key("rope.freq_base_swa"))?
             .unwrap_or(self.rope_base);
         let local_freqs = inv_freqs(self.rope_dims, swa_base);
         for (i, layer) in self.layers.iter_mut().enumerate() {
-            if i % pattern < pattern - 1 {
+            if pattern == 0 || i % pattern < pattern - 1 {
                 layer.window = Some(window as usize);
                 layer.rope_inv_freq = local_freqs.clone();
             }

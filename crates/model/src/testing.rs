@@ -144,6 +144,14 @@ const GRANITE_SCALES: [f32; 4] = [2.0, 0.5, 0.5, 1.5];
 const PHI3_ORIGINAL_CONTEXT: u32 = 64;
 const PHI3_ATTN_FACTOR: f32 = 1.25;
 
+/// Eight experts of width 32, two per token, no shared expert.
+const EIGHT_EXPERTS: TinyMoe = TinyMoe {
+    n_expert: 8,
+    n_used: 2,
+    ff: 32,
+    shared_ff: None,
+};
+
 impl TinySpec {
     const BASE: TinySpec = TinySpec {
         arch: "llama",
@@ -203,12 +211,7 @@ impl TinySpec {
                 rms_eps: 1e-6,
                 rope_base: 1_000_000.0,
                 qk_norm: true,
-                moe: Some(TinyMoe {
-                    n_expert: 8,
-                    n_used: 2,
-                    ff: 32,
-                    shared_ff: None,
-                }),
+                moe: Some(EIGHT_EXPERTS),
                 ..b
             },
             // Qwen 2 attention (QKV bias, untied output); eight experts of width 32, two per
@@ -254,12 +257,7 @@ impl TinySpec {
                 rope_dims: true,
                 d_ff: 32,
                 granite: Some(GRANITE_SCALES),
-                moe: Some(TinyMoe {
-                    n_expert: 8,
-                    n_used: 2,
-                    ff: 32,
-                    shared_ff: None,
-                }),
+                moe: Some(EIGHT_EXPERTS),
                 ..b
             },
             // Phi-3.5-mini's layout in small: served past its original context, so LongRoPE's

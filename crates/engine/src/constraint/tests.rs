@@ -12,6 +12,11 @@ fn tiny() -> Tokenizer {
         "{", "}", "\"", ":", ",", "▁", "a", "b", "c", "1", "2", "x", "{\"", "\":", "ab", "12",
         "true", "false", "[", "]", "}}",
     ];
+    vocab(&pieces, 0)
+}
+
+/// `<unk> <s> </s>` then `pieces` (ids from 3), the first `control` of them control tokens.
+fn vocab(pieces: &[&str], control: usize) -> Tokenizer {
     let mut tokens = vec!["<unk>".to_string(), "<s>".into(), "</s>".into()];
     tokens.extend(pieces.iter().map(|p| p.to_string()));
     let mut v = Vocab::new(VocabModel::Spm, tokens);
@@ -19,6 +24,7 @@ fn tiny() -> Tokenizer {
         .map(|i| match i {
             0 => 2,
             1 | 2 => 3,
+            _ if i < 3 + control => 3,
             _ => 1,
         })
         .collect();
@@ -242,26 +248,14 @@ fn a_warmed_vocabulary_is_not_waited_for() {
     assert!(cold.stats().vocab_ready.load(Relaxed));
 }
 
-/// A BPE-like vocabulary whose texts spell `<think>` both whole and in pieces, with `<|end|>`
+/// A vocabulary whose texts spell `<think>` both whole and in pieces, with `<|end|>`
 /// as a control token (id 3).
 fn think_vocab() -> Tokenizer {
     let pieces = [
         "<|end|>", "<think>", "</think>", "<", "/", "think", ">", "\n", " ", "a", "b", "c", "1",
         "{", "}", "\"", ":", "{\"", "\":",
     ];
-    let mut tokens = vec!["<unk>".to_string(), "<s>".into(), "</s>".into()];
-    tokens.extend(pieces.iter().map(|p| p.to_string()));
-    let mut v = Vocab::new(VocabModel::Spm, tokens);
-    v.token_types = (0..v.tokens.len())
-        .map(|i| match i {
-            0 => 2,
-            1..=3 => 3,
-            _ => 1,
-        })
-        .collect();
-    v.scores = vec![0.0; v.tokens.len()];
-    v.add_space_prefix = false;
-    Tokenizer::from_vocab(&v).expect("valid test vocabulary")
+    vocab(&pieces, 1)
 }
 
 /// Whether the grammar takes these pieces in turn and then allows the end.
