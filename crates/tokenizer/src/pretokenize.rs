@@ -22,6 +22,7 @@ pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<&str> {
         }
         PreTokenizer::Qwen2 => words(text, &scan_llama3(&Chars::new(text), 1)),
         PreTokenizer::Default => split_default(text),
+        PreTokenizer::Falcon => split_falcon(text),
     }
 }
 
@@ -191,6 +192,18 @@ fn split_default(text: &str) -> Vec<&str> {
     pieces.into_iter().flat_map(split_digit_triples).collect()
 }
 
+/// llama.cpp's Falcon pre-tokenizer: `[\p{P}\$\+<=>\^~\|`]+`, then GPT-2's pattern (without
+/// its last `\s+`, which changes nothing: what no alternative takes stays a piece anyway), then
+/// `[0-9][0-9][0-9]`.
+fn split_falcon(text: &str) -> Vec<&str> {
+    let punct = |c: char| is_punctuation(c) || "$+<=>^~|`".contains(c);
+    split_runs(vec![text], punct)
+        .into_iter()
+        .flat_map(|p| words(p, &scan_gpt2(&Chars::new(p))))
+        .flat_map(split_digit_triples)
+        .collect()
+}
+
 /// llama.cpp's SmolLM pre-tokenizer: `\p{N}` (every digit a piece of its own, the text between
 /// digits kept as pieces), then the GPT-2 pattern over each piece.
 fn split_smollm(text: &str) -> Vec<&str> {
@@ -352,6 +365,7 @@ mod tests {
             PreTokenizer::Llama3,
             PreTokenizer::Dbrx,
             PreTokenizer::Qwen2,
+            PreTokenizer::Falcon,
         ] {
             let w = split(pre, text);
             assert!(w.iter().all(|w| !w.is_empty()), "{pre:?}: {w:?}");

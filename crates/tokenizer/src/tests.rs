@@ -404,7 +404,7 @@ fn names_needing_another_pattern_are_refused_with_the_supported_list() {
         "gpt-4o",
         "llama4",
         "qwen35",
-        "falcon",
+        "bloom",
     ] {
         let err = PreTokenizer::from_gguf_name(Some(name)).expect_err("refused");
         let msg = err.to_string();

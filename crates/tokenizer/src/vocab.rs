@@ -48,16 +48,19 @@ pub enum PreTokenizer {
     Dbrx,
     /// The Qwen2 pattern (LLaMA 3's with single digits).
     Qwen2,
+    /// Falcon: punctuation runs (with the backtick), the GPT-2 pattern, digit triples.
+    Falcon,
 }
 
 impl PreTokenizer {
     /// Every accepted `tokenizer.ggml.pre` value and its pre-tokenizer, as llama.cpp maps them
     /// (`src/llama-vocab.cpp`). Names llama.cpp knows but that need another split pattern or
-    /// flag (e.g. `deepseek-llm`, `deepseek-v3`, `falcon`, `tekken`, `gpt-4o`, `llama4`,
+    /// flag (e.g. `deepseek-llm`, `deepseek-v3`, `tekken`, `gpt-4o`, `llama4`,
     /// `seed-coder`, `chameleon`, `bloom`, `qwen35`, `roberta-bpe`) are refused.
     pub const NAMES: &'static [(&'static str, PreTokenizer)] = &[
         ("default", Self::Default),
         ("gpt-2", Self::Gpt2),
+        ("falcon", Self::Falcon),
         ("phi-2", Self::Gpt2),
         ("mpt", Self::Gpt2),
         ("olmo", Self::Gpt2),

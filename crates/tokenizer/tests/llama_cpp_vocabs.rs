@@ -28,7 +28,7 @@ const VOCABS: &[(&str, Expect)] = &[
         "deepseek-llm",
         Expect::Refused("pre-tokenizer `deepseek-llm`"),
     ),
-    ("falcon", Expect::Refused("pre-tokenizer `falcon`")),
+    ("falcon", Expect::Pass),
     ("gemma-4", Expect::Refused("tokenizer model `gemma4`")),
     ("gpt-2", Expect::Pass),
     ("llama-bpe", Expect::Pass),
