@@ -211,8 +211,12 @@ fn a_hung_redis_costs_one_timeout_then_nothing_until_the_retry_and_replies_never
 
 #[test]
 fn a_full_redis_under_noeviction_refuses_writes_with_an_error_and_still_serves_reads() {
-    let server = RedisServer::start(&["--maxmemory", "1mb", "--maxmemory-policy", "noeviction"]);
+    // Room for about 1 MiB more than the server uses empty (that base differs between builds
+    // and machines, and once exceeded a fixed 1 MiB limit, refusing the very first write).
+    let server = RedisServer::start(&["--maxmemory-policy", "noeviction"]);
     let mut t = RedisTier::open(&server.url(0), None).expect("opens");
+    let limit = server.used_memory() + (1 << 20);
+    server.command(&["CONFIG", "SET", "maxmemory", &limit.to_string()]);
     let mut stored = 0;
     let mut refusal = None;
     for i in 0..200 {

@@ -168,6 +168,50 @@ impl RedisServer {
     pub fn resume(&self) {
         signal("-CONT", self.pid());
     }
+
+    /// Sends one command and returns its reply: a status line's text, or a bulk string.
+    pub fn command(&self, args: &[&str]) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("connects to redis");
+        s.set_read_timeout(Some(READY_WITHIN))
+            .expect("sets a timeout");
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(req.as_bytes()).expect("sends the command");
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = s.read(&mut buf).expect("reads the reply");
+            assert!(n > 0, "redis closed the connection after {args:?}");
+            reply.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&reply);
+            let Some((head, rest)) = text.split_once("\r\n") else {
+                continue;
+            };
+            match head.strip_prefix('$') {
+                Some(len) => {
+                    let len: usize = len.parse().expect("a bulk length");
+                    if rest.len() >= len {
+                        return rest[..len].to_string();
+                    }
+                }
+                None => {
+                    assert!(!head.starts_with('-'), "redis refused {args:?}: {head}");
+                    return head.trim_start_matches('+').to_string();
+                }
+            }
+        }
+    }
+
+    /// `INFO memory`'s `used_memory`, in bytes.
+    pub fn used_memory(&self) -> u64 {
+        let info = self.command(&["INFO", "memory"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no used_memory in INFO memory: {info}"))
+    }
 }
 
 impl Drop for RedisServer {
