@@ -372,12 +372,7 @@ impl ModelConfig {
             Arch::Phi3 => {
                 self.fused_gate_up = true;
                 // LongRoPE's attention factor scales RoPE's cos and sin, so Q and K each.
-                let f = md.get_f32(&key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
-                if !(f.is_finite() && f > 0.0) {
-                    return Err(ModelError::invalid(
-                        "rope.scaling.attn_factor must be positive",
-                    ));
-                }
+                let f = positive_f32(md, &key("rope.scaling.attn_factor"))?.unwrap_or(1.0);
                 self.attn_scale *= f * f;
                 self.rope_original_context = md
                     .get_u32(&key("rope.scaling.original_context_length"))?
@@ -431,15 +426,9 @@ impl ModelConfig {
         self.post_norms = true;
         self.embed_scale = (self.d_model as f32).sqrt();
         self.apply_swa_pattern(md, key, Some(4096), 2)?;
-        let cap = |k: &str, default: f32| -> Result<f32, ModelError> {
-            let v = md.get_f32(&key(k))?.unwrap_or(default);
-            match v.is_finite() && v > 0.0 {
-                true => Ok(v),
-                false => Err(ModelError::invalid(format!("{} must be positive", key(k)))),
-            }
-        };
-        self.attn_softcap = cap("attn_logit_softcapping", 50.0)?;
-        self.final_logit_softcap = cap("final_logit_softcapping", 30.0)?;
+        let cap = |k: &str| positive_f32(md, &key(k));
+        self.attn_softcap = cap("attn_logit_softcapping")?.unwrap_or(50.0);
+        self.final_logit_softcap = cap("final_logit_softcapping")?.unwrap_or(30.0);
         if self.n_layers == 46 {
             self.attn_scale = 1.0 / ((self.d_model / self.n_heads) as f32).sqrt();
         }
@@ -457,12 +446,10 @@ impl ModelConfig {
         key: &dyn Fn(&str) -> String,
     ) -> Result<(), ModelError> {
         self.rope_style = RopeStyle::Interleaved;
-        let scale = |k: &str| -> Result<Option<f32>, ModelError> {
-            match md.get_f32(&key(k))? {
-                None | Some(0.0) => Ok(None),
-                Some(v) if v.is_finite() && v > 0.0 => Ok(Some(v)),
-                Some(_) => Err(ModelError::invalid(format!("{} must be positive", key(k)))),
-            }
+        // llama.cpp reads a zero multiplier as none.
+        let scale = |k: &str| match md.get_f32(&key(k))? {
+            Some(0.0) => Ok(None),
+            _ => positive_f32(md, &key(k)),
         };
         if let Some(s) = scale("embedding_scale")? {
             self.embed_scale = s;
@@ -628,6 +615,16 @@ impl RopeScaling {
                     .collect()
             }
         }
+    }
+}
+
+/// The f32 at `key`, if present; an error naming the key unless it is finite and positive.
+fn positive_f32(md: &Metadata, key: &str) -> Result<Option<f32>, ModelError> {
+    match md.get_f32(key)? {
+        Some(v) if !(v.is_finite() && v > 0.0) => {
+            Err(ModelError::invalid(format!("{key} must be positive")))
+        }
+        v => Ok(v),
     }
 }
 
