@@ -26,15 +26,22 @@ fn msgs() -> Value {
     json!([{"role": "user", "content": "hi"}])
 }
 
+/// The prompt `/tokenize` renders for `body` (read back through `/detokenize`), and its length.
+async fn tokenized(app: &axum::Router, body: &Value) -> (String, u64) {
+    let (s, t) = post(app, "/tokenize", body).await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    let (_, d) = post(app, "/detokenize", &json!({"tokens": t["tokens"]})).await;
+    let text = d["prompt"].as_str().expect("prompt").to_string();
+    (text, t["count"].as_u64().expect("count"))
+}
+
+/// The prompt of `msgs()` with the request fields `extra`.
 async fn rendered(app: &axum::Router, extra: Value) -> String {
     let mut body = json!({"messages": msgs()});
     for (k, v) in extra.as_object().expect("object") {
         body[k] = v.clone();
     }
-    let (s, t) = post(app, "/tokenize", &body).await;
-    assert_eq!(s, StatusCode::OK, "{t}");
-    let (_, d) = post(app, "/detokenize", &json!({"tokens": t["tokens"]})).await;
-    d["prompt"].as_str().expect("prompt").to_string()
+    tokenized(app, &body).await.0
 }
 
 #[tokio::test]
@@ -73,14 +80,8 @@ async fn responses_render_the_template_with_the_requests_variables() {
     let glad = input_tokens(json!({"chat_template_kwargs": {"mood": "glad"}})).await;
     assert!(glad > plain, "{glad} > {plain}");
     // The same prompt as /tokenize renders with the same variables.
-    let (s, t) = post(
-        &app,
-        "/tokenize",
-        &json!({"messages": msgs(), "chat_template_kwargs": {"mood": "glad"}}),
-    )
-    .await;
-    assert_eq!(s, StatusCode::OK);
-    assert_eq!(t["count"].as_u64(), Some(glad));
+    let body = json!({"messages": msgs(), "chat_template_kwargs": {"mood": "glad"}});
+    assert_eq!(tokenized(&app, &body).await.1, glad);
 }
 
 /// Prints each message's thinking, when it has some, before its text.
@@ -100,23 +101,18 @@ async fn earlier_thinking_reaches_the_template_from_every_route() {
         {"role": "assistant", "content": "hello", "reasoning_content": "greet"},
         {"role": "user", "content": "bye"}
     ]);
-    let (s, t) = post(&app, "/tokenize", &json!({"messages": chat})).await;
-    assert_eq!(s, StatusCode::OK, "{t}");
-    let (_, d) = post(&app, "/detokenize", &json!({"tokens": t["tokens"]})).await;
-    let text = d["prompt"].as_str().expect("prompt");
+    let (text, want) = tokenized(&app, &json!({"messages": chat})).await;
     assert!(
         text.contains("assistant: <r>greet</r>hello\nuser: bye"),
         "{text:?}"
     );
-    let want = t["count"].as_u64();
     // vLLM's newer name for the same field.
     let renamed = json!([
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "hello", "reasoning": "greet"},
         {"role": "user", "content": "bye"}
     ]);
-    let (_, t) = post(&app, "/tokenize", &json!({"messages": renamed})).await;
-    assert_eq!(t["count"].as_u64(), want);
+    assert_eq!(tokenized(&app, &json!({"messages": renamed})).await.1, want);
     // Messages: thinking blocks; the prompt is counted the same.
     let anthropic = json!({"messages": [
         {"role": "user", "content": "hi"},
@@ -128,7 +124,7 @@ async fn earlier_thinking_reaches_the_template_from_every_route() {
     ]});
     let (s, c) = post(&app, "/v1/messages/count_tokens", &anthropic).await;
     assert_eq!(s, StatusCode::OK, "{c}");
-    assert_eq!(c["input_tokens"].as_u64(), want);
+    assert_eq!(c["input_tokens"].as_u64(), Some(want));
     // Responses: a reasoning item before the assistant message it led to.
     let input = json!([
         {"role": "user", "content": "hi"},
@@ -139,7 +135,7 @@ async fn earlier_thinking_reaches_the_template_from_every_route() {
     let body = json!({"input": input, "max_output_tokens": 1, "temperature": 0});
     let (s, r) = post(&app, "/v1/responses", &body).await;
     assert_eq!(s, StatusCode::OK, "{r}");
-    assert_eq!(r["usage"]["input_tokens"].as_u64(), want);
+    assert_eq!(r["usage"]["input_tokens"].as_u64(), Some(want));
 }
 
 #[tokio::test]

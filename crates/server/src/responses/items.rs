@@ -200,6 +200,14 @@ pub fn is_thinking_alone(m: &Message) -> bool {
         && m.tool_calls.is_none()
 }
 
+/// The assistant message a reasoning item starts: its thinking, awaiting its answer.
+pub fn thinking(text: String) -> Message {
+    Message {
+        reasoning_content: Some(text),
+        ..Message::text("assistant", "")
+    }
+}
+
 /// Appends `m`, as the answer of the thinking just before it when there is one.
 pub fn push_answer(messages: &mut Vec<Message>, m: Message) {
     match messages.last_mut() {
@@ -218,10 +226,9 @@ pub fn output_messages(items: &[OutputItem], messages: &mut Vec<Message>) {
             }
             // The template decides whether earlier thinking is shown (Qwen3's keeps only the
             // thinking after the last user message).
-            OutputItem::Reasoning(r) => messages.push(Message {
-                reasoning_content: Some(r.content.iter().map(|c| c.text.as_str()).collect()),
-                ..Message::text("assistant", "")
-            }),
+            OutputItem::Reasoning(r) => messages.push(thinking(
+                r.content.iter().map(|c| c.text.as_str()).collect(),
+            )),
             OutputItem::FunctionCall(c) => {
                 let args = serde_json::from_str::<Value>(&c.arguments)
                     .ok()

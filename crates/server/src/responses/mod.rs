@@ -265,25 +265,14 @@ fn input_messages(
             "message" => items::push_answer(&mut messages, item_message(i, item)?),
             "reasoning" => {
                 reasoning_at = i;
-                let text = match item.content {
-                    None => String::new(),
-                    Some(ItemContent::Text(t)) => t,
-                    Some(ItemContent::Parts(parts)) => parts_text(i, &parts, REASONING_PARTS)?,
-                };
-                messages.push(Message {
-                    reasoning_content: Some(text),
-                    ..Message::text("assistant", "")
-                });
+                let text = content_text(i, item.content, REASONING_PARTS)?;
+                messages.push(items::thinking(text));
             }
             "function_call" => {
                 items::input_call(i, item.call_id, item.name, item.arguments, &mut messages)?
             }
             "function_call_output" => {
-                let output = match item.output {
-                    None => String::new(),
-                    Some(ItemContent::Text(t)) => t,
-                    Some(ItemContent::Parts(parts)) => parts_text(i, &parts, MESSAGE_PARTS)?,
-                };
+                let output = content_text(i, item.output, MESSAGE_PARTS)?;
                 messages.push(items::input_output(i, item.call_id, output)?);
             }
             other => {
@@ -325,17 +314,26 @@ fn item_message(i: usize, item: InputItem) -> Result<Message, ApiError> {
             ))
         }
     };
-    let content = match item.content {
-        None => String::new(),
-        Some(ItemContent::Text(t)) => t,
-        Some(ItemContent::Parts(parts)) => parts_text(i, &parts, MESSAGE_PARTS)?,
-    };
+    let content = content_text(i, item.content, MESSAGE_PARTS)?;
     Ok(Message::text(role, content))
 }
 
 /// Text parts of the given kinds.
 const MESSAGE_PARTS: &[&str] = &["input_text", "output_text", "text"];
 const REASONING_PARTS: &[&str] = &["reasoning_text"];
+
+/// Item `i`'s content as text: none is empty, parts must be of `kinds`.
+fn content_text(
+    i: usize,
+    content: Option<ItemContent>,
+    kinds: &[&str],
+) -> Result<String, ApiError> {
+    match content {
+        None => Ok(String::new()),
+        Some(ItemContent::Text(t)) => Ok(t),
+        Some(ItemContent::Parts(parts)) => parts_text(i, &parts, kinds),
+    }
+}
 
 fn parts_text(i: usize, parts: &[ContentPart], kinds: &[&str]) -> Result<String, ApiError> {
     let mut text = String::new();
