@@ -5,6 +5,7 @@ mod generate;
 mod perplexity;
 #[cfg(test)]
 mod readme_flags;
+mod runners;
 mod serve;
 
 use std::path::PathBuf;

@@ -331,11 +331,12 @@ fn speculative(
     args: &ServeArgs,
     path: &std::path::Path,
     kv_bytes: usize,
+    threads: usize,
 ) -> Result<Option<engine::SpeculativeConfig>> {
     let draft_model = match &args.draft_model {
         Some(d) => {
             let draft = crate::resolve_model(Some(d.clone()))?;
-            engine::draft_model::check_vocab_files(path, &draft).map_err(anyhow::Error::msg)?;
+            model::draft_vocab::check_vocab_files(path, &draft).map_err(anyhow::Error::msg)?;
             let kv_bytes = args
                 .draft_kv_memory
                 .unwrap_or_else(|| (kv_bytes / 4).max(64 << 20));
@@ -345,7 +346,7 @@ fn speculative(
                 kv_bytes >> 20
             );
             Some(engine::DraftModelConfig {
-                path: draft,
+                load: crate::runners::cpu_draft(draft, threads),
                 kv_bytes,
             })
         }
@@ -417,7 +418,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         kv_bytes,
         kv_dtype: args.kv_dtype,
         max_batch_tokens: args.max_batch_tokens.unwrap_or(
-            if args.pooling.is_some() || is_embedding_model(&path) {
+            if args.pooling.is_some() || crate::runners::is_embedding_model(&path) {
                 MAX_BATCH_TOKENS_EMBED
             } else if args.slo_tpot_ms.is_some() {
                 MAX_BATCH_TOKENS_SLO
@@ -433,7 +434,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         slo: slo_targets(&args)?,
         kv_tiers: kv_tiers(&args, &path)?,
         kv_events: kv_events(&args)?,
-        speculative: speculative(&args, &path, kv_bytes)?,
+        speculative: speculative(&args, &path, kv_bytes, threads)?,
         ..EngineConfig::default()
     };
     if let Err(e) = engine_cfg.validate() {
@@ -454,11 +455,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
 
 /// Whether `path` holds an embedding model (an unreadable file is left for the loader to
 /// report).
-fn is_embedding_model(path: &std::path::Path) -> bool {
-    gguf::GgufFile::open(path)
-        .is_ok_and(|f| model::model_kind(f.metadata()).is_ok_and(model::ModelKind::embeds))
-}
-
 /// How the model is loaded beyond its file: `--chat-template`'s text, `--pooling` and
 /// `--reasoning-parser`.
 struct LoadOptions {
@@ -541,7 +537,8 @@ fn spawn_loader(
         ));
         spinner.enable_steady_tick(Duration::from_millis(100));
         let t0 = std::time::Instant::now();
-        let loaded = server::load_model(&path, threads, engine_cfg, load.template, load.pooling)
+        let model = crate::runners::cpu_model(path.clone(), threads, load.pooling);
+        let loaded = server::load_model(&path, engine_cfg, load.template, model)
             .map(|m| m.with_reasoning(load.reasoning));
         spinner.finish_and_clear();
         match loaded {

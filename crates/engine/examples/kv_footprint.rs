@@ -87,7 +87,7 @@ fn tile_bytes(path: &str) -> usize {
     let file = gguf::GgufFile::open(path).unwrap_or_else(|e| fail(&e.to_string()));
     let cfg =
         model::ModelConfig::from_metadata(file.metadata()).unwrap_or_else(|e| fail(&e.to_string()));
-    model::KvLayout::new(&cfg, 16).tile_bytes()
+    cfg.kv_layout(16).tile_bytes()
 }
 
 fn fail(msg: &str) -> ! {

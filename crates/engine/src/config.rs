@@ -61,10 +61,66 @@ pub struct SpeculativeConfig {
 /// A draft model (same vocabulary as the served model) and the memory of its own KV pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DraftModelConfig {
-    pub path: std::path::PathBuf,
+    /// Builds the draft's runner (on the engine thread, when it starts).
+    pub load: DraftLoader,
     /// Bytes of the draft's KV pool (apart from the runner's `kv_bytes`).
     pub kv_bytes: usize,
 }
+
+/// What builds a draft model's runner, given the KV storage it is to own: chosen by the
+/// binary, as the served model's runner is, so the engine loads no model itself.
+#[derive(Clone)]
+pub struct DraftLoader {
+    /// Names the draft in logs and errors (its file).
+    pub name: String,
+    build: DraftBuild,
+}
+
+type DraftBuild = std::sync::Arc<
+    dyn Fn(&crate::runner::KvSpec) -> Result<Box<dyn crate::runner::Runner>, crate::StartError>
+        + Send
+        + Sync,
+>;
+
+impl DraftLoader {
+    pub fn new(
+        name: impl Into<String>,
+        build: impl Fn(&crate::runner::KvSpec) -> Result<Box<dyn crate::runner::Runner>, crate::StartError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> DraftLoader {
+        DraftLoader {
+            name: name.into(),
+            build: std::sync::Arc::new(build),
+        }
+    }
+
+    /// The draft's runner, owning KV storage as `kv` describes.
+    pub fn build(
+        &self,
+        kv: &crate::runner::KvSpec,
+    ) -> Result<Box<dyn crate::runner::Runner>, crate::StartError> {
+        (self.build)(kv)
+    }
+}
+
+impl std::fmt::Debug for DraftLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DraftLoader")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// Two loaders are equal when they are the same loader.
+impl PartialEq for DraftLoader {
+    fn eq(&self, other: &DraftLoader) -> bool {
+        std::sync::Arc::ptr_eq(&self.build, &other.build)
+    }
+}
+
+impl Eq for DraftLoader {}
 
 impl Default for SpeculativeConfig {
     fn default() -> Self {

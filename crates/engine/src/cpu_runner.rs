@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use model::{Batch, Embedder, KvLayout, KvPool, ModelError, Pooling, Threads, TileId, Transformer};
+use model::{Batch, Embedder, KvPool, Pooling, RunError, Threads, TileId, Transformer};
 
 use crate::error::{ConfigError, StartError};
 use crate::runner::{
@@ -48,7 +48,7 @@ pub struct CpuRunner {
 
 impl CpuRunner {
     pub fn new(model: Transformer, kv: &KvSpec) -> Result<CpuRunner, StartError> {
-        let pool = kv_pool(KvLayout::new(model.config(), kv.tile_size), kv)?;
+        let pool = kv_pool(model.config().kv_layout(kv.tile_size), kv)?;
         let facts = RunnerFacts {
             layout: pool.layout().clone(),
             n_tiles: pool.n_tiles(),
@@ -138,8 +138,8 @@ impl IntoRunner for CpuModel {
 }
 
 /// The error of a KV operation on an embedding model, which keeps no KV.
-fn no_kv() -> ModelError {
-    ModelError::BadBatch("an embedding model keeps no KV".into())
+fn no_kv() -> RunError {
+    RunError::BadBatch("an embedding model keeps no KV".into())
 }
 
 impl Runner for CpuRunner {
@@ -147,18 +147,18 @@ impl Runner for CpuRunner {
         &self.facts
     }
 
-    fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), ModelError> {
+    fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), RunError> {
         match &mut self.net {
-            Net::Decoder { model, pool } => model.forward(batch, pool, logits),
-            Net::Embedder { .. } => Err(ModelError::BadBatch(
+            Net::Decoder { model, pool } => Ok(model.forward(batch, pool, logits)?),
+            Net::Embedder { .. } => Err(RunError::BadBatch(
                 "an embedding model generates nothing".into(),
             )),
         }
     }
 
-    fn embed(&mut self, batch: &EmbedBatch, out: &mut Vec<f32>) -> Result<(), ModelError> {
+    fn embed(&mut self, batch: &EmbedBatch, out: &mut Vec<f32>) -> Result<(), RunError> {
         let Net::Embedder { embedder, pooling } = &mut self.net else {
-            return Err(ModelError::BadBatch(
+            return Err(RunError::BadBatch(
                 "this model generates text and computes no embeddings".into(),
             ));
         };
@@ -182,9 +182,11 @@ impl Runner for CpuRunner {
         }
     }
 
-    fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), ModelError> {
+    fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), RunError> {
         match &mut self.net {
-            Net::Decoder { pool, .. } => pool.import_tile(tile, bytes),
+            Net::Decoder { pool, .. } => pool
+                .import_tile(tile, bytes)
+                .map_err(|e| RunError::BadTile(e.to_string())),
             Net::Embedder { .. } => Err(no_kv()),
         }
     }

@@ -2,9 +2,11 @@
 //! proposes each decoding sequence's next tokens by running ahead of the target.
 //!
 //! Design:
-//! - It owns a second `Transformer` and its own `KvPool` (the draft's KV geometry differs from
-//!   the target's, so it cannot share the runner's tiles), with a tile table per KV group for
-//!   each sequence it drafts for, tiles taken from a free list as the sequence grows.
+//! - It computes through a second `Runner` (the binary chooses and builds it, as it does the
+//!   served model's), which owns its own KV storage (the draft's KV geometry differs from the
+//!   target's, so it cannot share the first runner's tiles). The draft model keeps a tile table
+//!   per KV group for each sequence it drafts for, tiles taken from a free list as the sequence
+//!   grows.
 //! - It keeps each sequence's computed tokens across steps. Told the sequence's tokens at the
 //!   next step, it keeps the longest common prefix of what it computed and what the sequence
 //!   now holds (the accepted part of its draft), frees the tiles past it, and feeds the rest
@@ -27,15 +29,11 @@
 //! whole tiles, in every group; free + held = the pool's tiles.
 
 use std::collections::HashMap;
-use std::path::Path;
 
-use model::{
-    Batch, KvLayout, KvPool, LogitsWanted, SampleScratch, Sampler, SamplingParams, SeqChunk,
-    TileId, Tokenizer, Transformer,
-};
+use model::{Batch, LogitsWanted, SampleScratch, Sampler, SamplingParams, SeqChunk, TileId};
 
 use crate::error::StartError;
-use crate::runner::{kv_pool, KvSpec};
+use crate::runner::Runner;
 use crate::sequence::SeqId;
 use crate::speculate::{Dist, Draft, DraftAsk, Drafter};
 
@@ -60,8 +58,7 @@ struct DraftSeq {
 
 /// See the module docs.
 pub struct DraftModel {
-    model: Transformer,
-    pool: KvPool,
+    runner: Box<dyn Runner>,
     free: Vec<TileId>,
     seqs: HashMap<SeqId, DraftSeq>,
     logits: Vec<f32>,
@@ -76,43 +73,21 @@ pub struct DraftModel {
 /// Weight of the newest pass in `pass_secs`.
 const PASS_ALPHA: f64 = 0.2;
 
-/// Refuses a draft model whose vocabulary is not the target's token for token (its drafts
-/// would name other tokens); the message names both files.
-pub fn check_vocab(
-    target: &Tokenizer,
-    target_path: &Path,
-    draft: &Tokenizer,
-    draft_path: &Path,
-) -> Result<(), String> {
-    let (n, m) = (target.vocab_size(), draft.vocab_size());
-    let differ = if n != m {
-        Some(format!("{m} tokens against {n}"))
-    } else {
-        (0..n as u32)
-            .find(|&t| target.token_bytes(t) != draft.token_bytes(t))
-            .map(|t| format!("token {t} differs"))
-    };
-    match differ {
-        None => Ok(()),
-        Some(why) => Err(format!(
-            "the draft model {} does not share the vocabulary of the model {} ({why}): a draft \
-             model must use the same tokenizer",
-            draft_path.display(),
-            target_path.display()
-        )),
-    }
-}
-
 impl DraftModel {
-    /// A drafter over `model` with a KV pool as `kv` describes (its own tiles, apart from the
-    /// runner's).
-    pub fn new(model: Transformer, kv: &KvSpec) -> Result<DraftModel, StartError> {
-        let pool = kv_pool(KvLayout::new(model.config(), kv.tile_size), kv)?;
+    /// A drafter computing through `runner`, all of whose tiles are its own.
+    pub fn new(runner: Box<dyn Runner>) -> Result<DraftModel, StartError> {
+        if runner.facts().embedding.is_some() {
+            return Err(StartError::Draft(
+                "an embedding model cannot draft tokens".into(),
+            ));
+        }
         // Popped from the end: lower ids first.
-        let free = (0..pool.n_tiles() as u32).rev().map(TileId).collect();
+        let free = (0..runner.facts().n_tiles as u32)
+            .rev()
+            .map(TileId)
+            .collect();
         Ok(DraftModel {
-            model,
-            pool,
+            runner,
             free,
             seqs: HashMap::new(),
             logits: Vec::new(),
@@ -124,7 +99,7 @@ impl DraftModel {
 
     /// Tiles in the pool, and tiles free.
     pub fn tiles(&self) -> (usize, usize) {
-        (self.pool.n_tiles(), self.free.len())
+        (self.runner.facts().n_tiles, self.free.len())
     }
 
     /// Sequences it holds tiles or tokens for.
@@ -133,7 +108,7 @@ impl DraftModel {
     }
 
     fn tile_size(&self) -> usize {
-        self.pool.layout().tile_size
+        self.runner.facts().layout.tile_size
     }
 
     /// Keeps `len` of `id`'s computed tokens and the tiles they need; frees the rest.
@@ -155,7 +130,7 @@ impl DraftModel {
     /// `busy` (least recently used first) when the free list runs short; false if it cannot.
     fn reserve(&mut self, id: SeqId, len: usize, busy: &[SeqId]) -> bool {
         let ts = self.tile_size();
-        let groups = self.pool.layout().groups.len();
+        let groups = self.runner.facts().layout.groups.len();
         let Some(s) = self.seqs.get(&id) else {
             return false;
         };
@@ -204,7 +179,7 @@ impl DraftModel {
     /// For each ask: the tokens to feed first (catch-up, ending with the sequence's last
     /// token) and how many tokens it drafts (0: it only catches up, or does not fit).
     fn plan(&mut self, asks: &[DraftAsk]) -> Vec<(Vec<u32>, usize)> {
-        let context = self.model.config().context_length;
+        let context = self.runner.facts().context_length;
         let busy: Vec<SeqId> = asks.iter().map(|a| a.id).collect();
         let mut budget = CATCHUP_BUDGET;
         let mut out = Vec::with_capacity(asks.len());
@@ -282,7 +257,7 @@ impl DraftModel {
             seqs: &chunks,
         };
         let t0 = std::time::Instant::now();
-        if let Err(e) = self.model.forward(&batch, &mut self.pool, &mut self.logits) {
+        if let Err(e) = self.runner.execute(&batch, &mut self.logits) {
             tracing::warn!("draft model: {e}");
             return false;
         }
@@ -302,7 +277,7 @@ impl DraftModel {
     /// The next drafted token of sequence `id` from its logit row: the argmax for a greedy
     /// request, else a draw from the draft's distribution, which is returned with it.
     fn choose(&mut self, a: &DraftAsk, row_index: usize) -> (u32, Option<Dist>) {
-        let vocab = self.model.config().vocab_size;
+        let vocab = self.runner.facts().vocab_size;
         let row = &self.logits[row_index * vocab..(row_index + 1) * vocab];
         if a.sampling.temperature == 0.0 {
             return (model::sampler::argmax(row), None);
@@ -378,11 +353,4 @@ impl Drafter for DraftModel {
         // measures a pass to correct it.
         Some(self.pass_secs.unwrap_or(0.0))
     }
-}
-
-/// `check_vocab` on two GGUF files' tokenizers (before either model is loaded).
-pub fn check_vocab_files(target: &Path, draft: &Path) -> Result<(), String> {
-    let tokenizer =
-        |p: &Path| model::load_tokenizer(p).map_err(|e| format!("{}: {e}", p.display()));
-    check_vocab(&tokenizer(target)?, target, &tokenizer(draft)?, draft)
 }

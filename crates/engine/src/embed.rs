@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use model::ModelError;
+use runner::RunError;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::admission::WaitSlot;
@@ -205,7 +205,7 @@ impl<R: Runner> Engine<R> {
     }
 
     /// One step of embeddings: the planned inputs, whole, in one runner call.
-    pub(crate) fn embed_step(&mut self) -> Result<usize, ModelError> {
+    pub(crate) fn embed_step(&mut self) -> Result<usize, RunError> {
         let max_tokens = self.sched.max_batch_tokens();
         let max_inputs = self.sched.max_seqs();
         let mut step = self.embeds.plan(max_tokens, max_inputs);

@@ -14,7 +14,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use model::{ModelError, SampleScratch};
+use model::SampleScratch;
+use runner::RunError;
 use tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -67,31 +68,29 @@ pub(crate) fn contain<T>(f: impl FnOnce() -> T) -> Result<T, ()> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| ())
 }
 
-/// The drafter `sp` asks for: a draft model (loaded here, on as many threads as the runner
-/// has workers, its KV pool in the runner's tile size and storage type) or prompt lookup.
-fn speculation<R: Runner>(
+/// The drafter `sp` asks for: a draft model (its runner built by the loader the binary gave,
+/// its KV storage in the runner's tile size and storage type) or prompt lookup.
+fn speculation(
     sp: &SpeculativeConfig,
     kv: &KvSpec,
-    runner: &R,
     vocab: usize,
 ) -> Result<Speculation, StartError> {
     let drafter: Box<dyn crate::speculate::Drafter> = match &sp.draft_model {
         Some(dm) => {
-            let m = model::load(&dm.path, runner.workers())
-                .map_err(|e| StartError::Draft(format!("{}: {e}", dm.path.display())))?;
-            let n = m.transformer.config().vocab_size;
-            if n != vocab {
-                return Err(StartError::Draft(format!(
-                    "{} has {n} tokens; the served model has {vocab}",
-                    dm.path.display()
-                )));
-            }
             let kv = KvSpec {
                 bytes: dm.kv_bytes,
                 warm: false,
                 ..*kv
             };
-            Box::new(DraftModel::new(m.transformer, &kv)?)
+            let runner = dm.load.build(&kv)?;
+            let n = runner.facts().vocab_size;
+            if n != vocab {
+                return Err(StartError::Draft(format!(
+                    "{} has {n} tokens; the served model has {vocab}",
+                    dm.load.name
+                )));
+            }
+            Box::new(DraftModel::new(runner)?)
         }
         None => Box::new(NgramDrafter {
             min_n: sp.min_n,
@@ -189,7 +188,7 @@ impl<R: Runner> Engine<R> {
             sink.send(vec![KvEvent::AllCleared]);
         }
         let spec = match &cfg.speculative {
-            Some(sp) => Some(speculation(sp, &cfg.kv_spec(), &runner, facts.vocab_size)?),
+            Some(sp) => Some(speculation(sp, &cfg.kv_spec(), facts.vocab_size)?),
             None => None,
         };
         let scratch = (0..runner.workers().max(1))
@@ -537,7 +536,7 @@ impl<R: Runner> Engine<R> {
     }
 
     /// Runs one step. Returns the number of tokens processed (0 when idle).
-    pub fn step(&mut self) -> Result<usize, ModelError> {
+    pub fn step(&mut self) -> Result<usize, RunError> {
         if !self.embeds.is_empty() {
             return self.embed_step();
         }

@@ -1,7 +1,7 @@
 //! Why the engine could not start: a bad configuration, KV storage the model cannot use, or a
 //! model that failed to load. (Why a *request* failed is `request::EngineError`.)
 
-use model::ModelError;
+use runner::RunError;
 
 /// An `EngineConfig` value out of range.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -36,7 +36,7 @@ pub enum StartError {
     Config(#[from] ConfigError),
     /// The KV storage type does not fit the model (e.g. q8_0 on rows that are not whole blocks).
     #[error(transparent)]
-    KvLayout(ModelError),
+    KvLayout(RunError),
     #[error("KV memory of {bytes} bytes is too small: one tile per KV group needs {min_bytes}")]
     KvTooSmall { bytes: usize, min_bytes: usize },
     #[error("the runner has {tiles} KV tiles; one per KV group ({groups}) is the least it can serve with")]

@@ -1,7 +1,8 @@
 //! Tessera's engine: continuous batching over a runner, decided token by token.
 //!
-//! - `runner` / `cpu_runner`: the compute seam (`Runner`: execute a ragged batch, copy, export
-//!   and import tiles, idle work) and the CPU transformer behind it.
+//! - `runner` / `cpu_runner`: building runners for the compute seam (`Runner`, in the `runner`
+//!   crate: execute a ragged batch, copy, export and import tiles, idle work) and the CPU
+//!   transformer behind it.
 //! - `tiles` / `kv_manager`: the tile allocator (counts, prefix index, LRU eviction) and the
 //!   per-sequence tile tables (prefix adoption, growth, sliding-window release, truncation).
 //! - `scheduler`: which sequences run each step, chunked prefill, drafts, preemption, priorities.
@@ -52,7 +53,7 @@ pub mod tier;
 mod tiering;
 pub mod tiles;
 
-pub use config::{DraftModelConfig, EngineConfig, SpeculativeConfig};
+pub use config::{DraftLoader, DraftModelConfig, EngineConfig, SpeculativeConfig};
 pub use cpu_runner::{CpuModel, CpuRunner};
 pub use draft_model::DraftModel;
 pub use embed::EmbedEvent;

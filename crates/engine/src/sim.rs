@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use model::kv::KvDtype;
-use model::{Batch, LogitsWanted, ModelError, TileId};
+use model::{Batch, LogitsWanted, RunError, TileId};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::clock::ManualClock;
@@ -115,7 +115,7 @@ impl Runner for SimRunner {
         &self.facts
     }
 
-    fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), ModelError> {
+    fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), RunError> {
         let secs = self.model.secs(batch.tokens.len());
         self.clock.advance(Duration::from_secs_f64(secs.max(0.0)));
         let rows: usize = batch
@@ -142,7 +142,7 @@ impl Runner for SimRunner {
         out.clear();
     }
 
-    fn import_tile(&mut self, _tile: TileId, _bytes: &[u8]) -> Result<(), ModelError> {
+    fn import_tile(&mut self, _tile: TileId, _bytes: &[u8]) -> Result<(), RunError> {
         Ok(())
     }
 }

@@ -14,7 +14,8 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 
-use model::{Batch, ModelError, SeqChunk};
+use model::{Batch, SeqChunk};
+use runner::RunError;
 
 use crate::draw::{run_jobs, verify, DrawJob, Drawn};
 use crate::emit::Lengths;
@@ -26,7 +27,7 @@ use crate::sequence::SeqId;
 
 impl<R: Runner> Engine<R> {
     /// Runs the plan's chunks as one ragged batch; the logit rows land in `self.logits`.
-    pub(crate) fn execute(&mut self, plan: &StepPlan) -> Result<(), ModelError> {
+    pub(crate) fn execute(&mut self, plan: &StepPlan) -> Result<(), RunError> {
         let mut tokens = Vec::with_capacity(plan.n_tokens());
         let mut chunks = Vec::with_capacity(plan.chunks.len());
         for c in &plan.chunks {

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use engine::{
-    DraftAsk, DraftModel, Drafter, EngineConfig, FinishReason, GenerateRequest, KvSpec, SeqId,
-    Speculation,
+    CpuRunner, DraftAsk, DraftModel, Drafter, EngineConfig, FinishReason, GenerateRequest, KvSpec,
+    SeqId, Speculation,
 };
 use model::{KvDtype, SamplingParams, Transformer};
 
@@ -62,7 +62,7 @@ impl Drafter for Shared {
 
 fn draft_model(seed: u64, tiles: usize) -> Shared {
     let t = tiny(seed);
-    let tile_bytes = model::KvLayout::new(t.config(), TS).tile_bytes();
+    let tile_bytes = t.config().kv_layout(TS).tile_bytes();
     let kv = KvSpec {
         tile_size: TS,
         bytes: tiles * tile_bytes,
@@ -70,7 +70,8 @@ fn draft_model(seed: u64, tiles: usize) -> Shared {
         warm: false,
     };
     Shared(Arc::new(Mutex::new(
-        DraftModel::new(t, &kv).expect("draft model"),
+        DraftModel::new(Box::new(CpuRunner::new(t, &kv).expect("draft runner")))
+            .expect("draft model"),
     )))
 }
 
@@ -86,7 +87,7 @@ fn tiny_config(tiles: usize) -> EngineConfig {
     let t = tiny(7);
     EngineConfig {
         tile_size: TS,
-        kv_bytes: tiles * model::KvLayout::new(t.config(), TS).tile_bytes(),
+        kv_bytes: tiles * t.config().kv_layout(TS).tile_bytes(),
         max_batch_tokens: 64,
         max_seqs: 8,
         warm_kv: false,
@@ -226,7 +227,7 @@ fn draft_model_drafts_for_the_fake_model_through_preemption_and_sampling() {
 
 #[test]
 fn a_draft_model_of_another_vocabulary_is_refused_naming_both_files() {
-    let ok = engine::draft_model::check_vocab_files(&tiny_file(7), &tiny_file(8));
+    let ok = model::draft_vocab::check_vocab_files(&tiny_file(7), &tiny_file(8));
     assert!(ok.is_ok(), "{ok:?}");
     // The same tiny vocabulary with one token spelled differently.
     let tok = tiny_tokenizer();
@@ -242,7 +243,7 @@ fn a_draft_model_of_another_vocabulary_is_refused_naming_both_files() {
     w.add_metadata("tokenizer.ggml.tokens", gguf::Array::String(tokens));
     let other = tiny_file(7).with_file_name("tiny-other-vocab.gguf");
     std::fs::write(&other, w.write_to_vec()).expect("write");
-    let err = engine::draft_model::check_vocab_files(&tiny_file(7), &other)
+    let err = model::draft_vocab::check_vocab_files(&tiny_file(7), &other)
         .expect_err("a different vocabulary is refused");
     assert!(
         err.contains("tiny-7.gguf") && err.contains("tiny-other-vocab.gguf"),
@@ -279,4 +280,73 @@ fn the_draft_cost_counts_drafting_passes_only_never_a_prompt_catch_up() {
         "{out:?}"
     );
     assert!(m.secs_per_position().is_some_and(|s| s > 0.0));
+}
+
+/// The draft model as `tessera serve --draft-model` gives it: a loader in the configuration,
+/// which the engine calls for a second runner (it loads no model itself).
+fn loader_config(draft_seed: u64) -> EngineConfig {
+    let path = tiny_file(draft_seed);
+    let load = engine::DraftLoader::new(path.display().to_string(), move |kv| {
+        let m = model::load(&path, 1).map_err(|e| engine::StartError::Draft(e.to_string()))?;
+        Ok(Box::new(CpuRunner::new(m.transformer, kv)?) as Box<dyn engine::Runner>)
+    });
+    EngineConfig {
+        speculative: Some(engine::SpeculativeConfig {
+            tokens: 4,
+            draft_model: Some(engine::DraftModelConfig {
+                load,
+                kv_bytes: 256 * tiny(7).config().kv_layout(TS).tile_bytes(),
+            }),
+            ..engine::SpeculativeConfig::default()
+        }),
+        ..tiny_config(256)
+    }
+}
+
+#[test]
+fn a_draft_model_from_its_loader_drafts_on_a_second_runner_and_changes_no_greedy_token() {
+    let reqs: Vec<GenerateRequest> = (0..3).map(|i| greedy(prompt(60 + i, 7), 16)).collect();
+    let plain = run_tiny(&reqs, None, 256);
+    let mut h = Harness::new(tiny(7), tiny_tokenizer(), &loader_config(8));
+    let ids: Vec<SeqId> = reqs.iter().map(|r| h.submit(r.clone())).collect();
+    h.run();
+    for (id, want) in ids.iter().zip(&plain) {
+        assert_eq!(&h.outcome(*id).tokens, want);
+    }
+    let drafted = h
+        .stats
+        .spec_draft_tokens
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(drafted > 0, "the loaded draft model drafted nothing");
+}
+
+#[test]
+fn a_draft_runner_of_another_vocabulary_size_stops_the_engine_naming_it() {
+    let mut cfg = tiny_config(256);
+    let load = engine::DraftLoader::new("the-other-draft", |kv| {
+        let mut other = FakeModel::new(None);
+        other.vocab += 1;
+        Ok(Box::new(engine::IntoRunner::into_runner(other, kv)?) as Box<dyn engine::Runner>)
+    });
+    cfg.speculative = Some(engine::SpeculativeConfig {
+        draft_model: Some(engine::DraftModelConfig {
+            load,
+            kv_bytes: 1 << 20,
+        }),
+        ..engine::SpeculativeConfig::default()
+    });
+    let err = engine::Engine::new(
+        CpuRunner::new(tiny(7), &cfg.kv_spec()).expect("runner"),
+        tiny_tokenizer(),
+        &cfg,
+        Default::default(),
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    let want = format!(
+        "the-other-draft has {} tokens",
+        model::testing::tiny_vocab_size() + 1
+    );
+    assert!(err.contains(&want), "{err}");
 }

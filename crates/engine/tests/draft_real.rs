@@ -10,7 +10,10 @@ mod common;
 use std::sync::atomic::Ordering::Relaxed;
 
 use common::*;
-use engine::{DraftModelConfig, EngineConfig, GenerateRequest, SpeculativeConfig};
+use engine::{
+    CpuRunner, DraftLoader, DraftModelConfig, EngineConfig, GenerateRequest, Runner,
+    SpeculativeConfig, StartError,
+};
 use test_support::model_path;
 
 const TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
@@ -20,6 +23,14 @@ const TOKENS: usize = 40;
 const CODE: &str = "<|im_start|>user\nAdd a docstring to this function and return it whole:\n\
     ```python\ndef mean(values):\n    total = 0\n    for v in values:\n        total += v\n    \
     return total / len(values)\n```<|im_end|>\n<|im_start|>assistant\n";
+
+/// The draft model on the CPU runner, as `tessera serve --draft-model` builds it.
+fn cpu_draft(path: std::path::PathBuf) -> DraftLoader {
+    DraftLoader::new(path.display().to_string(), move |kv| {
+        let m = model::load(&path, 2).map_err(|e| StartError::Draft(e.to_string()))?;
+        Ok(Box::new(CpuRunner::new(m.transformer, kv)?) as Box<dyn Runner>)
+    })
+}
 
 /// The greedy tokens of each prompt with the 1.5B, drafted for by the 0.5B or not; with the
 /// drafted and accepted token counts.
@@ -31,7 +42,7 @@ fn run(prompts: &[Vec<u32>], draft: bool) -> (Vec<Vec<u32>>, u64, u64) {
         speculative: draft.then(|| SpeculativeConfig {
             tokens: 4,
             draft_model: Some(DraftModelConfig {
-                path: model_path(DRAFT),
+                load: cpu_draft(model_path(DRAFT)),
                 kv_bytes: 32 << 20,
             }),
             ..SpeculativeConfig::default()
@@ -85,12 +96,12 @@ fn qwen_0_5b_drafting_for_the_1_5b_gives_its_greedy_tokens_bit_for_bit() {
 #[test]
 fn a_draft_model_with_another_tokenizer_is_refused_naming_both_files() {
     let gemma = model_path("gemma-3-270m-q4_k_m.gguf");
-    let err = engine::draft_model::check_vocab_files(&model_path(TARGET), &gemma)
+    let err = model::draft_vocab::check_vocab_files(&model_path(TARGET), &gemma)
         .expect_err("Gemma's vocabulary is not Qwen's");
     assert!(
         err.contains(TARGET) && err.contains("gemma-3-270m"),
         "{err}"
     );
-    engine::draft_model::check_vocab_files(&model_path(TARGET), &model_path(DRAFT))
+    model::draft_vocab::check_vocab_files(&model_path(TARGET), &model_path(DRAFT))
         .expect("the 0.5B shares the 1.5B's vocabulary");
 }

@@ -11,7 +11,7 @@ use engine::{
     EngineStats, GenerateRequest, IntoRunner, KvSpec, Runner, RunnerFacts, SeqId, StartError,
 };
 use model::kv::KvDtype;
-use model::{Batch, ModelError, TileId, Tokenizer};
+use model::{Batch, RunError, TileId, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 const DIM: usize = 3;
@@ -64,10 +64,10 @@ impl Runner for FakeEmbedRunner {
     fn facts(&self) -> &RunnerFacts {
         &self.facts
     }
-    fn execute(&mut self, _: &Batch, _: &mut Vec<f32>) -> Result<(), ModelError> {
-        Err(ModelError::BadBatch("an embedder does not generate".into()))
+    fn execute(&mut self, _: &Batch, _: &mut Vec<f32>) -> Result<(), RunError> {
+        Err(RunError::BadBatch("an embedder does not generate".into()))
     }
-    fn embed(&mut self, batch: &EmbedBatch, out: &mut Vec<f32>) -> Result<(), ModelError> {
+    fn embed(&mut self, batch: &EmbedBatch, out: &mut Vec<f32>) -> Result<(), RunError> {
         self.calls
             .lock()
             .expect("calls lock")
@@ -79,7 +79,7 @@ impl Runner for FakeEmbedRunner {
     }
     fn copy_tiles(&mut self, _: &[(TileId, TileId)]) {}
     fn export_tile(&self, _: TileId, _: &mut Vec<u8>) {}
-    fn import_tile(&mut self, _: TileId, _: &[u8]) -> Result<(), ModelError> {
+    fn import_tile(&mut self, _: TileId, _: &[u8]) -> Result<(), RunError> {
         Ok(())
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use common::*;
 use engine::{EngineConfig, GenerateRequest, SeqId};
-use model::{KvLayout, Transformer};
+use model::Transformer;
 
 const TOKENS: usize = 16;
 
@@ -22,7 +22,7 @@ fn load() -> (Transformer, model::Tokenizer) {
 }
 
 fn tile_bytes(t: &Transformer, tile_size: usize) -> usize {
-    KvLayout::new(t.config(), tile_size).tile_bytes()
+    t.config().kv_layout(tile_size).tile_bytes()
 }
 
 const TEXT: &str = "The lighthouse keeper climbed the spiral stairs every evening, counting the \
@@ -181,7 +181,7 @@ fn the_default_config_holds_full_context_requests() {
     let (t, tok) = load();
     let cfg = EngineConfig::default();
     let context = t.config().context_length;
-    let layout = KvLayout::new(t.config(), cfg.tile_size);
+    let layout = t.config().kv_layout(cfg.tile_size);
     // Tiles one full-context sequence holds at most: every tile of a global group, a window
     // plus a prefill chunk of a local one.
     let per_seq: usize = layout

@@ -5,11 +5,11 @@
 //! keep their first text token) and the window runs on a fresh cache. The second half of each window is scored: for
 //! j in n_ctx/2 .. n_ctx-1, the negative log-likelihood of token j+1 given tokens 0..=j.
 
-use crate::batch::LogitsWanted;
 use crate::forward::Transformer;
-use crate::kv::{KvDtype, KvLayout};
+use crate::kv::KvDtype;
 use crate::session::Session;
 use crate::ModelError;
+use runner::LogitsWanted;
 
 /// Result of a perplexity run.
 #[derive(Clone, Debug)]
@@ -42,7 +42,7 @@ pub fn perplexity(
     let n_chunks = tokens.len() / n_ctx;
     let first = n_ctx / 2;
     let vocab = model.config().vocab_size;
-    let layout = KvLayout::new(model.config(), 16).with_dtype(kv_dtype)?;
+    let layout = model.config().kv_layout(16).with_dtype(kv_dtype)?;
     let mut session = Session::with_layout(layout, 1, n_ctx);
     let (mut sum, mut sum_sq, mut count) = (0.0f64, 0.0f64, 0usize);
     let mut chunk_nll = Vec::with_capacity(n_chunks);

@@ -22,13 +22,13 @@ use std::sync::Mutex;
 use kernels::{matmul, matmul_shared, MatmulScratch, Shares, Threads};
 
 use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
-use crate::batch::{Batch, LogitsWanted};
 use crate::config::{Activation, ModelConfig, RopeStyle};
 use crate::kv::{KvLayout, KvPool, TileId};
 use crate::moe::{moe_ffn, MoeScratch};
 use crate::weights::{Ffn, Matrix, ModelWeights};
 use crate::ModelError;
 use kernels::{rms_norm_rows, rms_norm_rows_in_place};
+use runner::{Batch, LogitsWanted};
 
 /// Activations of one forward pass, reused across passes.
 #[derive(Default)]

@@ -21,130 +21,53 @@ use kernels::HugeBuf;
 
 use crate::config::ModelConfig;
 use crate::ModelError;
+pub use runner::{KvDtype, KvGroup, KvLayout, TileId};
 
-/// Index of a tile in the pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TileId(pub u32);
-
-impl TileId {
-    /// Marks a tile-table entry whose tile was released (out of every future query's window).
-    pub const RELEASED: TileId = TileId(u32::MAX);
-}
-
-/// How K and V values are stored.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KvDtype {
-    F32,
-    #[default]
-    F16,
-    /// ggml Q8_0: blocks of 32 int8 values with one f16 scale (34 bytes per 32 values).
-    Q8_0,
-}
-
-impl KvDtype {
-    pub fn parse(s: &str) -> Option<KvDtype> {
-        match s {
-            "f32" => Some(KvDtype::F32),
-            "f16" => Some(KvDtype::F16),
-            "q8_0" => Some(KvDtype::Q8_0),
-            _ => None,
-        }
-    }
-
-    /// Bytes used by `n` values (`n` a multiple of 32 for Q8_0).
-    pub fn bytes(self, n: usize) -> usize {
-        match self {
-            KvDtype::F32 => 4 * n,
-            KvDtype::F16 => 2 * n,
-            KvDtype::Q8_0 => n / QK8_0 * std::mem::size_of::<BlockQ8_0>(),
-        }
+impl ModelConfig {
+    /// The model's KV layout: how its layers map onto KV groups and tiles of `tile_size`.
+    pub fn kv_layout(&self, tile_size: usize) -> KvLayout {
+        layout_for(self, tile_size)
     }
 }
 
-/// A group of layers that share tile tables.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KvGroup {
-    /// Layers of this group, ascending.
-    pub layers: Vec<usize>,
-    /// The sliding window shared by every layer of the group, if any.
-    pub window: Option<usize>,
-}
-
-/// How the model's layers map onto KV groups and tiles.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KvLayout {
-    /// Tokens per tile.
-    pub tile_size: usize,
-    /// K (or V) floats per token per layer.
-    pub kv_dim: usize,
-    pub groups: Vec<KvGroup>,
-    /// For each layer: (group index, index inside the group).
-    pub layer_slot: Vec<(usize, usize)>,
-    pub dtype: KvDtype,
-}
-
-impl KvLayout {
-    /// Groups layers by window, then cuts each kind into groups of `gcd(counts)` layers so all
-    /// groups (and so all tiles) have the same size.
-    pub fn new(cfg: &ModelConfig, tile_size: usize) -> KvLayout {
-        let mut kinds: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
-        for (i, l) in cfg.layers.iter().enumerate() {
-            match kinds.iter_mut().find(|(w, _)| *w == l.window) {
-                Some((_, layers)) => layers.push(i),
-                None => kinds.push((l.window, vec![i])),
+/// Groups layers by window, then cuts each kind into groups of `gcd(counts)` layers so all
+/// groups (and so all tiles) have the same size.
+fn layout_for(cfg: &ModelConfig, tile_size: usize) -> KvLayout {
+    let mut kinds: Vec<(Option<usize>, Vec<usize>)> = Vec::new();
+    for (i, l) in cfg.layers.iter().enumerate() {
+        match kinds.iter_mut().find(|(w, _)| *w == l.window) {
+            Some((_, layers)) => layers.push(i),
+            None => kinds.push((l.window, vec![i])),
+        }
+    }
+    let per_group = kinds.iter().map(|(_, l)| l.len()).fold(0, gcd).max(1);
+    let mut groups = Vec::new();
+    let mut layer_slot = vec![(0, 0); cfg.n_layers];
+    // Global (window-less) groups first: group 0 is the one every architecture has.
+    kinds.sort_by_key(|(w, _)| w.unwrap_or(0));
+    for (window, layers) in kinds {
+        for chunk in layers.chunks(per_group) {
+            for (j, &l) in chunk.iter().enumerate() {
+                layer_slot[l] = (groups.len(), j);
             }
-        }
-        let per_group = kinds.iter().map(|(_, l)| l.len()).fold(0, gcd).max(1);
-        let mut groups = Vec::new();
-        let mut layer_slot = vec![(0, 0); cfg.n_layers];
-        // Global (window-less) groups first: group 0 is the one every architecture has.
-        kinds.sort_by_key(|(w, _)| w.unwrap_or(0));
-        for (window, layers) in kinds {
-            for chunk in layers.chunks(per_group) {
-                for (j, &l) in chunk.iter().enumerate() {
-                    layer_slot[l] = (groups.len(), j);
-                }
-                groups.push(KvGroup {
-                    layers: chunk.to_vec(),
-                    window,
-                });
-            }
-        }
-        KvLayout {
-            tile_size: tile_size.max(1),
-            kv_dim: cfg.kv_dim(),
-            groups,
-            layer_slot,
-            dtype: KvDtype::F16,
+            groups.push(KvGroup {
+                layers: chunk.to_vec(),
+                window,
+            });
         }
     }
-
-    /// The same layout with another storage type; Q8_0 needs rows of whole 32-value blocks.
-    pub fn with_dtype(mut self, dtype: KvDtype) -> Result<KvLayout, ModelError> {
-        if dtype == KvDtype::Q8_0 && !self.kv_dim.is_multiple_of(QK8_0) {
-            return Err(ModelError::invalid(format!(
-                "q8_0 KV needs a K/V row of a multiple of 32 values, not {}",
-                self.kv_dim
-            )));
-        }
-        self.dtype = dtype;
-        Ok(self)
-    }
-
-    pub fn layers_per_group(&self) -> usize {
-        self.groups.first().map_or(0, |g| g.layers.len())
-    }
-
-    /// f16 elements of K (or of V) in one tile.
-    pub fn tile_elems(&self) -> usize {
-        self.layers_per_group() * self.tile_size * self.kv_dim
-    }
-
-    /// Bytes of K plus V in one tile.
-    pub fn tile_bytes(&self) -> usize {
-        2 * self.dtype.bytes(self.tile_elems())
+    KvLayout {
+        tile_size: tile_size.max(1),
+        kv_dim: cfg.kv_dim(),
+        groups,
+        layer_slot,
+        dtype: KvDtype::F16,
     }
 }
+
+// The runner crate sizes Q8_0 KV storage without the kernels: its block must be the kernels'.
+const _: () = assert!(runner::Q8_0_BLOCK_VALUES == QK8_0);
+const _: () = assert!(runner::Q8_0_BLOCK_BYTES == std::mem::size_of::<BlockQ8_0>());
 
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 {

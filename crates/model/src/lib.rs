@@ -5,8 +5,8 @@
 //! `KvPool`, and get logits back.
 
 pub mod attention;
-pub mod batch;
 pub mod config;
+pub mod draft_vocab;
 pub mod encoder;
 pub mod eval;
 pub mod forward;
@@ -21,7 +21,6 @@ pub mod weights;
 
 use std::path::Path;
 
-pub use batch::{Batch, LogitsWanted, SeqChunk};
 pub use config::{Arch, ModelConfig};
 pub use encoder::{
     load_embedder, load_encoder, model_kind, DecoderEmbedder, Embedder, Encoder, LoadedEmbedder,
@@ -31,6 +30,7 @@ pub use forward::Transformer;
 pub use kernels::Threads;
 pub use kv::{KvDtype, KvLayout, KvPool, TileId};
 pub use logits::{LogitBias, LogitsProcessor, Penalties, ProcessorChain, TokenFilter};
+pub use runner::{Batch, LogitsWanted, RunError, SeqChunk};
 pub use sampler::{SampleScratch, Sampler, SamplingParams};
 pub use session::Session;
 pub use tokenizer::Tokenizer;
@@ -64,6 +64,19 @@ pub enum ModelError {
     Kernel(String),
     #[error("tokenizer: {0}")]
     Tokenizer(#[from] tokenizer::TokenizerError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// What a runner reports of a model's failure: a bad batch stays one, anything else failed.
+impl From<ModelError> for RunError {
+    fn from(e: ModelError) -> RunError {
+        match e {
+            ModelError::BadBatch(m) => RunError::BadBatch(m),
+            ModelError::Run(e) => e,
+            e => RunError::Failed(e.to_string()),
+        }
+    }
 }
 
 impl ModelError {

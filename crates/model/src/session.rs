@@ -4,10 +4,10 @@
 //! no eviction, no release. The engine's tile manager does all of that; this is the minimal
 //! owner of tile tables that lets the model be run and tested on its own.
 
-use crate::batch::{Batch, LogitsWanted, SeqChunk};
 use crate::forward::Transformer;
 use crate::kv::{KvLayout, KvPool, TileId};
 use crate::ModelError;
+use runner::{Batch, LogitsWanted, SeqChunk};
 
 /// KV storage and positions for `n_seqs` sequences of up to `max_len` tokens each.
 pub struct Session {
@@ -20,7 +20,7 @@ pub struct Session {
 
 impl Session {
     pub fn new(model: &Transformer, n_seqs: usize, max_len: usize, tile_size: usize) -> Session {
-        Self::with_layout(KvLayout::new(model.config(), tile_size), n_seqs, max_len)
+        Self::with_layout(model.config().kv_layout(tile_size), n_seqs, max_len)
     }
 
     /// Faults the whole KV pool in (see `KvPool::populate`), as a server's pool is after its

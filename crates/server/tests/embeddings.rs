@@ -28,7 +28,7 @@ fn write_tiny(arch: &str) -> std::path::PathBuf {
 
 fn encoder_state(arch: &str) -> AppState {
     let path = write_tiny(arch);
-    let loaded = server::load_model(&path, 1, engine_config(), None, None);
+    let loaded = common::load_cpu(&path, engine_config(), None, None);
     let _ = std::fs::remove_file(&path);
     AppState::with_model(
         ServerConfig::default(),
@@ -312,7 +312,7 @@ fn decoder_state(bytes: &[u8], pooling: Option<Pooling>) -> (AppState, model::Lo
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&path, bytes).expect("write temp model");
-    let loaded = server::load_model(&path, 1, engine_config(), None, pooling);
+    let loaded = common::load_cpu(&path, engine_config(), None, pooling);
     let reference = model::load_embedder(&path, 1).expect("loads");
     let _ = std::fs::remove_file(&path);
     let state = AppState::with_model(ServerConfig::default(), loaded.expect("the decoder loads"));
@@ -373,7 +373,7 @@ async fn pooling_on_a_generative_decoder_serves_it_as_an_embedding_model() {
     let file = model::testing::tiny_model_gguf("qwen3", 7);
     let path = std::env::temp_dir().join(format!("tessera-rank-{}.gguf", std::process::id()));
     std::fs::write(&path, file).expect("write");
-    let refused = server::load_model(&path, 1, engine_config(), None, Some(Pooling::Rank));
+    let refused = common::load_cpu(&path, engine_config(), None, Some(Pooling::Rank));
     let _ = std::fs::remove_file(&path);
     let msg = refused.err().expect("rank needs a classifier head");
     assert!(msg.contains("rank"), "{msg}");

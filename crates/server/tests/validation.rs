@@ -292,7 +292,7 @@ fn a_chat_template_that_cannot_render_is_refused_at_load_with_its_line() {
     let path = std::env::temp_dir().join(format!("tessera-refused-{}.gguf", std::process::id()));
     std::fs::write(&path, model::testing::tiny_model_gguf("llama", 7)).expect("write temp model");
     let load = |template: &str| {
-        server::load_model(&path, 1, engine_config(), Some(template.into()), None).err()
+        common::load_cpu(&path, engine_config(), Some(template.into()), None).err()
     };
     let cases = [
         // Python's Markup escapes the string added to it: refused.

@@ -18,7 +18,7 @@ use engine::{
     IntoRunner, KvSpec, Runner, RunnerFacts, SeqId, StartError, Usage,
 };
 use model::kv::{KvDtype, KvGroup};
-use model::{Batch, KvLayout, KvPool, LogitsWanted, ModelError, TileId, Tokenizer};
+use model::{Batch, KvLayout, KvPool, LogitsWanted, RunError, TileId, Tokenizer};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// The default model for end-to-end tests: see `test_support` (a missing model fails with
@@ -100,7 +100,7 @@ impl FakeModel {
         kv: &KvPool,
         tables: &[Vec<TileId>],
         pos: usize,
-    ) -> Result<u64, ModelError> {
+    ) -> Result<u64, RunError> {
         let ts = kv.layout().tile_size;
         let mut h = 0x1234_5678u64;
         for (g, w) in self.windows().iter().enumerate() {
@@ -108,7 +108,7 @@ impl FakeModel {
             for q in lo..=pos {
                 let tile = tables[g][q / ts];
                 if tile == TileId::RELEASED {
-                    return Err(ModelError::BadBatch(format!(
+                    return Err(RunError::BadBatch(format!(
                         "group {g}: position {q} is visible from {pos} but its tile was released"
                     )));
                 }
@@ -118,7 +118,7 @@ impl FakeModel {
                 let row = &k[(n - 1) * FAKE_KV_DIM..];
                 let (tok, p) = (row[0] as u64, row[1] as usize);
                 if p != q % 2048 {
-                    return Err(ModelError::BadBatch(format!(
+                    return Err(RunError::BadBatch(format!(
                         "group {g}: tile {} slot {} holds position {p}, expected {q}",
                         tile.0,
                         q % ts
@@ -165,7 +165,7 @@ impl Runner for FakeRunner {
         &self.facts
     }
 
-    fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), ModelError> {
+    fn execute(&mut self, batch: &Batch, logits: &mut Vec<f32>) -> Result<(), RunError> {
         self.model.forward(batch, &mut self.kv, logits)
     }
 
@@ -179,8 +179,8 @@ impl Runner for FakeRunner {
         self.kv.export_tile(tile, out);
     }
 
-    fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), ModelError> {
-        self.kv.import_tile(tile, bytes)
+    fn import_tile(&mut self, tile: TileId, bytes: &[u8]) -> Result<(), RunError> {
+        Ok(self.kv.import_tile(tile, bytes)?)
     }
 
     fn idle(&mut self) -> bool {
@@ -226,7 +226,7 @@ impl FakeModel {
         batch: &Batch,
         kv: &mut KvPool,
         logits: &mut Vec<f32>,
-    ) -> Result<(), ModelError> {
+    ) -> Result<(), RunError> {
         let ts = kv.layout().tile_size;
         std::thread::sleep(self.delay + self.per_token * batch.tokens.len() as u32);
         if let Some(t) = self.panic_on_token {
@@ -245,7 +245,7 @@ impl FakeModel {
                 for table in s.tile_tables {
                     let tile = table[pos / ts];
                     if tile == TileId::RELEASED {
-                        return Err(ModelError::BadBatch("writing a released tile".into()));
+                        return Err(RunError::BadBatch("writing a released tile".into()));
                     }
                     kv.store(tile, 0, pos % ts, &row, &row);
                 }

@@ -11,10 +11,10 @@
 use kernels::Threads;
 
 use super::{l2_normalize, mean_rows, Embedder, Pooling};
-use crate::batch::{Batch, LogitsWanted, SeqChunk};
 use crate::forward::Transformer;
-use crate::kv::{KvLayout, KvPool, TileId};
+use crate::kv::{KvPool, TileId};
 use crate::ModelError;
+use runner::{Batch, LogitsWanted, SeqChunk};
 
 /// Tokens per tile of the scratch pool.
 const TILE: usize = 64;
@@ -40,7 +40,7 @@ impl DecoderEmbedder {
 
     /// Each input's tile tables (one per KV group), the tiles numbered from 0, and how many.
     fn tables(&self, inputs: &[&[u32]]) -> (Vec<Vec<Vec<TileId>>>, usize) {
-        let groups = KvLayout::new(self.model.config(), TILE).groups.len();
+        let groups = self.model.config().kv_layout(TILE).groups.len();
         let mut next = 0u32;
         let tables = inputs
             .iter()
@@ -96,7 +96,7 @@ impl Embedder for DecoderEmbedder {
         let (tables, n_tiles) = self.tables(inputs);
         let pool = match self.pool.take() {
             Some(p) if p.n_tiles() >= n_tiles => p,
-            _ => KvPool::new(KvLayout::new(self.model.config(), TILE), n_tiles),
+            _ => KvPool::new(self.model.config().kv_layout(TILE), n_tiles),
         };
         let pool = self.pool.insert(pool);
         let want = match pooling {

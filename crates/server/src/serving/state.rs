@@ -136,37 +136,24 @@ impl Loaded {
     }
 }
 
-/// Loads a GGUF model onto a new engine thread (blocking; call it off the async runtime).
+/// Starts an engine thread on the model `load` gives (blocking; call it off the async runtime).
+/// The caller chooses the runner: `load` returns a model that becomes one (`IntoRunner`).
+/// `path` is the GGUF file, read here for its architecture and chat template.
 ///
 /// `chat_template_override` is the text of a `--chat-template` file.
-pub fn load_model(
+pub fn load_model<M, F>(
     path: &Path,
-    threads: usize,
     cfg: EngineConfig,
     chat_template_override: Option<String>,
-    pooling: Option<model::Pooling>,
-) -> Result<Loaded, String> {
-    let (arch, gguf_template, kind) = read_chat_metadata(path)?;
+    load: F,
+) -> Result<Loaded, String>
+where
+    M: engine::IntoRunner,
+    F: FnOnce() -> Result<(M, model::Tokenizer), engine::LoadError> + Send + 'static,
+{
+    let (arch, gguf_template) = read_chat_metadata(path)?;
     let chat_template = ChatTemplate::choose(chat_template_override, gguf_template, &arch)?;
-    let load_path = path.to_path_buf();
-    // A decoder serves embeddings when its file says so (a pooling type) or `--pooling` asks.
-    let engine = if kind.embeds() || pooling.is_some() {
-        EngineHandle::spawn(cfg, move || {
-            let m = model::load_embedder(&load_path, threads)?;
-            let pooling = pooling.unwrap_or(m.embedder.pooling());
-            let model = engine::CpuModel::Embedder {
-                embedder: m.embedder,
-                pooling,
-            };
-            Ok((model, m.tokenizer))
-        })
-    } else {
-        EngineHandle::spawn(cfg, move || {
-            let m = model::load(&load_path, threads)?;
-            Ok((m.transformer, m.tokenizer))
-        })
-    }
-    .map_err(|e| e.to_string())?;
+    let engine = EngineHandle::spawn(cfg, load).map_err(|e| e.to_string())?;
     let what = match engine.info().embedding {
         Some(e) if e.scores => "a reranker".to_string(),
         Some(e) => format!("embeddings of {} floats", e.dim),
@@ -196,20 +183,17 @@ pub fn load_model(
     .with_reasoning(ReasoningChoice::Auto))
 }
 
-/// The architecture name, the chat template (if any) and the kind of model (one that
-/// generates, or one that embeds) from the GGUF metadata.
-fn read_chat_metadata(path: &Path) -> Result<(String, Option<String>, model::ModelKind), String> {
-    let file = gguf::GgufFile::open(path).map_err(|e| e.to_string())?;
+/// The architecture name and the chat template (if any) from the GGUF metadata.
+fn read_chat_metadata(path: &Path) -> Result<(String, Option<String>), String> {
+    let file = gguf::GgufFile::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let md = file.metadata();
     let text = |key: &str| match md.get(key) {
         Some(gguf::Value::String(s)) => Some(s.clone()),
         _ => None,
     };
-    let kind = model::model_kind(md).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((
         text("general.architecture").unwrap_or_default(),
         text("tokenizer.chat_template"),
-        kind,
     ))
 }
 

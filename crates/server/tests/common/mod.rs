@@ -15,6 +15,36 @@ use tower::ServiceExt;
 pub const TEST_TEMPLATE: &str = "{{ bos_token }}{% for m in messages %}{{ m.role }}: \
     {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
 
+/// `server::load_model` on the CPU runner, as `tessera serve` loads a file: an embedding model
+/// when the file is one or `pooling` asks, else a decoder; one thread.
+pub fn load_cpu(
+    path: &std::path::Path,
+    cfg: EngineConfig,
+    template: Option<String>,
+    pooling: Option<model::Pooling>,
+) -> Result<server::Loaded, String> {
+    let file = path.to_path_buf();
+    server::load_model(path, cfg, template, move || {
+        let embeds = gguf::GgufFile::open(&file)
+            .is_ok_and(|f| model::model_kind(f.metadata()).is_ok_and(model::ModelKind::embeds));
+        if pooling.is_some() || embeds {
+            let m = model::load_embedder(&file, 1)?;
+            let pooling = pooling.unwrap_or(m.embedder.pooling());
+            let embedder = m.embedder;
+            Ok((
+                engine::CpuModel::Embedder { embedder, pooling },
+                m.tokenizer,
+            ))
+        } else {
+            let m = model::load(&file, 1)?;
+            Ok((
+                engine::CpuModel::Decoder(Box::new(m.transformer)),
+                m.tokenizer,
+            ))
+        }
+    })
+}
+
 pub fn engine_config() -> EngineConfig {
     EngineConfig {
         kv_bytes: 4 << 20,
@@ -37,7 +67,7 @@ pub fn tiny_loaded_arch(arch: &str, cfg: EngineConfig, template: Option<&str>) -
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&path, model::testing::tiny_model_gguf(arch, 7)).expect("write temp model");
-    let loaded = server::load_model(&path, 1, cfg, template.map(str::to_string), None);
+    let loaded = load_cpu(&path, cfg, template.map(str::to_string), None);
     let _ = std::fs::remove_file(&path);
     loaded.expect("the tiny model loads")
 }
