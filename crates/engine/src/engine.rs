@@ -136,6 +136,8 @@ pub struct Engine<R: Runner> {
     pub(crate) spec: Option<Speculation>,
     /// This step's sampled drafts and the drafter's measured cost (`speculate`).
     pub(crate) drafts: DraftState,
+    /// The tokens the runner drew this step, by chunk (`device_draw`).
+    pub(crate) device_tokens: Vec<Option<u32>>,
     /// KV tiers, when configured.
     pub(crate) tiers: Option<Tiering>,
     /// Whether idle turns still have work for the runner (`Runner::idle`).
@@ -212,6 +214,7 @@ impl<R: Runner> Engine<R> {
             forks: Forks::default(),
             spec,
             drafts: DraftState::default(),
+            device_tokens: Vec::new(),
             tiers,
             warming: true,
             kv_events: cfg.kv_events.clone(),

@@ -28,6 +28,7 @@ pub mod clock;
 pub mod config;
 pub mod constraint;
 pub mod cpu_runner;
+mod device_draw;
 pub mod draft_model;
 mod draw;
 pub mod embed;
@@ -63,7 +64,9 @@ pub use handle::{EmbedStream, EngineHandle, LoadError, ModelInfo, RequestStream}
 pub use request::{
     EngineError, Event, FinishReason, GenerateRequest, Timings, TokenLogprob, Usage,
 };
-pub use runner::{kv_pool, EmbedBatch, EmbedFacts, IntoRunner, KvSpec, Runner, RunnerFacts};
+pub use runner::{
+    kv_pool, DrawParams, EmbedBatch, EmbedFacts, IntoRunner, KvSpec, Runner, RunnerFacts,
+};
 pub use sequence::SeqId;
 pub use slo::SloTargets;
 pub use speculate::{draft_len, Dist, Draft, DraftAsk, Drafter, Speculation};

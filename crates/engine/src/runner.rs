@@ -5,7 +5,9 @@
 //! settings (`KvSpec`), so every runner sizes its storage the same way (`kv_pool`).
 
 use model::{KvLayout, KvPool};
-pub use runner::{minimal_layout, EmbedBatch, EmbedFacts, KvSpec, RunError, Runner, RunnerFacts};
+pub use runner::{
+    minimal_layout, DrawParams, EmbedBatch, EmbedFacts, KvSpec, RunError, Runner, RunnerFacts,
+};
 
 use crate::error::StartError;
 

@@ -14,7 +14,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 
-use model::{Batch, SeqChunk};
+use model::{Batch, LogitsWanted, SeqChunk};
 use runner::RunError;
 
 use crate::draw::{run_jobs, verify, DrawJob, Drawn};
@@ -28,9 +28,10 @@ use crate::sequence::SeqId;
 impl<R: Runner> Engine<R> {
     /// Runs the plan's chunks as one ragged batch; the logit rows land in `self.logits`.
     pub(crate) fn execute(&mut self, plan: &StepPlan) -> Result<(), RunError> {
+        let draws = self.device_draws(plan);
         let mut tokens = Vec::with_capacity(plan.n_tokens());
         let mut chunks = Vec::with_capacity(plan.chunks.len());
-        for c in &plan.chunks {
+        for (ci, c) in plan.chunks.iter().enumerate() {
             let s = self
                 .sched
                 .get(c.seq)
@@ -40,7 +41,11 @@ impl<R: Runner> Engine<R> {
                 first_token: tokens.len(),
                 len: c.len,
                 tile_tables: s.tiles.tables.as_slice(),
-                logits: c.logits,
+                // A chunk the runner draws for gives back a token, not a row.
+                logits: match draws.get(ci) {
+                    Some(Some(_)) => LogitsWanted::None,
+                    _ => c.logits,
+                },
             });
             tokens.extend(s.fed(c.start, c.len));
         }
@@ -58,18 +63,44 @@ impl<R: Runner> Engine<R> {
             .filter(|r| r.req.constraint.is_some())
             .map(|r| &mut r.sampler)
             .collect();
-        if masked.is_empty() {
-            return self.runner.execute(&batch, &mut self.logits);
-        }
+        let mut drawn = Vec::new();
         let (runner, logits) = (&mut self.runner, &mut self.logits);
-        std::thread::scope(|s| {
-            s.spawn(move || {
-                for sampler in masked {
-                    let _ = contain(|| sampler.prepare());
-                }
-            });
-            runner.execute(&batch, logits)
-        })
+        let run = |runner: &mut R, logits: &mut Vec<f32>, drawn: &mut Vec<u32>| {
+            if draws.iter().any(Option::is_some) {
+                runner.execute_drawing(&batch, &draws, logits, drawn)
+            } else {
+                runner.execute(&batch, logits)
+            }
+        };
+        if masked.is_empty() {
+            run(runner, logits, &mut drawn)?;
+        } else {
+            std::thread::scope(|s| {
+                s.spawn(move || {
+                    for sampler in masked {
+                        let _ = contain(|| sampler.prepare());
+                    }
+                });
+                run(runner, logits, &mut drawn)
+            })?;
+        }
+        let asked = draws.iter().filter(|d| d.is_some()).count();
+        if drawn.len() != asked {
+            return Err(RunError::BadBatch(format!(
+                "the runner drew {} tokens for {asked} draws",
+                drawn.len()
+            )));
+        }
+        self.device_tokens = crate::device_draw::by_chunk(&draws, &drawn);
+        Ok(())
+    }
+
+    /// Logit rows chunk `ci` got back: none when the runner drew its token.
+    fn rows_of(&self, ci: usize, c: &ScheduledChunk) -> usize {
+        match self.device_tokens.get(ci) {
+            Some(Some(_)) => 0,
+            _ => c.logits.rows(c.len),
+        }
     }
 
     /// Draws, commits, and emits events for every chunk of the step.
@@ -79,9 +110,17 @@ impl<R: Runner> Engine<R> {
         let mut drawn = self.draw_all(plan, &logits);
         let mut row = 0;
         for (ci, c) in plan.chunks.iter().enumerate() {
-            let n_rows = c.logits.rows(c.len);
+            let n_rows = self.rows_of(ci, c);
             let rows = &logits[row * vocab..(row + n_rows) * vocab];
             row += n_rows;
+            if let Some(Some(token)) = self.device_tokens.get(ci).copied() {
+                // Drawn by the runner; the engine's sampler still sees the token.
+                if let Some(r) = self.reqs.get_mut(&c.seq) {
+                    r.sampler.accept(token);
+                }
+                self.accept_and_emit(c.seq, c.len, vec![(token, None)]);
+                continue;
+            }
             let Some(seq) = self.sched.get(c.seq) else {
                 continue;
             };
@@ -132,7 +171,7 @@ impl<R: Runner> Engine<R> {
         let mut wanted = std::collections::HashMap::new();
         let mut row = 0;
         for (ci, c) in plan.chunks.iter().enumerate() {
-            let n_rows = c.logits.rows(c.len);
+            let n_rows = self.rows_of(ci, c);
             row += n_rows;
             if n_rows == 0 || !self.completes(c) || self.forks.waits_on(c.seq) {
                 continue;

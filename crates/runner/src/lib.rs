@@ -76,6 +76,28 @@ pub struct KvSpec {
     pub warm: bool,
 }
 
+/// What a runner that draws tokens itself (`Runner::draws`) needs to draw one sequence's next
+/// token from its last logit row: the request's sampling settings, with no state of the
+/// engine's (requests whose draws need that state — penalties, grammars, log-probabilities,
+/// drafts — are drawn by the engine from logit rows, as on the CPU).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DrawParams {
+    /// 0 means greedy (the argmax, lowest id on ties).
+    pub temperature: f32,
+    /// 0 means off.
+    pub top_k: usize,
+    /// 1 means off.
+    pub top_p: f32,
+    /// 0 means off.
+    pub min_p: f32,
+    /// Added to the logits of these tokens first.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// The request's seed, and how many tokens it drew before this one: a generator seeded
+    /// from both draws the same token however steps are batched.
+    pub seed: u64,
+    pub drawn: u64,
+}
+
 /// The engine's one way to compute. About six verbs; everything else is the runner's own.
 pub trait Runner: Send + 'static {
     fn facts(&self) -> &RunnerFacts;
@@ -102,6 +124,28 @@ pub trait Runner: Send + 'static {
         Err(RunError::BadBatch(
             "this runner computes no embeddings".into(),
         ))
+    }
+
+    /// Whether the runner draws tokens where its logits are (`execute_drawing`): a GPU runner
+    /// samples on the device and hands back token ids instead of vocabulary-sized rows. The CPU
+    /// runner does not: the engine draws from the rows `execute` gives.
+    fn draws(&self) -> bool {
+        false
+    }
+
+    /// Runs `batch` as `execute` does, and for every chunk `i` with `draws[i]` set (such a
+    /// chunk asks for no logit row) draws its next token from its last position's logits with
+    /// those settings, appending the tokens to `tokens` in chunk order. Only runners whose
+    /// `draws` is true implement it.
+    fn execute_drawing(
+        &mut self,
+        batch: &Batch,
+        draws: &[Option<DrawParams>],
+        logits: &mut Vec<f32>,
+        tokens: &mut Vec<u32>,
+    ) -> Result<(), RunError> {
+        let _ = (batch, draws, logits, tokens);
+        Err(RunError::BadBatch("this runner draws no tokens".into()))
     }
 
     /// One slice of idle-time work (faulting KV storage in); true while some is left.
@@ -141,6 +185,18 @@ impl Runner for Box<dyn Runner> {
     }
     fn embed(&mut self, batch: &EmbedBatch, out: &mut Vec<f32>) -> Result<(), RunError> {
         (**self).embed(batch, out)
+    }
+    fn draws(&self) -> bool {
+        (**self).draws()
+    }
+    fn execute_drawing(
+        &mut self,
+        batch: &Batch,
+        draws: &[Option<DrawParams>],
+        logits: &mut Vec<f32>,
+        tokens: &mut Vec<u32>,
+    ) -> Result<(), RunError> {
+        (**self).execute_drawing(batch, draws, logits, tokens)
     }
     fn idle(&mut self) -> bool {
         (**self).idle()

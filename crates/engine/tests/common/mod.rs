@@ -472,7 +472,7 @@ pub fn solo(model: impl Fn() -> FakeModel, tile_size: usize, req: &GenerateReque
 }
 
 /// Runs `reqs` to the end on `h`.
-pub fn drive(h: &mut Harness<FakeModel>, reqs: &[engine::GenerateRequest]) -> Vec<Outcome> {
+pub fn drive<M: IntoRunner>(h: &mut Harness<M>, reqs: &[engine::GenerateRequest]) -> Vec<Outcome> {
     let ids: Vec<_> = reqs.iter().map(|r| h.submit(r.clone())).collect();
     let t0 = std::time::Instant::now();
     while h.engine.has_work() {
