@@ -228,6 +228,45 @@ pub struct ModelConfig {
     pub layers: Vec<LayerSpec>,
 }
 
+/// Heads, KV heads and the head width from a file's attention keys, checked: no dimension is
+/// zero, query heads are whole groups of KV heads, and the head width is even (for RoPE).
+fn read_heads(
+    md: &Metadata,
+    key: &dyn Fn(&str) -> String,
+    n_layers: usize,
+    d_model: usize,
+) -> Result<(usize, usize, usize), ModelError> {
+    let n_heads = md.require_u32(&key("attention.head_count"))? as usize;
+    let n_kv_heads = md
+        .get_u32(&key("attention.head_count_kv"))?
+        .map(|v| v as usize)
+        .unwrap_or(n_heads);
+    let head_dim = match md.get_u32(&key("attention.key_length"))? {
+        Some(v) => v as usize,
+        None if n_heads > 0 => d_model / n_heads,
+        None => 0,
+    };
+    if let Some(v) = md.get_u32(&key("attention.value_length"))? {
+        if v as usize != head_dim {
+            return Err(ModelError::invalid(
+                "attention.value_length differs from key_length",
+            ));
+        }
+    }
+    if n_layers == 0 || d_model == 0 || n_heads == 0 || n_kv_heads == 0 || head_dim == 0 {
+        return Err(ModelError::invalid("a model dimension is zero"));
+    }
+    if !n_heads.is_multiple_of(n_kv_heads) {
+        return Err(ModelError::invalid(
+            "head_count is not a multiple of head_count_kv",
+        ));
+    }
+    if !head_dim.is_multiple_of(2) {
+        return Err(ModelError::invalid("head dimension must be even for RoPE"));
+    }
+    Ok((n_heads, n_kv_heads, head_dim))
+}
+
 impl ModelConfig {
     /// Reads the configuration of a supported architecture from GGUF metadata.
     pub fn from_metadata(md: &Metadata) -> Result<ModelConfig, ModelError> {
@@ -245,34 +284,7 @@ impl ModelConfig {
                 .map_or(0, |v| v as usize),
             _ => md.require_u32(&key("feed_forward_length"))? as usize,
         };
-        let n_heads = md.require_u32(&key("attention.head_count"))? as usize;
-        let n_kv_heads = md
-            .get_u32(&key("attention.head_count_kv"))?
-            .map(|v| v as usize)
-            .unwrap_or(n_heads);
-        let head_dim = match md.get_u32(&key("attention.key_length"))? {
-            Some(v) => v as usize,
-            None if n_heads > 0 => d_model / n_heads,
-            None => 0,
-        };
-        if let Some(v) = md.get_u32(&key("attention.value_length"))? {
-            if v as usize != head_dim {
-                return Err(ModelError::invalid(
-                    "attention.value_length differs from key_length",
-                ));
-            }
-        }
-        if n_layers == 0 || d_model == 0 || n_heads == 0 || n_kv_heads == 0 || head_dim == 0 {
-            return Err(ModelError::invalid("a model dimension is zero"));
-        }
-        if !n_heads.is_multiple_of(n_kv_heads) {
-            return Err(ModelError::invalid(
-                "head_count is not a multiple of head_count_kv",
-            ));
-        }
-        if !head_dim.is_multiple_of(2) {
-            return Err(ModelError::invalid("head dimension must be even for RoPE"));
-        }
+        let (n_heads, n_kv_heads, head_dim) = read_heads(md, &key, n_layers, d_model)?;
         let context_length = md
             .get_u32(&key("context_length"))?
             .map(|v| v as usize)

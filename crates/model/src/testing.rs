@@ -179,30 +179,13 @@ impl TinySpec {
     };
 
     fn for_arch(arch: &str) -> Option<TinySpec> {
+        Self::dense(arch).or_else(|| Self::moe(arch))
+    }
+
+    /// The mixtures of experts.
+    fn moe(arch: &str) -> Option<TinySpec> {
         let b = TinySpec::BASE;
         Some(match arch {
-            "llama" => TinySpec {
-                rope_dims: true,
-                untied_output: true,
-                ..b
-            },
-            "qwen2" => TinySpec {
-                arch: "qwen2",
-                rms_eps: 1e-6,
-                rope_base: 1_000_000.0,
-                qkv_bias: true,
-                ..b
-            },
-            // Like Qwen3-0.6B, the heads are wider than d_model / n_heads.
-            "qwen3" => TinySpec {
-                arch: "qwen3",
-                head_dim: 32,
-                key_length: true,
-                rms_eps: 1e-6,
-                rope_base: 1_000_000.0,
-                qk_norm: true,
-                ..b
-            },
             // Qwen 3 attention; eight experts of width 32, two per token.
             "qwen3moe" => TinySpec {
                 arch: "qwen3moe",
@@ -230,6 +213,46 @@ impl TinySpec {
                 }),
                 ..b
             },
+            // Granite's multipliers over eight experts of width 32, two per token (Granite MoE files give
+            // the experts' width as `feed_forward_length`).
+            "granitemoe" => TinySpec {
+                arch: "granitemoe",
+                rope_dims: true,
+                d_ff: 32,
+                granite: Some(GRANITE_SCALES),
+                moe: Some(EIGHT_EXPERTS),
+                ..b
+            },
+            _ => return None,
+        })
+    }
+
+    /// The dense architectures.
+    fn dense(arch: &str) -> Option<TinySpec> {
+        let b = TinySpec::BASE;
+        Some(match arch {
+            "llama" => TinySpec {
+                rope_dims: true,
+                untied_output: true,
+                ..b
+            },
+            "qwen2" => TinySpec {
+                arch: "qwen2",
+                rms_eps: 1e-6,
+                rope_base: 1_000_000.0,
+                qkv_bias: true,
+                ..b
+            },
+            // Like Qwen3-0.6B, the heads are wider than d_model / n_heads.
+            "qwen3" => TinySpec {
+                arch: "qwen3",
+                head_dim: 32,
+                key_length: true,
+                rms_eps: 1e-6,
+                rope_base: 1_000_000.0,
+                qk_norm: true,
+                ..b
+            },
             // Four layers: sliding-window (8), global, sliding, global. Caps far below Gemma 2's
             // (50, 30), so that they bend this model's scores and logits.
             "gemma2" => TinySpec {
@@ -248,16 +271,6 @@ impl TinySpec {
                 arch: "granite",
                 rope_dims: true,
                 granite: Some(GRANITE_SCALES),
-                ..b
-            },
-            // The same over eight experts of width 32, two per token (Granite MoE files give
-            // the experts' width as `feed_forward_length`).
-            "granitemoe" => TinySpec {
-                arch: "granitemoe",
-                rope_dims: true,
-                d_ff: 32,
-                granite: Some(GRANITE_SCALES),
-                moe: Some(EIGHT_EXPERTS),
                 ..b
             },
             // Phi-3.5-mini's layout in small: served past its original context, so LongRoPE's

@@ -125,128 +125,10 @@ impl ModelWeights {
             Some(_) => l.matrix("output.weight", cfg.vocab_size, cfg.d_model)?,
             None => embed,
         };
-        let (d, q, kv, ff, hd) = (
-            cfg.d_model,
-            cfg.q_dim(),
-            cfg.kv_dim(),
-            cfg.d_ff,
-            cfg.head_dim,
-        );
-        let mut layers = Vec::with_capacity(cfg.n_layers);
-        for i in 0..cfg.n_layers {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            let opt_vec = |s: &str, len: usize| -> Result<Option<Vec<f32>>, ModelError> {
-                if file.tensor(&n(s)).is_some() {
-                    l.vector(&n(s), len).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            let need_vec = |s: &str, len: usize| l.vector(&n(s), len);
-            let pre_norm = |s: &str| match cfg.pre_norms {
-                true => need_vec(s, d).map(Some),
-                false => Ok(None),
-            };
-            // Per head, or (OLMo 2) over the whole projection.
-            let (qn, kn) = match cfg.qk_norm_whole {
-                true => (q, kv),
-                false => (hd, hd),
-            };
-            // Q, K and V apart, or fused in one projection (Phi 3) whose rows are them in turn.
-            let [wq, wk, wv] = match file.tensor(&n("attn_qkv.weight")) {
-                Some(_) => {
-                    let f = l.matrix(&n("attn_qkv.weight"), q + 2 * kv, d)?;
-                    [0..q, q..q + kv, q + kv..q + 2 * kv].map(|r| f.row_range(r))
-                }
-                None => [
-                    l.matrix(&n("attn_q.weight"), q, d)?,
-                    l.matrix(&n("attn_k.weight"), kv, d)?,
-                    l.matrix(&n("attn_v.weight"), kv, d)?,
-                ],
-            };
-            let layer = LayerWeights {
-                attn_norm: pre_norm("attn_norm.weight")?,
-                wq,
-                wk,
-                wv,
-                wo: l.matrix(&n("attn_output.weight"), d, q)?,
-                bq: opt_vec("attn_q.bias", q)?,
-                bk: opt_vec("attn_k.bias", kv)?,
-                bv: opt_vec("attn_v.bias", kv)?,
-                q_norm: if cfg.qk_norm {
-                    Some(need_vec("attn_q_norm.weight", qn)?)
-                } else {
-                    None
-                },
-                k_norm: if cfg.qk_norm {
-                    Some(need_vec("attn_k_norm.weight", kn)?)
-                } else {
-                    None
-                },
-                post_attn_norm: if cfg.post_norms {
-                    Some(need_vec("post_attention_norm.weight", d)?)
-                } else {
-                    None
-                },
-                ffn_norm: pre_norm("ffn_norm.weight")?,
-                ffn: match cfg.moe {
-                    None if cfg.fused_gate_up => {
-                        let f = l.matrix(&n("ffn_up.weight"), 2 * ff, d)?;
-                        Ffn::Dense {
-                            gate: f.row_range(0..ff),
-                            up: f.row_range(ff..2 * ff),
-                            down: l.matrix(&n("ffn_down.weight"), d, ff)?,
-                        }
-                    }
-                    None => Ffn::Dense {
-                        gate: l.matrix(&n("ffn_gate.weight"), ff, d)?,
-                        up: l.matrix(&n("ffn_up.weight"), ff, d)?,
-                        down: l.matrix(&n("ffn_down.weight"), d, ff)?,
-                    },
-                    Some(spec) => {
-                        let (e, eff) = (spec.n_expert, spec.d_ff_exp);
-                        Ffn::Moe(Box::new(MoeWeights {
-                            spec,
-                            router: l.matrix(&n("ffn_gate_inp.weight"), e, d)?,
-                            gate: l.experts(&n("ffn_gate_exps.weight"), e, eff, d)?,
-                            up: l.experts(&n("ffn_up_exps.weight"), e, eff, d)?,
-                            down: l.experts(&n("ffn_down_exps.weight"), e, d, eff)?,
-                            shared: match spec.shared_ff {
-                                None => None,
-                                Some(sff) => Some(SharedExpert {
-                                    gate_inp: l.vector(&n("ffn_gate_inp_shexp.weight"), d)?,
-                                    gate: l.matrix(&n("ffn_gate_shexp.weight"), sff, d)?,
-                                    up: l.matrix(&n("ffn_up_shexp.weight"), sff, d)?,
-                                    down: l.matrix(&n("ffn_down_shexp.weight"), d, sff)?,
-                                }),
-                            },
-                        }))
-                    }
-                },
-                post_ffn_norm: if cfg.post_norms {
-                    Some(need_vec("post_ffw_norm.weight", d)?)
-                } else {
-                    None
-                },
-            };
-            // Tensors some architectures may carry that this forward pass would not apply.
-            for extra in UNSUPPORTED_LAYER_TENSORS {
-                if file.tensor(&n(extra)).is_some() {
-                    return Err(ModelError::BadTensor {
-                        path: file.path().display().to_string(),
-                        name: n(extra),
-                        problem: "not supported (the model would run without it)".into(),
-                    });
-                }
-            }
-            if cfg.qkv_bias && (layer.bq.is_none() || layer.bk.is_none() || layer.bv.is_none()) {
-                return Err(ModelError::MissingTensor {
-                    path: file.path().display().to_string(),
-                    name: n("attn_{q,k,v}.bias"),
-                });
-            }
-            layers.push(layer);
-        }
+        let d = cfg.d_model;
+        let layers = (0..cfg.n_layers)
+            .map(|i| l.layer(cfg, i))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut w = ModelWeights {
             file,
             embed,
@@ -303,6 +185,116 @@ pub(crate) struct Loader {
 }
 
 impl Loader {
+    /// Layer `i`'s weights, as `cfg` says the file holds them; refuses tensors this forward pass
+    /// would not apply.
+    fn layer(&self, cfg: &ModelConfig, i: usize) -> Result<LayerWeights, ModelError> {
+        let (l, file) = (self, self.file);
+        let (d, q, kv, hd) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let opt_vec = |s: &str, len: usize| -> Result<Option<Vec<f32>>, ModelError> {
+            if file.tensor(&n(s)).is_some() {
+                l.vector(&n(s), len).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let need_vec = |s: &str, len: usize| l.vector(&n(s), len);
+        let when = |on: bool, s: &str, len: usize| match on {
+            true => need_vec(s, len).map(Some),
+            false => Ok(None),
+        };
+        // Per head, or (OLMo 2) over the whole projection.
+        let (qn, kn) = match cfg.qk_norm_whole {
+            true => (q, kv),
+            false => (hd, hd),
+        };
+        // Q, K and V apart, or fused in one projection (Phi 3) whose rows are them in turn.
+        let [wq, wk, wv] = match file.tensor(&n("attn_qkv.weight")) {
+            Some(_) => {
+                let f = l.matrix(&n("attn_qkv.weight"), q + 2 * kv, d)?;
+                [0..q, q..q + kv, q + kv..q + 2 * kv].map(|r| f.row_range(r))
+            }
+            None => [
+                l.matrix(&n("attn_q.weight"), q, d)?,
+                l.matrix(&n("attn_k.weight"), kv, d)?,
+                l.matrix(&n("attn_v.weight"), kv, d)?,
+            ],
+        };
+        let layer = LayerWeights {
+            attn_norm: when(cfg.pre_norms, "attn_norm.weight", d)?,
+            wq,
+            wk,
+            wv,
+            wo: l.matrix(&n("attn_output.weight"), d, q)?,
+            bq: opt_vec("attn_q.bias", q)?,
+            bk: opt_vec("attn_k.bias", kv)?,
+            bv: opt_vec("attn_v.bias", kv)?,
+            q_norm: when(cfg.qk_norm, "attn_q_norm.weight", qn)?,
+            k_norm: when(cfg.qk_norm, "attn_k_norm.weight", kn)?,
+            post_attn_norm: when(cfg.post_norms, "post_attention_norm.weight", d)?,
+            ffn_norm: when(cfg.pre_norms, "ffn_norm.weight", d)?,
+            ffn: self.ffn(cfg, &n)?,
+            post_ffn_norm: when(cfg.post_norms, "post_ffw_norm.weight", d)?,
+        };
+        // Tensors some architectures may carry that this forward pass would not apply.
+        for extra in UNSUPPORTED_LAYER_TENSORS {
+            if file.tensor(&n(extra)).is_some() {
+                return Err(ModelError::BadTensor {
+                    path: file.path().display().to_string(),
+                    name: n(extra),
+                    problem: "not supported (the model would run without it)".into(),
+                });
+            }
+        }
+        if cfg.qkv_bias && (layer.bq.is_none() || layer.bk.is_none() || layer.bv.is_none()) {
+            return Err(ModelError::MissingTensor {
+                path: file.path().display().to_string(),
+                name: n("attn_{q,k,v}.bias"),
+            });
+        }
+        Ok(layer)
+    }
+
+    /// A layer's feed-forward weights (`n` names its tensors): dense with gate and up apart or
+    /// fused (Phi 3), or a mixture of experts with its router and shared expert, if any.
+    fn ffn(&self, cfg: &ModelConfig, n: &dyn Fn(&str) -> String) -> Result<Ffn, ModelError> {
+        let (l, d, ff) = (self, cfg.d_model, cfg.d_ff);
+        Ok(match cfg.moe {
+            None if cfg.fused_gate_up => {
+                let f = l.matrix(&n("ffn_up.weight"), 2 * ff, d)?;
+                Ffn::Dense {
+                    gate: f.row_range(0..ff),
+                    up: f.row_range(ff..2 * ff),
+                    down: l.matrix(&n("ffn_down.weight"), d, ff)?,
+                }
+            }
+            None => Ffn::Dense {
+                gate: l.matrix(&n("ffn_gate.weight"), ff, d)?,
+                up: l.matrix(&n("ffn_up.weight"), ff, d)?,
+                down: l.matrix(&n("ffn_down.weight"), d, ff)?,
+            },
+            Some(spec) => {
+                let (e, eff) = (spec.n_expert, spec.d_ff_exp);
+                Ffn::Moe(Box::new(MoeWeights {
+                    spec,
+                    router: l.matrix(&n("ffn_gate_inp.weight"), e, d)?,
+                    gate: l.experts(&n("ffn_gate_exps.weight"), e, eff, d)?,
+                    up: l.experts(&n("ffn_up_exps.weight"), e, eff, d)?,
+                    down: l.experts(&n("ffn_down_exps.weight"), e, d, eff)?,
+                    shared: match spec.shared_ff {
+                        None => None,
+                        Some(sff) => Some(SharedExpert {
+                            gate_inp: l.vector(&n("ffn_gate_inp_shexp.weight"), d)?,
+                            gate: l.matrix(&n("ffn_gate_shexp.weight"), sff, d)?,
+                            up: l.matrix(&n("ffn_up_shexp.weight"), sff, d)?,
+                            down: l.matrix(&n("ffn_down_shexp.weight"), d, sff)?,
+                        }),
+                    },
+                }))
+            }
+        })
+    }
+
     pub(crate) fn path(&self) -> String {
         self.file.path().display().to_string()
     }
