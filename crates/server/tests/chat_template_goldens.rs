@@ -14,8 +14,6 @@
 //! a missing file fails (scripts/test.sh fetches all three).
 #![cfg(feature = "real-models")]
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 use server::chat_template::{ChatTemplate, Message};
 
@@ -46,21 +44,7 @@ const SMOLLM2_135M: Spec = Spec {
     gate: None,
 };
 
-fn workspace() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-fn model_path(file: &str) -> PathBuf {
-    let dir = std::env::var_os("TESSERA_MODELS_DIR")
-        .map_or_else(|| workspace().join("models"), PathBuf::from);
-    let p = dir.join(file);
-    assert!(
-        p.exists(),
-        "model missing at {}: scripts/test.sh fetches it (or set TESSERA_MODELS_DIR)",
-        p.display()
-    );
-    p
-}
+use test_support::model_path;
 
 fn text<'a>(v: &'a Value, key: &str) -> &'a str {
     v[key]
@@ -78,7 +62,8 @@ fn check(spec: &Spec) {
             return;
         }
     }
-    let golden_path = workspace().join(format!("tests/goldens/{}_chat_template.json", spec.stem));
+    let golden_path =
+        test_support::repo_root().join(format!("tests/goldens/{}_chat_template.json", spec.stem));
     let golden: Value = serde_json::from_str(
         &std::fs::read_to_string(&golden_path)
             .unwrap_or_else(|e| panic!("{}: {e}", golden_path.display())),

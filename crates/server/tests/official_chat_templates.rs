@@ -31,13 +31,11 @@ const REFUSED: &[(&str, &str)] = &[(
     "line 22: `|safe` beside `+`",
 )];
 
-fn workspace() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
 fn templates_dir() -> PathBuf {
-    std::env::var_os("TESSERA_CHAT_TEMPLATES_DIR")
-        .map_or_else(|| workspace().join("models/chat-templates"), PathBuf::from)
+    std::env::var_os("TESSERA_CHAT_TEMPLATES_DIR").map_or_else(
+        || test_support::repo_root().join("models/chat-templates"),
+        PathBuf::from,
+    )
 }
 
 fn text<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -47,7 +45,7 @@ fn text<'a>(v: &'a Value, key: &str) -> &'a str {
 }
 
 fn golden() -> Value {
-    let path = workspace().join("tests/goldens/official_chat_templates.json");
+    let path = test_support::repo_root().join("tests/goldens/official_chat_templates.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).expect("golden is JSON")
 }

@@ -93,6 +93,11 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
+    /// The first output of a generator seeded with `z`: a hash of one integer.
+    pub fn mix(z: u64) -> u64 {
+        Self::new(z).next_u64()
+    }
+
     /// Uniform in `0..n` (modulo bias is negligible for test data).
     ///
     /// # Panics
