@@ -229,6 +229,14 @@ impl<R: Runner> Engine<R> {
         self.spec = Some(spec);
     }
 
+    /// Drafts the most tokens every step from now on, whatever the measured costs say (the
+    /// adaptive rule reads the clock, so tests that must draft turn it off).
+    pub fn set_fixed_draft_length(&mut self) {
+        if let Some(spec) = &mut self.spec {
+            spec.adaptive = false;
+        }
+    }
+
     /// Reads the time from `clock` from now on (a simulation's `ManualClock`). Call before
     /// submitting anything.
     pub fn set_clock(&mut self, clock: Arc<dyn Clock>) {
