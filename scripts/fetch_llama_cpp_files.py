@@ -9,20 +9,19 @@ the llama-cpp-python sdist, the directory in it and every file with its sha256:
   - tests/goldens/llama_cpp_vocabs.json: `vendor/llama.cpp/models/ggml-vocab-*` (a vocabulary
     GGUF with its `.inp` texts and `.out` ids), into $TESSERA_LLAMA_CPP_VOCABS_DIR, else
     <repo>/models/llama-cpp-vocabs.
-The sdist is downloaded from PyPI with pip (`pip download --no-deps --no-binary :all:`) once,
-for the sets not already on disk with their sha256. The sdist must hold exactly the files a
+The sdist is downloaded from PyPI (its JSON simple index, sha256-checked) once, for the sets
+not already on disk with their sha256. The sdist must hold exactly the files a
 manifest lists: a file more or less is an error, as is a changed file.
 
-Usage: python3 scripts/fetch_llama_cpp_files.py   (the Python whose pip downloads; stdlib only)
+Usage: python3 scripts/fetch_llama_cpp_files.py   (stdlib only)
 """
 
 import hashlib
+import io
 import json
 import os
-import subprocess
-import sys
 import tarfile
-import tempfile
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,23 +70,37 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sdist_bytes(requirement: str) -> bytes:
+    """The sdist of `name==version`, from PyPI's JSON simple index (PEP 691), its sha256 checked
+    against the index's. Fetched directly: `pip download --no-binary :all:` would first build
+    the package's build requirements from source (cmake among them), a quarter of an hour."""
+    name, _, version = requirement.partition("==")
+    index = f"https://pypi.org/simple/{name}/"
+    request = urllib.request.Request(index, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=180) as response:
+        files = json.load(response)["files"]
+    wanted = f"{name.replace('-', '_')}-{version}.tar.gz"
+    entry = next((f for f in files if f["filename"] in (wanted, f"{name}-{version}.tar.gz")), None)
+    if entry is None:
+        raise SystemExit(f"{index} lists no sdist {wanted}")
+    with urllib.request.urlopen(entry["url"], timeout=180) as response:
+        data = response.read()
+    if digest(data) != entry["hashes"]["sha256"]:
+        raise SystemExit(f"{entry['url']}: sha256 {digest(data)}, the index says {entry['hashes']['sha256']}")
+    return data
+
+
 def files_of_sdist(requirement: str, directories: list) -> dict:
     """{directory: {file name: bytes}} of the files directly under each directory of the sdist."""
-    with tempfile.TemporaryDirectory(prefix="tessera-llama-cpp-") as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--no-binary", ":all:", requirement, "-d", tmp], check=True)
-        sdists = list(Path(tmp).glob("*.tar.gz"))
-        if len(sdists) != 1:
-            raise SystemExit(f"pip download {requirement} gave {sdists}, not one sdist")
-        found = {d: {} for d in directories}
-        with tarfile.open(sdists[0]) as tar:
-            for member in tar.getmembers():
-                # <project>-<version>/<directory>/<name>
-                _, _, rest = member.name.partition("/")
-                parent, _, name = rest.rpartition("/")
-                if member.isfile() and parent in found:
-                    found[parent][name] = tar.extractfile(member).read()
-        return found
+    found = {d: {} for d in directories}
+    with tarfile.open(fileobj=io.BytesIO(sdist_bytes(requirement)), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            # <project>-<version>/<directory>/<name>
+            _, _, rest = member.name.partition("/")
+            parent, _, name = rest.rpartition("/")
+            if member.isfile() and parent in found:
+                found[parent][name] = tar.extractfile(member).read()
+    return found
 
 
 def check_and_write(s: FileSet, found: dict) -> None:
