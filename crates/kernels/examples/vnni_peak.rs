@@ -12,6 +12,9 @@ mod peak {
     const CHAINS: usize = 12;
 
     /// `iters` rounds of CHAINS independent `vpdpbusd`; returns a checksum (keeps the work).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F/BW and VNNI (`main` checks them first).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn registers(iters: u64) -> i32 {
         let w = _mm512_set1_epi8(3);
@@ -27,6 +30,9 @@ mod peak {
     }
 
     /// As `registers`, with the second operand broadcast from memory (four bytes).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F/BW and VNNI (`main` checks them first).
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub unsafe fn broadcast(iters: u64, mem: &[i32; 64]) -> i32 {
         let w = _mm512_set1_epi8(3);
@@ -44,6 +50,9 @@ mod peak {
     }
 
     /// The sum of the sixteen lanes of the chains' total (keeps the work observable).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
     #[target_feature(enable = "avx512f")]
     unsafe fn lane_sum(a: &[__m512i]) -> i32 {
         let total = a

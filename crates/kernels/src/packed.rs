@@ -500,17 +500,24 @@ impl PackedJob<'_> {
     /// Writes every activation row's outputs for row groups `groups`.
     ///
     /// # Safety
-    /// `out` valid for `m * rows` writes; no other thread writes these groups' columns;
-    /// `isa` at most what this CPU supports.
+    /// The job's shapes agree (`data` holds `rows / 16 * blocks` records of `format`, `acts`
+    /// holds `m * blocks` blocks of the kind `format` takes: `matmul::check` and `packed_acts`
+    /// make them so); `out` is valid for `m * rows` writes; `groups` lies in `0..rows / 16` and
+    /// no other thread writes these groups' outputs; `isa` is at most what this CPU (and, for
+    /// AMX, the OS) allows (`matmul` caps it with [`crate::detect_isa`]).
     unsafe fn groups(&self, groups: std::ops::Range<usize>, isa: Isa) {
         #[cfg(target_arch = "x86_64")]
         {
             use crate::kernel::x86::{amx, packed256, packed512};
-            // SAFETY (all): forwarded; the caller detected the features (and, for AMX, the
-            // OS's permission).
             match isa {
+                // SAFETY: `Isa::Amx` means `amx::available()` held (this function's contract);
+                // the job's contract is forwarded.
                 Isa::Amx => return unsafe { amx::groups(self, groups) },
+                // SAFETY: AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C were detected (this
+                // function's contract); the job's contract is forwarded.
                 Isa::Avx512Vnni => return unsafe { packed512::groups(self, groups) },
+                // SAFETY: AVX2, FMA and F16C were detected (this function's contract); the
+                // job's contract is forwarded.
                 Isa::Avx2 => return unsafe { packed256::groups(self, groups) },
                 Isa::Scalar => {}
             }

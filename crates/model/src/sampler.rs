@@ -510,6 +510,9 @@ fn exp_total(logits: &[f32], max: f32) -> f64 {
     exp_total_body(logits, max)
 }
 
+/// # Safety
+/// The CPU must support AVX2 and FMA (`exp_total` calls this only when `kernels::isa()` is at least
+/// `Avx2`, which detection grants only with both).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn exp_total_avx2(logits: &[f32], max: f32) -> f64 {
@@ -556,6 +559,9 @@ fn fill_weights(logits: &[f32], inv_t: f32, top: f32, min_p: f32, w: &mut [f32])
     fill_weights_body(logits, inv_t, top, min_p, w);
 }
 
+/// # Safety
+/// The CPU must support AVX2 and FMA (`fill_weights` calls this only when `kernels::isa()` is at
+/// least `Avx2`, which detection grants only with both).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn fill_weights_avx2(logits: &[f32], inv_t: f32, top: f32, min_p: f32, w: &mut [f32]) {

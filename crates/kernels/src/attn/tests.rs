@@ -57,6 +57,9 @@ fn exp_neg_is_within_a_few_ulp_of_exp() {
 }
 
 /// The SIMD V sum and dots of one block, for f32 or raw f16 K/V rows.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (the test detects them first).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn simd_pair<E: KvElem>(
@@ -71,10 +74,14 @@ unsafe fn simd_pair<E: KvElem>(
     dots(Avx2(()), q, k)
 }
 
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (the test detects them first); `b.hd` is a multiple of
+/// 16 and the slices are as `x86::axpy_block` requires.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn simd256_axpy(acc: &mut [f32], w: &[f32], b: &Block<()>, v: &[f32]) {
-    // SAFETY: features enabled here; hd % 16 == 0 in the test.
+    // SAFETY: AVX2/FMA/F16C are enabled here; `b.hd` and the slices as `x86::axpy_block` needs
+    // them are this function's contract.
     unsafe { x86::axpy_block::<3, f32, ()>(acc, w, b, |p| &v[p * b.hd..(p + 1) * b.hd]) };
 }
 
@@ -194,16 +201,21 @@ fn simd_softmax_and_f16_rounding_give_the_portable_bits() {
         && std::is_x86_feature_detected!("fma")
         && std::is_x86_feature_detected!("f16c")
     {
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C (detected just above).
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn both(x: &mut [f32], y: &mut [f32], s: f32, sink: Option<f32>) {
             softmax_f16(Avx2(()), x, sink);
             scale_round_f16(Avx2(()), y, s);
         }
+        /// # Safety
+        /// The CPU must support AVX2 and FMA (detected just above).
         #[target_feature(enable = "avx2,fma")]
         unsafe fn exp8(x: [f32; 8]) -> [f32; 8] {
             use std::arch::x86_64::*;
             let mut out = [0.0f32; 8];
-            // SAFETY: 8 floats each way; features enabled here.
+            // SAFETY: an 8-float load and store of 8-float arrays; AVX2/FMA are enabled here,
+            // all `exp_neg8` needs.
             unsafe {
                 let e = x86::exp_neg8(_mm256_loadu_ps(x.as_ptr()));
                 _mm256_storeu_ps(out.as_mut_ptr(), e);

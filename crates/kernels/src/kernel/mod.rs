@@ -83,7 +83,10 @@ pub(crate) trait RowDot {
     /// Activation rows per pass when the batch allows (4, or 8 or 16 where registers suffice).
     const GROUP: usize = 4;
     /// # Safety
-    /// As required by the implementing kernel (CPU features; slice lengths per `act_len`).
+    /// The CPU must support the implementing kernel's instruction set (on x86 the `Body::run`
+    /// or `Body512::run` it wraps states it), and every row of `a` holds as many elements as the
+    /// kernel's [`DotKernel::act_len`] gives for `w.len()` weight blocks (some are read
+    /// unchecked).
     unsafe fn dot<const N: usize>(w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
 }
 
@@ -128,7 +131,8 @@ pub(crate) unsafe fn rows_loop<R: RowDot>(job: &RowsJob<R::W, R::A>, range: Rang
         // SAFETY: r < rows and w.len() == rows * per_row (validated).
         let wr = unsafe { job.w.get_unchecked(r * job.per_row..(r + 1) * job.per_row) };
         let mut i = 0;
-        // SAFETY (all calls): each group stays within 0..m; the rest is this function's contract.
+        // SAFETY: every group call below covers rows i..i + N within 0..m (the loop bounds);
+        // the rest of `group`'s contract is this function's.
         unsafe {
             if R::GROUP >= 16 {
                 while i + 16 <= job.m {

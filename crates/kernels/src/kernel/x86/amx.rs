@@ -170,7 +170,10 @@ unsafe fn tile_product<const C: u8, const A: u8>(
 /// quants: `weights(sb)` gives the sub-block's unpacked quants as `K / 4` vectors.
 ///
 /// # Safety
-/// Tiles configured for `K`; `x0` is activation row 0's block, the others `stride` bytes apart.
+/// The CPU must support AVX-512F and AMX-INT8, with this thread's tiles configured for `K`
+/// (`TileConfig::for_subblock(K)`); `x0` is activation row 0's block and the other fifteen
+/// rows' blocks lie `stride` bytes apart, all readable; `wbuf` is 64-byte aligned and writable
+/// for `16 * K * SB` bytes, `sums` for `1024 * SB` bytes.
 #[inline(always)]
 unsafe fn record_sums<const SB: usize, const K: usize>(
     x0: *const BlockQ8K,
@@ -179,8 +182,10 @@ unsafe fn record_sums<const SB: usize, const K: usize>(
     sums: *mut u8,
     wbuf: *mut u8,
 ) {
-    // SAFETY: per the contract; buffers sized for 16 sub-blocks of at most 8 chunks (Q4_K has 8
-    // sub-blocks of 8 chunks: 8 x 512 bytes of quants and 8 KiB of sums; Q6_K 16 of 4).
+    // SAFETY: the aligned stores write 64 * (K / 4) * SB = 16 * K * SB bytes of `wbuf`, the
+    // tile products read K quants at K * sb of each activation row's block (inside its 256)
+    // and write 1024 bytes at 1024 * sb of `sums`: all within this function's contract, as are
+    // the instruction sets and the tiles.
     unsafe {
         let chunks = K / 4;
         for sb in 0..SB {
@@ -207,7 +212,8 @@ unsafe fn record_sums<const SB: usize, const K: usize>(
 /// Activation row `j`'s sums of sub-block `sb` (sixteen weight-row lanes).
 ///
 /// # Safety
-/// `sums` holds the 1024-byte sums of sub-block `sb`, written by [`record_sums`]; `j < 16`.
+/// The CPU must support AVX-512F; `sums` is 64-byte aligned and holds the 1024-byte sums of
+/// sub-block `sb`, written by [`record_sums`]; `j < 16`.
 #[inline(always)]
 unsafe fn sums_of(sums: *const u8, sb: usize, j: usize) -> __m512i {
     // SAFETY: per the contract.
@@ -237,6 +243,13 @@ impl Scratch {
 }
 
 /// Q4_K rows `16g..16g + 16` for activation rows `i..i + 16` (the VNNI pass's float steps).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VNNI and AMX-INT8 with the OS's permission
+/// ([`available`]), and this thread's tiles must be configured by `TileConfig::for_subblock(32)`
+/// ([`groups_of`] does both: its features and `ldtilecfg`). `job` is a Q4_K job whose shapes agree
+/// (as `packed512::groups` states); `g < job.rows / 16`, `i + 16 <= job.m`, and no other thread
+/// writes group `g`'s outputs.
 #[inline(always)]
 unsafe fn pass_q4k(job: &PackedJob, g: usize, i: usize) {
     let rec = record_bytes(Format::Q4_K);
@@ -247,9 +260,11 @@ unsafe fn pass_q4k(job: &PackedJob, g: usize, i: usize) {
     let stride = blocks * std::mem::size_of::<BlockQ8K>();
     let mut scratch = Scratch::new();
     let (sums, wbuf) = (scratch.sums(), scratch.quants());
-    // SAFETY: records of group g lie in `data` and activation rows i..i+16 hold `blocks` blocks
-    // (checked by the matmul); AVX-512 F/BW/VNNI enabled and tiles configured for 32-quant
-    // sub-blocks by the entry point.
+    // SAFETY: records of group g lie in `data`, activation rows i..i + 16 hold `blocks` blocks
+    // each (so 16 tile rows `stride` apart from `x0` are readable) and the stores hit group g's
+    // outputs of rows i..i + 16 (all this function's contract); `scratch` holds the 8 x 512
+    // bytes of quants and 8 KiB of sums `record_sums` writes for 8 sub-blocks of 32; the
+    // instruction sets and the tile configuration per the contract.
     unsafe {
         let base = job.data.as_ptr().add(g * blocks * rec);
         let acts = all.as_ptr().add(i * blocks);
@@ -306,6 +321,13 @@ unsafe fn pass_q4k(job: &PackedJob, g: usize, i: usize) {
 }
 
 /// Q6_K rows `16g..16g + 16` for activation rows `i..i + 16` (the VNNI pass's float steps).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VNNI and AMX-INT8 with the OS's permission
+/// ([`available`]), and this thread's tiles must be configured by `TileConfig::for_subblock(16)`
+/// ([`groups_of`] does both: its features and `ldtilecfg`). `job` is a Q6_K job whose shapes agree
+/// (as `packed512::groups` states); `g < job.rows / 16`, `i + 16 <= job.m`, and no other thread
+/// writes group `g`'s outputs.
 #[inline(always)]
 unsafe fn pass_q6k(job: &PackedJob, g: usize, i: usize) {
     let rec = record_bytes(Format::Q6_K);
@@ -316,7 +338,8 @@ unsafe fn pass_q6k(job: &PackedJob, g: usize, i: usize) {
     let stride = blocks * std::mem::size_of::<BlockQ8K>();
     let mut scratch = Scratch::new();
     let (sums, wbuf) = (scratch.sums(), scratch.quants());
-    // SAFETY: as `pass_q4k`, with tiles configured for 16-quant sub-blocks.
+    // SAFETY: as `pass_q4k`, for 16 sub-blocks of 16 (16 x 256 bytes of quants, 16 KiB of
+    // sums) with the tiles configured for them.
     unsafe {
         let base = job.data.as_ptr().add(g * blocks * rec);
         let acts = all.as_ptr().add(i * blocks);
@@ -399,11 +422,18 @@ impl Pass for Q6KAmx {
 }
 
 /// Configures the tiles for `K`-quant sub-blocks, runs `P` over `groups`, releases the tiles.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI, and AMX-TILE and AMX-INT8 with
+/// the OS's permission ([`available`] returned true); `P` is the pass of `job.format` and `K` its
+/// sub-block size (32 for Q4_K, 16 for Q6_K); the rest as [`groups`] (which this serves).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn groups_of<P: Pass, const K: usize>(job: &PackedJob, groups: std::ops::Range<usize>) {
     let config = TileConfig::for_subblock(K);
-    // SAFETY: AMX available (the caller's contract) and permitted; the configuration is valid
-    // for palette 1. The passes are the caller's contract.
+    // SAFETY: AMX is available and permitted (this function's contract) and the configuration
+    // is valid for palette 1 (`ldtilecfg` reads its 64 bytes); the passes get the features
+    // enabled here and the tiles configured for `K`, and the rest of their contract is this
+    // function's.
     unsafe {
         asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
         super::drive_passes::<P>(job, groups);

@@ -8,6 +8,11 @@ use std::arch::x86_64::*;
 use super::{f16_to_f32, hsum_ps, Body, IDot};
 
 /// Shared loop: `load8(k)` decodes weights `k..k + 8`, `one(k)` decodes weight `k`.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA, and whatever `load8` and `one` use (the bodies inline this
+/// only into entry points that enable AVX2, FMA and F16C). Every row of `a` should hold `n` floats:
+/// a shorter one panics at a checked slice.
 #[inline(always)]
 unsafe fn float_dot<const N: usize>(
     n: usize,
@@ -15,7 +20,8 @@ unsafe fn float_dot<const N: usize>(
     load8: impl Fn(usize) -> __m256,
     one: impl Fn(usize) -> f32,
 ) -> [f32; N] {
-    // SAFETY: AVX2/FMA enabled by the entry points; every activation row holds `n` floats.
+    // SAFETY: AVX2 and FMA per this function's contract; every load reads a checked slice of
+    // eight floats.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
         let mut k = 0;

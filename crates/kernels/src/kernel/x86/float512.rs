@@ -110,7 +110,8 @@ unsafe fn weight_rows<D: Decode, const R: usize>(job: &RowsJob<D::W, f32>, r: us
         }
     };
     let mut i = 0;
-    // SAFETY (all tiles): the caller's contract; activation rows i..i + N exist.
+    // SAFETY: every tile below takes activation rows i..i + N within 0..m (the loop bounds); the
+    // features and the rest are this function's contract.
     unsafe {
         while i + 4 <= job.m {
             let t = tile::<D, R, 4>(n, w, std::array::from_fn(|j| act(i + j)));
@@ -126,6 +127,10 @@ unsafe fn weight_rows<D: Decode, const R: usize>(job: &RowsJob<D::W, f32>, r: us
     }
 }
 
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VL (only a `Tiled` kernel calls this,
+/// built after detection), and [`DotKernel::rows`]'s contract holds for `job` and `range` with
+/// `act_len == job.per_row`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn rows_tiled<D: Decode>(job: &RowsJob<D::W, f32>, range: Range<usize>) {
     let mut r = range.start;

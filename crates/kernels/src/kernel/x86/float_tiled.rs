@@ -145,7 +145,8 @@ unsafe fn weight_rows<D: Decode8, const RR: usize>(
         }};
     }
     let mut i = acts.start;
-    // SAFETY (all tiles): the caller's contract; activation rows i..i + NN lie in `acts`.
+    // SAFETY: every tile below takes activation rows i..i + NN inside `acts` (the loop bounds);
+    // the features and the rest are this function's contract.
     unsafe {
         while i + N <= acts.end {
             run!(N, i);
@@ -160,6 +161,10 @@ unsafe fn weight_rows<D: Decode8, const RR: usize>(
     }
 }
 
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (only a `Tiled` kernel calls this, built after
+/// detection), and [`DotKernel::rows`]'s contract holds for `job` and `range` with `act_len ==
+/// job.per_row`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_tiled<D: Decode8>(job: &RowsJob<D::W, f32>, range: Range<usize>) {
     let block = act_block_rows(job.per_row);

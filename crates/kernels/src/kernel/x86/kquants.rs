@@ -17,14 +17,24 @@ use crate::quant::kquants::k4_scales_mins;
 use crate::quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
 /// Loads the 16 block sums of an activation block.
+///
+/// # Safety
+/// The CPU must support AVX (the bodies inline this only into entry points that enable AVX2, after
+/// detection).
 #[inline(always)]
 unsafe fn bsums(x: &BlockQ8K) -> __m256i {
-    // SAFETY: 16 i16 = 32 bytes, unaligned load.
+    // SAFETY: an unaligned load of the 16 i16 (32 bytes) of `bsums`; AVX per this function's
+    // contract.
     unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) }
 }
 
 /// Shared loop of Q4_K/Q5_K: `chunk(blk, c)` yields the 64 unsigned quants of chunk `c` as
 /// (elements 64c..64c+32, elements 64c+32..64c+64).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and the instruction set `D` needs (see [`IDot`]); every row
+/// of `a` holds at least `w.len()` blocks (they are read unchecked). [`Body::run`]'s contract gives
+/// both.
 #[inline(always)]
 unsafe fn scale_min_dot<W, D: IDot, const N: usize>(
     w: &[W],
@@ -32,7 +42,9 @@ unsafe fn scale_min_dot<W, D: IDot, const N: usize>(
     header: impl Fn(&W) -> ([u8; 2], [u8; 2], &[u8; 12]),
     chunk: impl Fn(&W, usize) -> (__m256i, __m256i),
 ) -> [f32; N] {
-    // SAFETY: AVX2/FMA/F16C enabled by the entry points; activation rows have w.len() blocks.
+    // SAFETY: the instruction sets per this function's contract; `at(a[j], b)` reads block
+    // b < w.len() of rows that hold w.len() blocks (the contract); the other loads are checked
+    // or of whole arrays.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); N];
         let mut acc_min = [_mm256_setzero_ps(); N];
@@ -105,9 +117,13 @@ impl Body for Q4KBody {
 }
 
 /// Bytes of 0x10 where bit `bit` of the corresponding `qh` byte is set.
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection).
 #[inline(always)]
 unsafe fn fifth_bit(qh: __m256i, bit: usize) -> __m256i {
-    // SAFETY: AVX2 enabled by the entry points.
+    // SAFETY: register operations only; AVX2 per this function's contract.
     unsafe {
         let mask = _mm256_set1_epi8((1u8 << bit) as i8);
         _mm256_and_si256(
@@ -147,9 +163,13 @@ impl Body for Q5KBody {
 }
 
 /// The four vectors of 32 six-bit quants of one half (128 elements) of a Q6_K block.
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection). The loads are checked: `h > 1` panics.
 #[inline(always)]
 unsafe fn q6_half(blk: &BlockQ6K, h: usize) -> [__m256i; 4] {
-    // SAFETY: AVX2 enabled by the entry points; loads are within the block's arrays.
+    // SAFETY: AVX2 per this function's contract; the loads are checked slices of the block.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
         let ql0 = load32_at(&blk.ql, 64 * h);

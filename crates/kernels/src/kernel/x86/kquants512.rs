@@ -18,24 +18,38 @@ use crate::quant::kquants::k4_scales_mins;
 use crate::quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
 /// Loads 64 activation quants starting at element `offset`.
+///
+/// # Safety
+/// The CPU must support AVX-512F (the 512-bit bodies inline this only into entry points that enable
+/// it, after detection). The range is checked: `offset + 64 > 256` panics.
 #[inline(always)]
 pub(super) unsafe fn load64(x: &BlockQ8K, offset: usize) -> __m512i {
     let s = &x.qs[offset..offset + 64];
-    // SAFETY: `s` holds exactly 64 bytes; unaligned load.
+    // SAFETY: `s` holds exactly 64 bytes, read by an unaligned load; AVX-512F per this
+    // function's contract.
     unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
 }
 
 /// Adds the two 256-bit halves of 16 i32 lanes.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512F (the 512-bit bodies inline this only into entry points
+/// that enable them, after detection).
 #[inline(always)]
 pub(super) unsafe fn fold(v: __m512i) -> __m256i {
-    // SAFETY: AVX-512F enabled by the entry point.
+    // SAFETY: register operations only; AVX2 and AVX-512F per this function's contract.
     unsafe { _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v)) }
 }
 
 /// The 16 block sums of an activation block.
+///
+/// # Safety
+/// The CPU must support AVX (the 512-bit bodies inline this only into entry points that enable
+/// AVX2, after detection).
 #[inline(always)]
 unsafe fn bsums(x: &BlockQ8K) -> __m256i {
-    // SAFETY: 16 i16 = 32 bytes, unaligned load.
+    // SAFETY: an unaligned load of the 16 i16 (32 bytes) of `bsums`; AVX per this function's
+    // contract.
     unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) }
 }
 
@@ -45,14 +59,19 @@ pub(crate) trait ScaleMinBlock: crate::quant::PodBlock {
     /// Unsigned quants of chunk `c` (elements 64c..64c+64) in element order.
     ///
     /// # Safety
-    /// AVX2 and AVX-512 F/BW must be enabled in the inlining function.
+    /// The CPU must support AVX2 and AVX-512 F/BW (the 512-bit bodies inline this only into
+    /// entry points that enable them, after detection). (`c > 3` panics at a checked load.)
     unsafe fn chunk(&self, c: usize) -> __m512i;
 }
 
 /// `[low nibbles | high nibbles]` of 32 packed bytes.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512F (the 512-bit bodies inline this only into entry points
+/// that enable them, after detection).
 #[inline(always)]
 unsafe fn nibbles64(raw: __m256i) -> __m512i {
-    // SAFETY: AVX2/AVX-512F enabled by the entry point.
+    // SAFETY: register operations only; AVX2 and AVX-512F per this function's contract.
     unsafe {
         let both =
             _mm512_inserti64x4::<1>(_mm512_castsi256_si512(raw), _mm256_srli_epi16::<4>(raw));
@@ -152,9 +171,13 @@ impl<W: ScaleMinBlock> Body512 for ScaleMinBody<W> {
 }
 
 /// i16 scales for 64 quants covering groups `g..g + 4` (16 quants each) of a Q6_K block.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512BW (the 512-bit bodies inline this only into entry points
+/// that enable them, after detection).
 #[inline(always)]
 pub(super) unsafe fn q6_scales64(sc8: __m128i, g: usize) -> __m512i {
-    // SAFETY: AVX2/AVX-512BW enabled by the entry point.
+    // SAFETY: register operations only; AVX2 and AVX-512BW per this function's contract.
     unsafe {
         let rep = |v: usize| (v as i64) * 0x0101_0101_0101_0101;
         let ctrl = _mm256_set_epi64x(rep(g + 3), rep(g + 2), rep(g + 1), rep(g));

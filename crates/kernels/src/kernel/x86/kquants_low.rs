@@ -21,16 +21,25 @@ use crate::quant::kquants_low::{fold_k, q3_k_scales};
 use crate::quant::{BlockQ2K, BlockQ3K, BlockQ8K};
 
 /// Loads the 16 block sums of an activation block.
+///
+/// # Safety
+/// The CPU must support AVX (the bodies inline this only into entry points that enable AVX2, after
+/// detection).
 #[inline(always)]
 pub(super) unsafe fn bsums(x: &BlockQ8K) -> __m256i {
-    // SAFETY: 16 i16 = 32 bytes, unaligned load.
+    // SAFETY: an unaligned load of the 16 i16 (32 bytes) of `bsums`; AVX per this function's
+    // contract.
     unsafe { _mm256_loadu_si256(x.bsums.as_ptr().cast()) }
 }
 
 /// The four vectors of two-bit quants of half `h` (elements `128h + 32k..128h + 32k + 32`).
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection). The load is checked: `h > 1` panics.
 #[inline(always)]
 unsafe fn low2_half(qs: &[u8; 64], h: usize) -> [__m256i; 4] {
-    // SAFETY: AVX2 enabled by the entry points; the load stays in `qs`.
+    // SAFETY: AVX2 per this function's contract; the load is a checked slice of `qs`.
     unsafe {
         let raw = load32_at(qs, 32 * h);
         let m3 = _mm256_set1_epi8(3);
@@ -49,13 +58,23 @@ pub(crate) trait LowK: crate::quant::PodBlock {
     /// The 16 signed byte group scales.
     ///
     /// # Safety
-    /// AVX2 enabled in the inlining function (for this and every method below).
+    /// The CPU must support AVX2 (the bodies inline this only into entry points that enable it,
+    /// after detection).
     unsafe fn scales(&self) -> __m128i;
     /// Half `h`'s four vectors of unsigned quants (elements `128h + 32k..128h + 32k + 32`).
+    ///
+    /// # Safety
+    /// As [`LowK::scales`]: the CPU must support AVX2. (`h > 1` panics at a checked load.)
     unsafe fn quants(&self, h: usize) -> [__m256i; 4];
     /// The i32 lanes the integer sum starts from (Q3_K's offset term).
+    ///
+    /// # Safety
+    /// As [`LowK::scales`]: the CPU must support AVX2.
     unsafe fn offset(&self, sc8: __m128i, x: &BlockQ8K) -> __m256i;
     /// Folds the super-block's exact integer sum into `acc` ([`fold_k`]).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C (the scales are f16).
     unsafe fn fold(&self, acc: f32, isum: i32, x: &BlockQ8K) -> f32;
 }
 
@@ -101,9 +120,13 @@ impl LowK for BlockQ2K {
 }
 
 /// Bytes of 4 where bit `bit` of the corresponding `hmask` byte is set.
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection).
 #[inline(always)]
 unsafe fn third_bit(hm: __m256i, bit: usize) -> __m256i {
-    // SAFETY: AVX2 enabled by the entry points.
+    // SAFETY: register operations only; AVX2 per this function's contract.
     unsafe {
         let mask = _mm256_set1_epi8((1u8 << bit) as i8);
         _mm256_and_si256(

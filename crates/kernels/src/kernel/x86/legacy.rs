@@ -12,9 +12,13 @@ use super::{at, f16_to_f32, hsum_ps, load32, Body, IDot};
 use crate::quant::{ActQ8_0, BlockQ4_0, BlockQ5_0, BlockQ8_0};
 
 /// Expands 16 packed nibbles to 32 bytes: low nibbles (elements 0..16) then high nibbles.
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection).
 #[inline(always)]
 pub(super) unsafe fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
-    // SAFETY: 16-byte array, unaligned load; AVX2 enabled by the entry points.
+    // SAFETY: an unaligned load of the 16-byte array; AVX2 per this function's contract.
     unsafe {
         let raw = _mm_loadu_si128(qs.as_ptr().cast());
         _mm256_and_si256(
@@ -25,9 +29,13 @@ pub(super) unsafe fn unpack_nibbles(qs: &[u8; 16]) -> __m256i {
 }
 
 /// Spreads 32 bits to 32 bytes: byte `i` is 0x10 if bit `i` of `bits` is set, else 0.
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection).
 #[inline(always)]
 pub(super) unsafe fn high_bits_x16(bits: u32) -> __m256i {
-    // SAFETY: AVX2 enabled by the entry points.
+    // SAFETY: register operations only; AVX2 per this function's contract.
     unsafe {
         // Byte i takes byte i / 8 of `bits` (each 128-bit lane holds all four after the broadcast).
         let spread = _mm256_shuffle_epi8(
@@ -48,6 +56,11 @@ pub(super) unsafe fn high_bits_x16(bits: u32) -> __m256i {
 /// The shared block loop: `signed(block)` gives the 32 signed quants (`q - offset`) of a block.
 /// Each pair multiplies `|w|` with `x` carrying the sign of `w`, so every i32 lane holds the
 /// exact sum of four products `w_i * x_i` (the same lanes the 512-bit bodies produce).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and the instruction set `D` needs (see [`IDot`]); every row
+/// of `a` holds at least `w.len()` blocks (they are read unchecked). [`Body::run`]'s contract gives
+/// both.
 #[inline(always)]
 unsafe fn signed_quant_dot<W, D: IDot, const N: usize>(
     w: &[W],
@@ -55,7 +68,9 @@ unsafe fn signed_quant_dot<W, D: IDot, const N: usize>(
     scale: impl Fn(&W) -> [u8; 2],
     signed: impl Fn(&W) -> __m256i,
 ) -> [f32; N] {
-    // SAFETY: AVX2/FMA/F16C enabled by the entry points; activation rows have w.len() blocks.
+    // SAFETY: the instruction sets per this function's contract; `at(a[j], b)` reads block
+    // b < w.len() of rows that hold w.len() blocks (the contract); `signed` and `scale` are
+    // closures over a block reference.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; N];
         for (b, blk) in w.iter().enumerate() {

@@ -20,7 +20,8 @@ pub(crate) trait LegacyPair: PodBlock {
     /// Signed quants (`q - offset`) of `a` in bytes 0..32 and of `b` (or zeros) in bytes 32..64.
     ///
     /// # Safety
-    /// AVX2 and AVX-512 F/BW must be enabled in the inlining function.
+    /// The CPU must support AVX2 and AVX-512 F/BW (the 512-bit bodies inline this only into
+    /// entry points that enable them, after detection).
     unsafe fn signed_pair(a: &Self, b: Option<&Self>) -> __m512i;
     /// The block's f16 scale bytes.
     fn scale(&self) -> [u8; 2];
@@ -28,9 +29,14 @@ pub(crate) trait LegacyPair: PodBlock {
 
 /// Packs two 16-byte nibble arrays to 64 unsigned quants: low nibbles of `a`, high nibbles of
 /// `a`, then the same for `b`.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512F (the 512-bit bodies inline this only into entry points
+/// that enable them, after detection).
 #[inline(always)]
 unsafe fn nibble_pair(a: &[u8; 16], b: Option<&[u8; 16]>) -> __m512i {
-    // SAFETY: 16-byte loads from arrays; AVX2/AVX-512F enabled by the entry point.
+    // SAFETY: unaligned loads of whole 16-byte arrays; AVX2 and AVX-512F per this function's
+    // contract.
     unsafe {
         let la = _mm_loadu_si128(a.as_ptr().cast());
         let lb = b.map_or(_mm_setzero_si128(), |b| _mm_loadu_si128(b.as_ptr().cast()));

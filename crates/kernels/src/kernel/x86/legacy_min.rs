@@ -16,7 +16,8 @@ use crate::quant::{ActQ8_0, BlockQ4_1, BlockQ5_1};
 /// A Q4_1 / Q5_1 block's unsigned quants as one vector.
 pub(crate) trait MinQuants: MinBlock {
     /// # Safety
-    /// AVX2 must be enabled in the inlining function.
+    /// The CPU must support AVX2 (the bodies inline this only into entry points that enable it,
+    /// after detection).
     unsafe fn unsigned(&self) -> __m256i;
 }
 
@@ -42,9 +43,13 @@ impl MinQuants for BlockQ5_1 {
 }
 
 /// Sum of eight i32 lanes (exact: the lanes are bounded far below overflow).
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection).
 #[inline(always)]
 pub(super) unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: AVX2 enabled by the entry points.
+    // SAFETY: register operations only; AVX2 per this function's contract.
     unsafe {
         let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));

@@ -150,7 +150,11 @@ trait Pass {
     /// Activation rows per pass when the batch allows (16, 8 or 4), as registers permit.
     const GROUP: usize;
     /// # Safety
-    /// As the pass functions: their features enabled, `i + N <= m`, job validated.
+    /// The CPU must support the implementor's instruction set (AVX2, FMA and F16C for
+    /// `packed256`'s passes; also AVX-512 F/BW/VL/VNNI for `packed512`'s and `amx`'s, whose
+    /// tiles must also be configured for the format's sub-blocks on this thread). `job` is a
+    /// job of the pass's format with consistent shapes (as `packed512::groups` states),
+    /// `g < job.rows / 16`, `i + N <= job.m`, and no other thread writes group `g`'s outputs.
     unsafe fn pass<const N: usize>(job: &crate::packed::PackedJob, g: usize, i: usize);
 }
 
@@ -159,13 +163,15 @@ trait Pass {
 /// sums are the same). Inlined into each kernel file's `target_feature` entry.
 ///
 /// # Safety
-/// `P`'s features enabled in the caller; `job` validated by the matmul; no other thread writes
-/// these groups.
+/// [`Pass::pass`]'s contract for every group of `groups` and every activation row: `P`'s
+/// instruction set (and tiles) enabled, `job` of `P`'s format with consistent shapes, `groups`
+/// within `0..job.rows / 16`, and no other thread writing these groups' outputs.
 #[inline(always)]
 unsafe fn drive_passes<P: Pass>(job: &crate::packed::PackedJob, groups: std::ops::Range<usize>) {
     for g in groups {
         let mut i = 0;
-        // SAFETY (all passes): each stays within 0..m; the rest is the caller's contract.
+        // SAFETY: every pass below covers rows i..i + N within 0..m (the loop bounds); the rest
+        // of `P::pass`'s contract is this function's.
         unsafe {
             if P::GROUP >= 16 {
                 while i + 16 <= job.m {
@@ -217,16 +223,32 @@ pub(crate) fn avx512vnni_available() -> bool {
 /// ones) to i32; this is exact provided the i16 pair sums cannot saturate, i.e. `q <= 128` with
 /// `|x| <= 127` (and in practice `q <= 63` for scaled use). The trait is the seam where another
 /// integer primitive can be slotted in without touching the bodies.
+///
+/// Every method needs the implementor's instruction set: AVX2 for [`Avx2Dot`], AVX2 and
+/// AVX-512 VL + VNNI for [`VnniDot`]. The bodies call them only inside the `#[target_feature]`
+/// entry points of the matching [`Simd`] kernel, which [`visit`] builds after detecting them.
 pub(crate) trait IDot {
     /// Scale vector for 32 quants that all use scale `a` (|a| < 2^15).
+    ///
+    /// # Safety
+    /// The CPU must support the implementor's instruction set (see [`IDot`]).
     unsafe fn scales_32(a: i32) -> __m256i;
     /// Scale vector for 32 quants whose first 16 use `s[g]` and last 16 use `s[g + 1]`, from 16
     /// signed byte scales in an xmm register; `g` is a constant after unrolling, so this is one
     /// shuffle and one widening.
+    ///
+    /// # Safety
+    /// The CPU must support the implementor's instruction set (see [`IDot`]).
     unsafe fn scales_16_of(s: __m128i, g: usize) -> __m256i;
     /// `acc` plus i32 lanes whose total is `sum_i q_i * x_i * scale(i)`.
+    ///
+    /// # Safety
+    /// The CPU must support the implementor's instruction set (see [`IDot`]).
     unsafe fn scaled_dot_acc(acc: __m256i, q: __m256i, x: __m256i, scales: __m256i) -> __m256i;
     /// `acc` plus i32 lanes (each the sum of four adjacent products) of `q . x`.
+    ///
+    /// # Safety
+    /// The CPU must support the implementor's instruction set (see [`IDot`]).
     unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i;
 }
 
@@ -237,9 +259,12 @@ const fn rep8(v: usize) -> i64 {
 }
 
 /// i16 scale vector: lanes 0..8 (elements 0..16 after `maddubs`) take `s[g]`, lanes 8..16 `s[g+1]`.
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it).
 #[inline(always)]
 unsafe fn scales_16_i16(s: __m128i, g: usize) -> __m256i {
-    // SAFETY: AVX2 is enabled in every entry point that inlines this.
+    // SAFETY: AVX2 per this function's contract; register operations only.
     unsafe { _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s, _mm_set_epi64x(rep8(g + 1), rep8(g)))) }
 }
 
@@ -249,7 +274,7 @@ pub(crate) struct Avx2Dot;
 impl IDot for Avx2Dot {
     #[inline(always)]
     unsafe fn scales_32(a: i32) -> __m256i {
-        // SAFETY: AVX2 is enabled in every entry point that inlines this.
+        // SAFETY: AVX2 per the trait's contract for `Avx2Dot`.
         unsafe { _mm256_set1_epi16(a as i16) }
     }
     #[inline(always)]
@@ -281,7 +306,7 @@ pub(crate) struct VnniDot;
 impl IDot for VnniDot {
     #[inline(always)]
     unsafe fn scales_32(a: i32) -> __m256i {
-        // SAFETY: forwarded; AVX2 is enabled wherever VNNI is.
+        // SAFETY: `VnniDot`'s instruction set includes AVX2, all `Avx2Dot` needs.
         unsafe { Avx2Dot::scales_32(a) }
     }
     #[inline(always)]
@@ -296,7 +321,7 @@ impl IDot for VnniDot {
     }
     #[inline(always)]
     unsafe fn dot_acc(acc: __m256i, q: __m256i, x: __m256i) -> __m256i {
-        // SAFETY: AVX-512 VL + VNNI are enabled in the entry point that inlines this.
+        // SAFETY: AVX-512 VL + VNNI per the trait's contract for `VnniDot`.
         unsafe { _mm256_dpbusd_epi32(acc, q, x) }
     }
 }
@@ -338,6 +363,10 @@ impl<B: Body512> RowDot for Wide<B> {
     }
 }
 
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (only a `Simd<B, Avx2Dot>` or a float `Tiled` kernel
+/// calls this, built after detection), and [`DotKernel::rows`]'s contract holds for `job` and
+/// `range` with `act_len == job.per_row`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_avx2<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
     // SAFETY: this function's features are the ones `Body::run` requires for `Avx2Dot`; the
@@ -345,6 +374,10 @@ unsafe fn rows_avx2<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
     unsafe { rows_loop::<WithDot<B, Avx2Dot>>(job, range) }
 }
 
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI (only a `Simd<B, VnniDot>` calls
+/// this, built after detection), and [`DotKernel::rows`]'s contract holds for `job` and `range`
+/// with `act_len == job.per_row`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn rows_vnni<B: Body>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
     // SAFETY: this function's features include those `Body::run` requires for `VnniDot`; the
@@ -366,6 +399,10 @@ pub(crate) trait Body512 {
     unsafe fn run<const N: usize>(w: &[Self::W], a: [&[Self::A]; N]) -> [f32; N];
 }
 
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI (only a `Simd512<B>` calls this,
+/// built after detection), and [`DotKernel::rows`]'s contract holds for `job` and `range` with
+/// `act_len == B::act_len(job.per_row)`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn rows_512<B: Body512>(job: &RowsJob<B::W, B::A>, range: Range<usize>) {
     // SAFETY: this function's features are the ones `Body512::run` requires.
@@ -521,9 +558,12 @@ pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) -> Result<
 // ---- helpers shared by the bodies (all `#[inline(always)]`, AVX2 + FMA + F16C) ----
 
 /// Horizontal sum of 8 floats in a fixed order.
+///
+/// # Safety
+/// The CPU must support AVX (the bodies inline this only into entry points that enable AVX2).
 #[inline(always)]
 pub(crate) unsafe fn hsum_ps(v: __m256) -> f32 {
-    // SAFETY: AVX is implied by the entry points' AVX2.
+    // SAFETY: AVX per this function's contract; register operations only.
     unsafe {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -533,9 +573,12 @@ pub(crate) unsafe fn hsum_ps(v: __m256) -> f32 {
 }
 
 /// Converts one IEEE half (little-endian bytes) with F16C.
+///
+/// # Safety
+/// The CPU must support F16C (enabled with AVX2 in every entry point).
 #[inline(always)]
 pub(crate) unsafe fn f16_to_f32(bits: [u8; 2]) -> f32 {
-    // SAFETY: F16C is enabled in every entry point.
+    // SAFETY: F16C per this function's contract; register operations only.
     unsafe {
         _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(
             u16::from_le_bytes(bits),
@@ -543,29 +586,41 @@ pub(crate) unsafe fn f16_to_f32(bits: [u8; 2]) -> f32 {
     }
 }
 
-/// `&s[i]` without a bounds check. Callers guarantee `i < s.len()` (checked in debug builds);
-/// the bodies index activation rows with weight block indices, and `Simd::dot` asserts the
-/// lengths are equal.
+/// `&s[i]` without a bounds check (checked in debug builds). The bodies index activation rows
+/// with weight block indices: [`Body::run`]'s and [`Body512::run`]'s contracts make the rows
+/// long enough, and `RowsJob::validate` asserts it for every kernel.
+///
+/// # Safety
+/// `i < s.len()`.
 #[inline(always)]
 pub(crate) unsafe fn at<T>(s: &[T], i: usize) -> &T {
     debug_assert!(i < s.len());
-    // SAFETY: in bounds per the caller's guarantee.
+    // SAFETY: `i < s.len()` is this function's contract.
     unsafe { s.get_unchecked(i) }
 }
 
 /// Loads 32 bytes from a 32-byte array.
+///
+/// # Safety
+/// The CPU must support AVX (the bodies inline this only into entry points that enable AVX2).
 #[inline(always)]
 pub(crate) unsafe fn load32<T>(p: &[T; 32]) -> __m256i {
     const { assert!(std::mem::size_of::<T>() == 1) };
-    // SAFETY: the array holds exactly 32 bytes; unaligned load.
+    // SAFETY: the array holds exactly 32 bytes, read by an unaligned load; AVX per this
+    // function's contract.
     unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
 }
 
 /// Loads 32 bytes starting at `p[offset]`; panics if out of range.
+///
+/// # Safety
+/// The CPU must support AVX (the bodies inline this only into entry points that enable AVX2). The
+/// range is checked: `offset + 32 > p.len()` panics.
 #[inline(always)]
 pub(crate) unsafe fn load32_at<T>(p: &[T], offset: usize) -> __m256i {
     const { assert!(std::mem::size_of::<T>() == 1) };
     let s = &p[offset..offset + 32];
-    // SAFETY: `s` holds exactly 32 bytes; unaligned load.
+    // SAFETY: `s` holds exactly 32 bytes, read by an unaligned load; AVX per this function's
+    // contract.
     unsafe { _mm256_loadu_si256(s.as_ptr().cast()) }
 }

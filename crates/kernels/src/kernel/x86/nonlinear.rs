@@ -23,16 +23,24 @@ use crate::quant::nonlinear::{fold, iq4_xs_nibbles, TableBlock, KVALUES_IQ4NL};
 use crate::quant::{ActQ8_0, BlockIq4Xs, BlockQ8K};
 
 /// The 16-entry table in both 128-bit lanes, for `_mm256_shuffle_epi8`.
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection).
 #[inline(always)]
 unsafe fn table256(t: &[i8; 16]) -> __m256i {
-    // SAFETY: 16-byte array, unaligned load; AVX2 enabled by the entry points.
+    // SAFETY: an unaligned load of the 16-byte array; AVX2 per this function's contract.
     unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr().cast())) }
 }
 
 /// The 32 signed table values of 16 nibble bytes, in element order.
+///
+/// # Safety
+/// The CPU must support AVX2 (the bodies inline this only into entry points that enable it, after
+/// detection).
 #[inline(always)]
 unsafe fn lookup(table: __m256i, qs: &[u8; 16]) -> __m256i {
-    // SAFETY: AVX2 enabled by the entry points; nibble indices are below 16.
+    // SAFETY: AVX2 per this function's contract, all `unpack_nibbles` needs too.
     unsafe { _mm256_shuffle_epi8(table, unpack_nibbles(qs)) }
 }
 

@@ -130,9 +130,13 @@ pub(crate) unsafe fn gelu_table(x: &mut [f32], table: &[u16]) {
 
 /// `round_half_even(v * s)` of eight values as i32, by the same float operations as the scalar
 /// `quant::round_half_even` (add 1.5 * 2^23, take the bits), so the same results.
+///
+/// # Safety
+/// The CPU must support AVX2 (the activation quantizers inline this only into their entry points,
+/// which enable it; `crate::ops` calls those after detection).
 #[inline(always)]
 unsafe fn round_scaled(v: __m256, s: __m256) -> __m256i {
-    // SAFETY: register operations only; AVX2 enabled by the entry points.
+    // SAFETY: register operations only; AVX2 per this function's contract.
     unsafe {
         const MAGIC: f32 = 12_582_912.0;
         let m = _mm256_set1_ps(MAGIC);
@@ -144,9 +148,14 @@ unsafe fn round_scaled(v: __m256, s: __m256) -> __m256i {
 }
 
 /// 32 i32 values in `-128..=127` (four vectors, element order) as bytes.
+///
+/// # Safety
+/// The CPU must support AVX2 (the activation quantizers inline this only into their entry points,
+/// which enable it; `crate::ops` calls those after detection).
 #[inline(always)]
 unsafe fn pack_i8(q: [__m256i; 4]) -> [i8; 32] {
-    // SAFETY: register operations and one 32-byte store into a local; AVX2 enabled.
+    // SAFETY: register operations and one 32-byte store into a local; AVX2 per this function's
+    // contract.
     unsafe {
         let ab = _mm256_packs_epi32(q[0], q[1]);
         let cd = _mm256_packs_epi32(q[2], q[3]);
@@ -160,9 +169,13 @@ unsafe fn pack_i8(q: [__m256i; 4]) -> [i8; 32] {
 }
 
 /// The sum of the eight i32 lanes.
+///
+/// # Safety
+/// The CPU must support AVX2 (the activation quantizers inline this only into their entry points,
+/// which enable it; `crate::ops` calls those after detection).
 #[inline(always)]
 unsafe fn hsum_epi32(v: __m256i) -> i32 {
-    // SAFETY: register operations only; AVX2 enabled.
+    // SAFETY: register operations only; AVX2 per this function's contract.
     unsafe {
         let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
         let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
@@ -172,9 +185,14 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
 }
 
 /// The largest `|x|` of `x` (a multiple of 8 long); maxima are exact in any order.
+///
+/// # Safety
+/// The CPU must support AVX (the activation quantizers inline this only into their entry points,
+/// which enable AVX2), and `x.len()` is a multiple of 8: the loads are unchecked.
 #[inline(always)]
 unsafe fn abs_max(x: &[f32]) -> f32 {
-    // SAFETY: loads at i + 8 <= len; AVX2 enabled.
+    // SAFETY: the loads read x[i..i + 8] with i + 8 <= len, as `len` is a multiple of 8 (this
+    // function's contract), and a 32-byte store into a local; AVX per the contract.
     unsafe {
         let sign = _mm256_set1_ps(-0.0);
         let mut m = _mm256_setzero_ps();
@@ -199,7 +217,8 @@ unsafe fn abs_max(x: &[f32]) -> f32 {
 pub(crate) unsafe fn quantize_act_q8_0(x: &[f32], out: &mut [crate::quant::ActQ8_0]) {
     use crate::quant::{f16_to_f32, f32_to_f16, ActQ8_0};
     for (chunk, block) in x.chunks_exact(32).zip(out.iter_mut()) {
-        // SAFETY: 32 floats per chunk; AVX2 enabled here.
+        // SAFETY: AVX2 (and so AVX) is enabled here; `chunk` holds 32 floats, a multiple of 8
+        // for `abs_max`, and the loads read chunk[8k..8k + 8] for k < 4.
         unsafe {
             let amax = abs_max(chunk);
             let d = amax / 127.0;
@@ -256,9 +275,12 @@ pub(crate) unsafe fn square_sums8(x: &[f32], d: usize) -> [f64; 8] {
 }
 
 /// The 8x8 transpose: vector `k` of the result holds element `k` of each input, in input order.
+///
+/// # Safety
+/// The CPU must support AVX (`square_sums8` inlines this into its entry point, which enables AVX2).
 #[inline(always)]
 unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
-    // SAFETY: register-only intrinsics; AVX enabled by the caller.
+    // SAFETY: register operations only; AVX per this function's contract.
     unsafe {
         let t0 = _mm256_unpacklo_ps(r[0], r[1]);
         let t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -297,7 +319,8 @@ unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 pub(crate) unsafe fn quantize_row_q8_k(x: &[f32], out: &mut [crate::quant::BlockQ8K]) {
     use crate::quant::BlockQ8K;
     for (chunk, block) in x.chunks_exact(256).zip(out.iter_mut()) {
-        // SAFETY: 256 floats per chunk; AVX2 enabled here.
+        // SAFETY: AVX2 (and so AVX) is enabled here; `chunk` holds 256 floats, a multiple of 8
+        // for `abs_max`, and the loads read chunk[32g + 8k..+8] for g < 8, k < 4.
         unsafe {
             let amax = abs_max(chunk);
             if amax == 0.0 {

@@ -45,8 +45,9 @@ const HALF: usize = PACK_ROWS / 2;
 ///
 /// # Safety
 /// `half` computes one half of a record of `rec` bytes; records of group `g` lie in
-/// `job.data` and `all` holds rows `i..i + N` (checked by the matmul); AVX2 enabled by the
-/// entry point.
+/// `job.data` and `all` holds rows `i..i + N` (checked by the matmul); `job.out` is valid for
+/// `m * rows` writes and no other thread writes group `g`'s outputs; the CPU supports AVX2
+/// (enabled by the entry point, `groups_of`).
 #[inline(always)]
 unsafe fn records<A, const N: usize>(
     job: &PackedJob,
@@ -88,25 +89,41 @@ unsafe fn records<A, const N: usize>(
 }
 
 /// Four activation bytes broadcast to every i32 lane.
+///
+/// # Safety
+/// The CPU must support AVX (the passes inline this only into `groups_of`, which enables AVX2, FMA
+/// and F16C; `packed::PackedJob::groups` calls it after detection); `4k + 4` bytes are readable at
+/// `qs`.
 #[inline(always)]
 unsafe fn bcast(qs: *const i8, k: usize) -> __m256i {
-    // SAFETY: the caller passes `4k + 4` readable bytes at `qs`.
+    // SAFETY: bytes `4k..4k + 4` of `qs` are readable (this function's contract), read
+    // unaligned; AVX per the contract.
     unsafe { _mm256_set1_epi32(std::ptr::read_unaligned(qs.add(4 * k).cast::<i32>())) }
 }
 
 /// Eight f16 scales (row lanes `8h..8h + 8`) of a record's scale area, as f32.
+///
+/// # Safety
+/// The CPU must support AVX and F16C (the passes inline this only into `groups_of`, which enables
+/// AVX2, FMA and F16C; `packed::PackedJob::groups` calls it after detection); bytes `16h..16h + 16`
+/// at `p` are readable (a record's 32-byte scale area, `h < 2`).
 #[inline(always)]
 unsafe fn half_scales(p: *const u8, h: usize) -> __m256 {
-    // SAFETY: the caller passes 32 readable bytes; F16C enabled by the entry point.
+    // SAFETY: reads bytes 16h..16h + 16 at `p`, readable per this function's contract; F16C per
+    // the contract.
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.add(16 * h).cast())) }
 }
 
 /// Four vectors of 6-bit values from two nibble vectors and one of high bit pairs: value `c`
 /// takes its low four bits from nibble `c % 2` of `lo[c / 2]` and its top two from bits
 /// `2c..2c + 2` of `hi` (Q6_K's quants; Q4_K's scales and mins), as `packed512::merge6`.
+///
+/// # Safety
+/// The CPU must support AVX2 (the passes inline this only into `groups_of`, which enables AVX2, FMA
+/// and F16C; `packed::PackedJob::groups` calls it after detection).
 #[inline(always)]
 unsafe fn merge6(lo0: __m256i, lo1: __m256i, hi: __m256i) -> [__m256i; 4] {
-    // SAFETY: register-only; AVX2 enabled by the entry point.
+    // SAFETY: register operations only; AVX2 per this function's contract.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
         let m30 = _mm256_set1_epi8(0x30);
@@ -124,9 +141,13 @@ unsafe fn merge6(lo0: __m256i, lo1: __m256i, hi: __m256i) -> [__m256i; 4] {
 
 /// Each lane's i16 pair `(a, b)` made `(a, a)` (`T == 0`) or `(b, b)`: a per-row scale for
 /// `madd` against pair sums.
+///
+/// # Safety
+/// The CPU must support AVX2 (the passes inline this only into `groups_of`, which enables AVX2, FMA
+/// and F16C; `packed::PackedJob::groups` calls it after detection).
 #[inline(always)]
 unsafe fn splat_pair<const T: usize>(pairs: __m256i) -> __m256i {
-    // SAFETY: register-only; AVX2 enabled by the entry point.
+    // SAFETY: register operations only; AVX2 per this function's contract.
     unsafe {
         if T == 0 {
             _mm256_shufflehi_epi16::<0xA0>(_mm256_shufflelo_epi16::<0xA0>(pairs))
@@ -138,9 +159,16 @@ unsafe fn splat_pair<const T: usize>(pairs: __m256i) -> __m256i {
 
 /// The scale pairs (`T == 0`) or min pairs of a Q4_K record's half `h`: lane `i` of element `k`
 /// is row `8h + i`'s `(v[2k], v[2k + 1])`, widened from the pair-order 6-bit values.
+///
+/// # Safety
+/// The CPU must support AVX2 (the passes inline this only into `groups_of`, which enables AVX2, FMA
+/// and F16C; `packed::PackedJob::groups` calls it after detection); `r` points to a whole readable
+/// Q4_K record (`record_bytes(Format::Q4_K)` bytes) and `h < 2`.
 #[inline(always)]
 unsafe fn q4k_pairs<const T: usize>(r: *const u8, h: usize) -> [__m256i; 4] {
-    // SAFETY: the caller passes a Q4_K record; AVX2 enabled by the entry point.
+    // SAFETY: the loads read 16 bytes at 32k + 16h (k, h < 2) of the record's scale, min and
+    // high-bit areas, inside the record `r` points to (this function's contract); AVX2 per the
+    // contract.
     unsafe {
         // Bytes 32k' + 16h..+16 of the three 64-byte areas hold positions 32k' + 16h (low
         // nibbles and bits 0-1, 4-5) and 64 + 32k' + 16h (high nibbles and bits 2-3, 6-7).
@@ -161,9 +189,16 @@ unsafe fn q4k_pairs<const T: usize>(r: *const u8, h: usize) -> [__m256i; 4] {
 }
 
 /// Unsigned quants of half `h` of a Q5_0 / Q4_0 record's chunk pair `v` (chunks `2v`, `2v + 1`).
+///
+/// # Safety
+/// The CPU must support AVX2 (the passes inline this only into `groups_of`, which enables AVX2, FMA
+/// and F16C; `packed::PackedJob::groups` calls it after detection); `q` points to a record's
+/// readable quant area of format `F` (256 bytes, then 64 bytes of fifth bits for Q5_0 / Q5_1); `v <
+/// 4` and `h < 2`.
 #[inline(always)]
 unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i; 2] {
-    // SAFETY: the caller passes a record's quant bytes; AVX2 enabled by the entry point.
+    // SAFETY: the loads read 32 bytes at 64v + 32h < 256 and, for Q5_0 / Q5_1, at 256 + 32h,
+    // inside the quant area `q` points to (this function's contract); AVX2 per the contract.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
         let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h).cast());
@@ -196,6 +231,11 @@ unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i
 
 /// Half `h` (rows `8h..8h + 8`) of one legacy record `r` against activation blocks `xs`,
 /// accumulated into `acc`; prefetch slot `k` comes with chunk pair `k`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (the passes inline this only into `groups_of`, which
+/// enables AVX2, FMA and F16C; `packed::PackedJob::groups` calls it after detection); `r` points to
+/// a whole readable record of format `F` (`record_bytes(legacy_format(F))` bytes) and `h < 2`.
 #[inline(always)]
 unsafe fn legacy_half<const F: u8, const N: usize>(
     r: *const u8,
@@ -206,7 +246,9 @@ unsafe fn legacy_half<const F: u8, const N: usize>(
 ) {
     let format = legacy_format(F);
     let with_min = F == Q41 || F == Q51;
-    // SAFETY: the caller passes a record of format `F`; AVX2/FMA/F16C enabled by the entry point.
+    // SAFETY: every read lies in the record of format `F` that `r` points to (scales at 0 and,
+    // with a minimum, 32; quants at `quants_at`, as `nibble_pair` needs) or in the activation
+    // blocks' arrays; the instruction sets per this function's contract.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         // Q8_0 multiplies signed quants; the 4/5-bit formats take the offset off here.
@@ -272,6 +314,11 @@ unsafe fn legacy_half<const F: u8, const N: usize>(
 
 /// Half `h` (rows `8h..8h + 8`) of one Q4_K record `r` against activation blocks `xs`,
 /// accumulated into `acc`; prefetch slot `sj` comes with sub-block `sj`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (the passes inline this only into `groups_of`, which
+/// enables AVX2, FMA and F16C; `packed::PackedJob::groups` calls it after detection); `r` points to
+/// a whole readable Q4_K record (`record_bytes(Format::Q4_K)` bytes) and `h < 2`.
 #[inline(always)]
 unsafe fn q4k_half<const N: usize>(
     r: *const u8,
@@ -280,7 +327,9 @@ unsafe fn q4k_half<const N: usize>(
     acc: &mut [__m256; N],
     pf: Ahead,
 ) {
-    // SAFETY: the caller passes a Q4_K record; AVX2/FMA/F16C enabled by the entry point.
+    // SAFETY: every read lies in the Q4_K record `r` points to (this function's contract) or in
+    // the activation blocks' arrays (`qs` bytes 32sj + 4(2v + t)..+4 < 256, the 16 bytes of
+    // `sub_sums`); the instruction sets per the contract.
     unsafe {
         // The mins are widened after the sub-block loop, which keeps their registers free.
         let sp = q4k_pairs::<0>(r, h);
@@ -327,6 +376,11 @@ unsafe fn q4k_half<const N: usize>(
 
 /// Half `h` (rows `8h..8h + 8`) of one Q6_K record `r` against activation blocks `xs`,
 /// accumulated into `acc`; prefetch slot `sb` comes with sub-block `sb`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (the passes inline this only into `groups_of`, which
+/// enables AVX2, FMA and F16C; `packed::PackedJob::groups` calls it after detection); `r` points to
+/// a whole readable Q6_K record (`record_bytes(Format::Q6_K)` bytes) and `h < 2`.
 #[inline(always)]
 unsafe fn q6k_half<const N: usize>(
     r: *const u8,
@@ -335,7 +389,9 @@ unsafe fn q6k_half<const N: usize>(
     acc: &mut [__m256; N],
     pf: Ahead,
 ) {
-    // SAFETY: the caller passes a Q6_K record; AVX2/FMA/F16C enabled by the entry point.
+    // SAFETY: every read lies in the Q6_K record `r` points to (this function's contract) or in
+    // the activation blocks' arrays (`qs` bytes 16sb + 4c..+4 < 256, the 32 bytes of `bsums`);
+    // the instruction sets per the contract.
     unsafe {
         // Scales in pair order, sign-extended: lane i of `sp(k)` is (s[2k], s[2k + 1]). Widened
         // where they are used rather than held in eight registers through the loop.
@@ -446,9 +502,14 @@ impl Pass for Q6KPass {
 }
 
 /// [`drive_passes`] inside this file's `target_feature` entry, so the passes inline into it.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C, and `P` is the pass of `job.format`; the rest as
+/// [`groups`] (which this serves).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn groups_of<P: Pass>(job: &PackedJob, groups: std::ops::Range<usize>) {
-    // SAFETY: the caller's contract.
+    // SAFETY: `P`'s instruction set is enabled here (AVX2, FMA, F16C); its format, the job's
+    // shapes and the groups' ownership are this function's contract.
     unsafe { drive_passes::<P>(job, groups) }
 }
 

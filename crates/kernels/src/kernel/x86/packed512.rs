@@ -32,10 +32,17 @@ use crate::quant::{ActQ8_0, BlockQ8K};
 
 /// Unsigned quants of a record as eight vectors (chunk `k`: lane `i` = row `i`'s elements
 /// `4k..4k + 4`).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW (the passes inline this only into the `groups_of` entries here
+/// and in `amx`, which enable AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; `packed::PackedJob::groups`
+/// calls it after detection); `q` points to a record's readable quant bytes of format `F`: 512
+/// bytes for Q8_0, 256 for Q4_0 / Q4_1 (and a Q4_K sub-block), 320 for Q5_0 / Q5_1.
 #[inline(always)]
 pub(super) unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
-    // SAFETY: the caller passes a record's quant bytes (512 bytes for Q8_0, 256 + 64 for Q5_0,
-    // 256 for Q4_0); AVX-512 F/BW enabled by the entry point.
+    // SAFETY: the loads read 64 bytes at 64k (k < 8) for Q8_0, at 64v (v < 4) and, for Q5_0 /
+    // Q5_1, at 256: inside the quant bytes `q` points to (this function's contract); AVX-512
+    // F/BW per the contract.
     unsafe {
         let mut w = [_mm512_setzero_si512(); 8];
         if F == Q8 {
@@ -77,7 +84,8 @@ pub(super) unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
 /// quants at `qs` (four bytes broadcast per chunk), in two chains of `dpbusd`.
 ///
 /// # Safety
-/// `4 * K` bytes readable at `qs`; AVX-512 F/VNNI enabled by the entry point.
+/// `4 * K` bytes readable at `qs`; the CPU must support AVX-512 F/VNNI (enabled by the entry
+/// point, `groups_of`).
 #[inline(always)]
 unsafe fn dot_chunks<const K: usize>(init: __m512i, w: &[__m512i; K], qs: *const i32) -> __m512i {
     // SAFETY: per the contract.
@@ -99,9 +107,14 @@ unsafe fn dot_chunks<const K: usize>(init: __m512i, w: &[__m512i; K], qs: *const
 /// Four vectors of 6-bit values from two nibble vectors and one of high bit pairs: value `c`
 /// takes its low four bits from nibble `c % 2` of `lo[c / 2]` and its top two from bits
 /// `2c..2c + 2` of `hi` (Q6_K's quants; Q4_K's scales and mins).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW (the passes inline this only into the `groups_of` entries here
+/// and in `amx`, which enable AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; `packed::PackedJob::groups`
+/// calls it after detection).
 #[inline(always)]
 pub(super) unsafe fn merge6(lo0: __m512i, lo1: __m512i, hi: __m512i) -> [__m512i; 4] {
-    // SAFETY: register-only; AVX-512 F/BW enabled by the entry point.
+    // SAFETY: register operations only; AVX-512 F/BW per this function's contract.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0F);
         let m30 = _mm512_set1_epi8(0x30);
@@ -118,24 +131,40 @@ pub(super) unsafe fn merge6(lo0: __m512i, lo1: __m512i, hi: __m512i) -> [__m512i
 }
 
 /// Each lane's first (`T == 0`) or second i16 of its pair, as i32.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW (the passes inline this only into the `groups_of` entries here
+/// and in `amx`, which enable AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; `packed::PackedJob::groups`
+/// calls it after detection).
 #[inline(always)]
 pub(super) unsafe fn pick<const T: usize>(pairs: __m512i) -> __m512i {
-    // SAFETY: register-only; AVX-512 BW enabled by the entry point.
+    // SAFETY: register operations only; AVX-512 F/BW per this function's contract.
     unsafe { _mm512_madd_epi16(pairs, _mm512_set1_epi32(if T == 0 { 1 } else { 1 << 16 })) }
 }
 
 /// The 32 pair-order bytes of `v` at `half`, widened unsigned to sixteen lanes of i16 pairs.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW (the passes inline this only into the `groups_of` entries here
+/// and in `amx`, which enable AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; `packed::PackedJob::groups`
+/// calls it after detection).
 #[inline(always)]
 pub(super) unsafe fn widen_u8<const HALF: i32>(v: __m512i) -> __m512i {
-    // SAFETY: register-only; AVX-512 F/BW enabled by the entry point.
+    // SAFETY: register operations only; AVX-512 F/BW per this function's contract.
     unsafe { _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<HALF>(v)) }
 }
 
 /// A Q4_K record's `sum_j m_j * sum(x_j)` per row lane: `mp[k]` holds the lanes' min pairs of
 /// sub-blocks `2k`, `2k + 1`, `sub_sums` the activation block's sums of 32.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/VNNI (the passes inline this only into the `groups_of` entries
+/// here and in `amx`, which enable AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI;
+/// `packed::PackedJob::groups` calls it after detection).
 #[inline(always)]
 pub(super) unsafe fn q4k_min_sum(mp: &[__m512i; 4], sub_sums: &[i16; 8]) -> __m512i {
-    // SAFETY: reads the 16 bytes of `sub_sums`; AVX-512 F/VNNI enabled by the entry point.
+    // SAFETY: the reads stay in the 16 bytes of `sub_sums` (four unaligned i32); AVX-512 F/VNNI
+    // per this function's contract.
     unsafe {
         // Sums 2k and 2k + 1 as one i32 (little-endian i16 pair), broadcast from memory.
         let pairs = sub_sums.as_ptr().cast::<i32>();
@@ -150,9 +179,15 @@ pub(super) unsafe fn q4k_min_sum(mp: &[__m512i; 4], sub_sums: &[i16; 8]) -> __m5
 
 /// A Q6_K record's `sum_g s_g * sum(x_g)` per row lane (the `-32` offset's term before the
 /// factor): `sp[k]` holds the lanes' scale pairs of sub-blocks `2k`, `2k + 1`.
+///
+/// # Safety
+/// The CPU must support AVX-512 F/VNNI (the passes inline this only into the `groups_of` entries
+/// here and in `amx`, which enable AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI;
+/// `packed::PackedJob::groups` calls it after detection).
 #[inline(always)]
 pub(super) unsafe fn q6k_offset_sum(sp: &[__m512i; 8], bsums: &[i16; 16]) -> __m512i {
-    // SAFETY: reads the 32 bytes of `bsums`; AVX-512 F/VNNI enabled by the entry point.
+    // SAFETY: the reads stay in the 32 bytes of `bsums` (eight unaligned i32); AVX-512 F/VNNI
+    // per this function's contract.
     unsafe {
         // bsums 2k and 2k + 1 as one i32 (little-endian i16 pair), broadcast from memory.
         let pairs = bsums.as_ptr().cast::<i32>();
@@ -166,6 +201,12 @@ pub(super) unsafe fn q6k_offset_sum(sp: &[__m512i; 8], bsums: &[i16; 16]) -> __m
 }
 
 /// Rows `16g..16g + 16` for activation rows `i..i + N`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VNNI (the passes inline this only into
+/// `groups_of`, which enables them); `job` is a job of format `legacy_format(F)` whose shapes agree
+/// (as [`groups`] states); `g < job.rows / 16`, `i + N <= job.m`, and no other thread writes group
+/// `g`'s outputs.
 #[inline(always)]
 unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
     let format = legacy_format(F);
@@ -173,8 +214,9 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
     let off = offset(format).unwrap_or(0);
     let with_min = F == Q41 || F == Q51;
     let blocks = job.blocks;
-    // SAFETY: records of group g lie in `data` (checked by the caller); activation rows i..i+N
-    // hold `blocks` blocks each; AVX-512 F/BW/VNNI enabled by the entry point.
+    // SAFETY: records of group g lie in `data`, activation rows i..i + N hold `blocks` blocks
+    // each and the stores hit group g's outputs of rows i..i + N (all this function's
+    // contract); the instruction sets per the contract.
     unsafe {
         let base = job.data.as_ptr().add(g * blocks * rec);
         let PackedActs::Q8_0(all) = job.acts else {
@@ -221,6 +263,12 @@ unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize)
 }
 
 /// Q4_K rows `16g..16g + 16` for activation rows `i..i + N`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VNNI (the passes inline this only into
+/// `groups_of`, which enables them); `job` is a job of format Q4_K whose shapes agree (as
+/// [`groups`] states); `g < job.rows / 16`, `i + N <= job.m`, and no other thread writes group
+/// `g`'s outputs.
 #[inline(always)]
 pub(super) unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     let rec = record_bytes(Format::Q4_K);
@@ -228,8 +276,9 @@ pub(super) unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usiz
     let PackedActs::Q8K(all) = job.acts else {
         unreachable!("Q4_K packed kernel with Q8_0 activations")
     };
-    // SAFETY: records of group g lie in `data` and activation rows i..i+N hold `blocks` blocks
-    // (checked by the matmul); AVX-512 F/BW/VNNI enabled by the entry point.
+    // SAFETY: records of group g lie in `data`, activation rows i..i + N hold `blocks` blocks
+    // each and the stores hit group g's outputs of rows i..i + N (all this function's
+    // contract); the instruction sets per the contract.
     unsafe {
         let base = job.data.as_ptr().add(g * blocks * rec);
         let acts: [*const BlockQ8K; N] =
@@ -290,6 +339,12 @@ pub(super) unsafe fn pass_q4k<const N: usize>(job: &PackedJob, g: usize, i: usiz
 }
 
 /// Q6_K rows `16g..16g + 16` for activation rows `i..i + N`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VNNI (the passes inline this only into
+/// `groups_of`, which enables them); `job` is a job of format Q6_K whose shapes agree (as
+/// [`groups`] states); `g < job.rows / 16`, `i + N <= job.m`, and no other thread writes group
+/// `g`'s outputs.
 #[inline(always)]
 pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usize) {
     let rec = record_bytes(Format::Q6_K);
@@ -297,8 +352,9 @@ pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usiz
     let PackedActs::Q8K(all) = job.acts else {
         unreachable!("Q6_K packed kernel with Q8_0 activations")
     };
-    // SAFETY: records of group g lie in `data` and activation rows i..i+N hold `blocks` blocks
-    // (checked by the matmul); AVX-512 F/BW/VNNI enabled by the entry point.
+    // SAFETY: records of group g lie in `data`, activation rows i..i + N hold `blocks` blocks
+    // each and the stores hit group g's outputs of rows i..i + N (all this function's
+    // contract); the instruction sets per the contract.
     unsafe {
         let base = job.data.as_ptr().add(g * blocks * rec);
         let acts: [*const BlockQ8K; N] =
@@ -380,9 +436,14 @@ impl Pass for Q6KPass {
 }
 
 /// [`drive_passes`] inside this file's `target_feature` entry, so the passes inline into it.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI, and `P` is the pass of
+/// `job.format`; the rest as [`groups`] (which this serves).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn groups_of<P: Pass>(job: &PackedJob, groups: std::ops::Range<usize>) {
-    // SAFETY: the caller's contract.
+    // SAFETY: `P`'s instruction set is enabled here (AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI);
+    // its format, the job's shapes and the groups' ownership are this function's contract.
     unsafe { drive_passes::<P>(job, groups) }
 }
 
