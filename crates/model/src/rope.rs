@@ -126,7 +126,7 @@ impl Yarn {
         // llama.cpp reads an absent or zero factor as 1.
         let factor = match md.get_f32(&key("factor"))? {
             None => 1.0,
-            Some(f) if f == 0.0 => 1.0,
+            Some(0.0) => 1.0,
             Some(f) if f.is_finite() && f > 0.0 => f,
             Some(_) => {
                 return Err(ModelError::invalid(format!(
