@@ -480,7 +480,10 @@ mod tests {
             let x = f64::from(g.min(limit));
             let y = f64::from(u.clamp(-limit, limit));
             let want = x / (1.0 + (-1.702 * x).exp()) * (y + 1.0);
-            assert!((f64::from(*out) - want).abs() < 1e-5 * want.abs().max(1.0), "{g}, {u}");
+            assert!(
+                (f64::from(*out) - want).abs() < 1e-5 * want.abs().max(1.0),
+                "{g}, {u}"
+            );
         }
         // The gate is not clamped below: a very negative one still gives (almost) zero.
         assert!(got[0].abs() < 1e-4 && got[0] != 0.0);

@@ -208,7 +208,10 @@ mod tests {
     fn yarn(factor: f32, original: f32) -> Yarn {
         let mut md = Metadata::default();
         md.insert("a.rope.scaling.factor", factor.into());
-        md.insert("a.rope.scaling.original_context_length", (original as u32).into());
+        md.insert(
+            "a.rope.scaling.original_context_length",
+            (original as u32).into(),
+        );
         let key = |k: &str| format!("a.rope.scaling.{k}");
         Yarn::from_metadata(&md, &key, 1 << 20).expect("valid yarn keys")
     }

@@ -300,11 +300,18 @@ fn a_sink_takes_its_share_of_the_softmax_and_no_probability() {
     for sink in [-2.0f32, 1.0, 3.0] {
         let mut x = scores.to_vec();
         softmax_f16(Portable, &mut x, Some(sink));
-        let all: Vec<f64> = scores.iter().chain([&sink]).map(|&v| f64::from(v).exp()).collect();
+        let all: Vec<f64> = scores
+            .iter()
+            .chain([&sink])
+            .map(|&v| f64::from(v).exp())
+            .collect();
         let total: f64 = all.iter().sum();
         for (got, e) in x.iter().zip(&all) {
             let want = e / total;
-            assert!((f64::from(*got) - want).abs() < 1e-3 * want.max(1e-3), "sink {sink}");
+            assert!(
+                (f64::from(*got) - want).abs() < 1e-3 * want.max(1e-3),
+                "sink {sink}"
+            );
         }
     }
     let (mut with, mut without) = (scores.to_vec(), scores.to_vec());
