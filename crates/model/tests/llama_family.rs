@@ -531,6 +531,41 @@ fn gpt_oss_tiny_slides_every_other_layer_with_yarn_on_all() {
     assert_eq!((moe.n_expert, moe.n_used), (8, 4));
 }
 
+/// The error of loading `arch`'s tiny file after `edit`; panics if it loads.
+fn refusal(arch: &str, edit: impl FnOnce(&mut gguf::GgufWriter)) -> String {
+    let mut w = tiny_model_writer(arch, tiny_seed(arch)).expect("a tiny arch");
+    edit(&mut w);
+    match load_bytes(&format!("tiny-{arch}-edited"), &w.write_to_vec()) {
+        Ok(_) => panic!("the edited tiny {arch} was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// gpt-oss's sinks and biases are required where llama.cpp requires them, and refused by name
+/// in an architecture that would ignore them.
+#[test]
+fn gpt_oss_tensors_are_required_there_and_refused_elsewhere() {
+    for t in [
+        "attn_sinks.weight",
+        "attn_output.bias",
+        "ffn_gate_inp.bias",
+        "ffn_down_exps.bias",
+    ] {
+        let name = format!("blk.2.{t}");
+        let msg = refusal("gpt-oss", |w| assert!(w.remove_tensor(&name), "{name}"));
+        assert!(msg.contains(&name), "missing {name}: {msg}");
+    }
+    let msg = refusal("gpt-oss", |w| {
+        assert!(w.remove_metadata("gpt-oss.attention.sliding_window"));
+    });
+    assert!(msg.contains("gpt-oss.attention.sliding_window"), "{msg}");
+    let msg = refusal("qwen3moe", |w| {
+        let sinks = [0.5f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor("blk.1.attn_sinks.weight", &[4], gguf::GgmlType::F32, sinks);
+    });
+    assert!(msg.contains("blk.1.attn_sinks.weight"), "{msg}");
+}
+
 #[test]
 fn tokenizer_matches_llama_cpp_on_tiny_vocab() {
     for arch in all_archs() {
@@ -557,7 +592,7 @@ fn unknown_architecture_is_refused_naming_it_and_the_supported_ones() {
         msg.contains("\"mamba\""),
         "error does not name the architecture: {msg}"
     );
-    for arch in TINY_ARCHS {
+    for arch in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
         assert!(msg.contains(arch), "error does not list {arch}: {msg}");
     }
 }
