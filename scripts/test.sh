@@ -44,8 +44,8 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python scripts/fetch_llama_cpp_files.py
 # gpt-oss's o200k vocabulary as a vocabulary-only GGUF (crates/tokenizer/tests/goldens.rs), written
-# into the models directory with gguf-py from the ranks the tiktoken-rs crate bundles (fetched with
-# cargo, sha256-checked); never committed.
+# into the models directory with gguf-py from the ranks the tiktoken-rs crate bundles (downloaded from
+# crates.io, sha256-checked); never committed.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check gguf==0.19.0
 .venv/bin/python scripts/fetch_o200k_vocab.py
 # The full tier: the fast tier's tests plus those that read the real models fetched above
