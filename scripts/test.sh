@@ -43,6 +43,11 @@ if [[ ! -x .venv/bin/python ]]; then
     python3 -m venv .venv
 fi
 .venv/bin/python scripts/fetch_llama_cpp_files.py
+# gpt-oss's o200k vocabulary as a vocabulary-only GGUF (crates/tokenizer/tests/goldens.rs), written
+# into the models directory with gguf-py from the ranks the tiktoken-rs crate bundles (downloaded from
+# crates.io, sha256-checked); never committed.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check gguf==0.19.0
+.venv/bin/python scripts/fetch_o200k_vocab.py
 # The full tier: the fast tier's tests plus those that read the real models fetched above
 # (feature `real-models`) and those that start a real redis-server (feature `services`).
 cargo test --workspace --release --features real-models,services

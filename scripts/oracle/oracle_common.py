@@ -85,6 +85,13 @@ MODELS = {
         "stem": "nomic-embed-text-v1.5",
         "tokenizer_stem": "nomic-embed-text-v1.5",
     },
+    # Vocabulary only (scripts/fetch_o200k_vocab.py writes it): tokenizer goldens alone.
+    "gpt-oss-o200k": {
+        "file": "gpt-oss-o200k-vocab.gguf",
+        "title": "gpt-oss's o200k_harmony vocabulary (gpt-4o pre-tokenizer, no weights)",
+        "stem": "gpt-oss-o200k",
+        "tokenizer_stem": "gpt-oss-o200k",
+    },
 }
 DEFAULT_MODEL_NAME = "gemma3"
 

@@ -41,7 +41,7 @@ from llama_cpp import Llama
 ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "phi3"]
 # Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS, written from their own seeds,
 # model::testing::tiny_seed, chosen away from routing near-ties); read by llama_family.rs.
-MOE_ARCHS = ["qwen3moe", "qwen2moe", "granitemoe"]
+MOE_ARCHS = ["qwen3moe", "qwen2moe", "granitemoe", "gpt-oss"]
 N_PROMPT = 24
 N_CONTINUATION = 16
 N_CTX = 256
@@ -53,8 +53,9 @@ DECIMALS = 5
 MIN_MARGIN = 0.05
 # Largest accepted |llama.cpp - float64 reference|; llama.cpp's f16 KV cache alone costs ~1.6e-2.
 REFERENCE_TOL = 0.05
-# The MoE models' Q8_0 experts round activations to 8 bits in the matmul (Tessera measured 4.8e-2
-# against the float64 reference, 1.0e-2 without Q8_0), so their bound is wider.
+# The MoE models' Q8_0 experts (gpt-oss: its last layer's MXFP4 experts) round activations to 8
+# bits in the matmul (Tessera measured 4.8e-2 against the float64 reference, 1.0e-2 without
+# Q8_0; llama.cpp 4.5e-2 on gpt-oss), so their bound is wider.
 MOE_REFERENCE_TOL = 0.1
 
 
@@ -127,15 +128,31 @@ def rms_norm(x, w, eps):
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
-def rope(x, pos, base, neox, factors=None):
+def yarn_freqs(freqs, base, factor, original, beta_fast=32.0, beta_slow=1.0):
+    """YaRN as llama.cpp applies it (ggml_rope_ext with ext_factor 1): pair i keeps its
+    frequency below corr(beta_fast), is divided by `factor` above corr(beta_slow), and mixed
+    linearly in between; corr(b) = dims * ln(original / (2 pi b)) / (2 ln base)."""
+    dims = 2 * len(freqs)
+    corr = lambda b: dims * np.log(original / (b * 2 * np.pi)) / (2 * np.log(base))
+    low, high = max(0.0, np.floor(corr(beta_fast))), min(dims - 1.0, np.ceil(corr(beta_slow)))
+    ramp = 1 - np.clip((np.arange(len(freqs)) - low) / max(0.001, high - low), 0, 1)
+    return freqs / factor * (1 - ramp) + freqs * ramp
+
+
+def rope(x, pos, base, neox, factors=None, yarn=None):
     """x: [tokens, heads, head_dim]. NeoX rotates (i, i + d/2), the original Llama (2i, 2i+1);
-    `factors` (LongRoPE) divide the frequencies."""
+    `factors` (LongRoPE) divide the frequencies; `yarn` (factor, original context) ramps them
+    and scales cos and sin by 1 + 0.1 ln(factor)."""
     d = x.shape[-1]
     freqs = base ** (-np.arange(0, d, 2) / d)
     if factors is not None:
         freqs = freqs / factors
+    mscale = 1.0
+    if yarn is not None:
+        freqs = yarn_freqs(freqs, base, *yarn)
+        mscale = 1 + 0.1 * np.log(yarn[0])
     angles = pos[:, None] * freqs[None, :]
-    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    cos, sin = mscale * np.cos(angles)[:, None, :], mscale * np.sin(angles)[:, None, :]
     first, second = (np.s_[..., : d // 2], np.s_[..., d // 2:]) if neox else \
         (np.s_[..., 0::2], np.s_[..., 1::2])
     a, b = x[first], x[second]
@@ -144,9 +161,10 @@ def rope(x, pos, base, neox, factors=None):
     return y
 
 
-def attention(q, k, v, window, scale, softcap=None):
+def attention(q, k, v, window, scale, softcap=None, sinks=None):
     """Causal GQA attention; `window` limits a query at p to keys p-window+1..p; scores are
-    scaled by `scale`, then (Gemma 2) soft-capped: softcap * tanh(s / softcap)."""
+    scaled by `scale`, then (Gemma 2) soft-capped: softcap * tanh(s / softcap); `sinks`
+    (gpt-oss), one logit per head, join each softmax's denominator as a key with no value."""
     n, n_heads, head_dim = q.shape
     group = n_heads // k.shape[1]
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
@@ -157,8 +175,12 @@ def attention(q, k, v, window, scale, softcap=None):
         if softcap:
             scores = softcap * np.tanh(scores / softcap)
         scores[masked] = -np.inf
-        p = np.exp(scores - scores.max(1, keepdims=True))
-        out[:, h] = (p / p.sum(1, keepdims=True)) @ v[:, h // group]
+        m = scores.max(1, keepdims=True)
+        if sinks is not None:
+            m = np.maximum(m, sinks[h])
+        p = np.exp(scores - m)
+        total = p.sum(1, keepdims=True) + (np.exp(sinks[h] - m) if sinks is not None else 0)
+        out[:, h] = (p / total) @ v[:, h // group]
     return out.reshape(n, -1)
 
 
@@ -186,6 +208,26 @@ def moe_ffn(h, w, n_used, norm_topk):
     return out
 
 
+def gpt_oss_moe(h, w, n_used, limit=7.0, alpha=1.702):
+    """gpt-oss's experts, token by token: router logits plus their bias, the n_used largest
+    (largest first) weighted by their own softmax; each expert's gate and up plus their
+    biases, SwiGLU-OAI (gate clamped above at `limit`, up to +-limit, gate * sigmoid(alpha *
+    gate) * (up + 1)), down plus its bias. Expert tensors read as [expert, out, in], biases as
+    [expert, out]."""
+    logits = h @ w("ffn_gate_inp.weight").T + w("ffn_gate_inp.bias")
+    gate, up, down = w("ffn_gate_exps.weight"), w("ffn_up_exps.weight"), w("ffn_down_exps.weight")
+    gb, ub, db = w("ffn_gate_exps.bias"), w("ffn_up_exps.bias"), w("ffn_down_exps.bias")
+    out = np.zeros_like(h)
+    for i in range(len(h)):
+        picked = np.argsort(-logits[i], kind="stable")[:n_used]
+        e = np.exp(logits[i, picked] - logits[i, picked].max())
+        for ex, wt in zip(picked, e / e.sum()):
+            g = np.minimum(gate[ex] @ h[i] + gb[ex], limit)
+            u = np.clip(up[ex] @ h[i] + ub[ex], -limit, limit)
+            out[i] += wt * (down[ex] @ (g / (1 + np.exp(-alpha * g)) * (u + 1)) + db[ex])
+    return out
+
+
 def reference_logits(path, tokens):
     """Float64 forward pass of a tiny model, written from the architectures' definitions."""
     md, t = read_gguf(path)
@@ -208,7 +250,10 @@ def reference_logits(path, tokens):
     interleaved = arch in ("llama", "granite", "granitemoe")
     # Phi 3: LongRoPE's long factors past the original context (llama.cpp's choice at n_ctx 256),
     # and its attention factor on RoPE's cos and sin.
-    factors, rope_gain = None, 1.0
+    factors, rope_gain, yarn = None, 1.0, None
+    # gpt-oss: YaRN on every layer, queries scaled by 1/sqrt(rope dimensions) (= head_dim here).
+    if hp("rope.scaling.type") == "yarn":
+        yarn = (hp("rope.scaling.factor"), hp("rope.scaling.original_context_length"))
     if arch == "phi3":
         long = N_CTX > hp("rope.scaling.original_context_length")
         factors = t["rope_factors_long.weight" if long else "rope_factors_short.weight"]
@@ -233,19 +278,26 @@ def reference_logits(path, tokens):
             v.reshape(len(tokens), n_kv, head_dim)
         if w("attn_q_norm.weight") is not None and arch != "olmo2":
             q, k = rms_norm(q, w("attn_q_norm.weight"), eps), rms_norm(k, w("attn_k_norm.weight"), eps)
-        # Gemma 3: five sliding-window layers with RoPE base 10k to each global one; Gemma 2:
-        # every even layer slides, with the global base.
+        # Gemma 3: five sliding-window layers with RoPE base 10k to each global one; Gemma 2
+        # and gpt-oss: every even layer slides, with the global base.
         if arch == "gemma3":
             local = (layer + 1) % 6 != 0
             base = 10_000.0 if local else hp("rope.freq_base")
         else:
-            local = arch == "gemma2" and layer % 2 == 0
+            local = arch in ("gemma2", "gpt-oss") and layer % 2 == 0
             base = hp("rope.freq_base")
-        q = rope(q, pos, base, not interleaved, factors) * rope_gain
-        k = rope(k, pos, base, not interleaved, factors) * rope_gain
+        q = rope(q, pos, base, not interleaved, factors, yarn) * rope_gain
+        k = rope(k, pos, base, not interleaved, factors, yarn) * rope_gain
         window = hp("attention.sliding_window") if local else None
-        a = attention(q, k, v, window, scale, attn_cap) @ w("attn_output.weight").T
+        a = attention(q, k, v, window, scale, attn_cap, w("attn_sinks.weight")) @ w("attn_output.weight").T
+        if w("attn_output.bias") is not None:
+            a = a + w("attn_output.bias")
         x = x + residual * (rms_norm(a, w("post_attention_norm.weight"), eps) if post else a)
+        if arch == "gpt-oss":
+            # llama.cpp stores gpt-oss's norm before the FFN as post_attention_norm.
+            h = rms_norm(x, w("post_attention_norm.weight"), eps)
+            x = x + gpt_oss_moe(h, w, hp("expert_used_count"))
+            continue
         h = pre(x, "ffn_norm.weight")
         if w("ffn_gate_inp.weight") is not None:
             x = x + residual * moe_ffn(h, w, hp("expert_used_count"), norm_topk=arch in ("qwen3moe", "granitemoe"))

@@ -2,8 +2,9 @@
 
 1. A real model's vocabulary: Gemma 3 270M (SentencePiece, the default) -> gemma3_270m.json, or
    with --model-name another entry of oracle_common.MODELS (Qwen2.5-Coder's and SmolLM2's
-   byte-level BPE) -> <tokenizer stem>.json. The other models also get EXTRA_TEXTS (their own
-   chat-format strings); Gemma's texts are the original list.
+   byte-level BPE, gpt-oss's o200k vocabulary as scripts/fetch_o200k_vocab.py writes it)
+   -> <tokenizer stem>.json. The other models also get EXTRA_TEXTS (their own chat-format
+   strings; gpt-oss also GPT_OSS_TEXTS); Gemma's texts are the original list.
 2. Only with the default model: a synthetic byte-level BPE vocabulary (-> bpe_synthetic.json):
    merges are learned here from the golden texts, written into a tiny GGUF once per
    pre-tokenizer (default, gpt-2, llama-bpe, qwen2) and tokenized by llama.cpp. The JSON holds
@@ -99,6 +100,25 @@ EXTRA_TEXTS = [
     ("code_indent", "class A:\n    def f(self):\n        if x:\n            return [i ** 2 for i in range(3)]\n"),
 ]
 
+
+# Texts added for gpt-oss's o200k vocabulary: harmony messages (whose markers llama.cpp parses
+# even without special parsing) and what the gpt-4o pattern splits differently from the others
+# (case changes inside words, contractions of either case kept on their word, combining marks,
+# slashes after symbols).
+GPT_OSS_TEXTS = [
+    ("harmony", "<|start|>system<|message|>You are ChatGPT.<|end|><|start|>user<|message|>What is 2+2?"
+                "<|end|><|start|>assistant<|channel|>analysis<|message|>Simple sum.<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>2+2 = 4.<|return|>"),
+    ("harmony_tool", "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+                     "<|message|>{\"city\": \"Paris\"}<|call|>"),
+    ("o200k_specials", "<|startoftext|>a<|endoftext|>b<|endofprompt|>c<|reserved_200000|>d<|reserved_201087|>"),
+    ("case_changes", "CamelCaseXMLParser getHTTPResponseCode iPhone McDONALD'S ŁódźKRAKÓW 日本語ABCです éA"),
+    ("contractions", "I'M don't we'LL it's THEY'RE you've I'd 'tis O'Neil x's' rock'n'roll"),
+    ("digit_groups", "1234567 12 123456 1,2345.678 ٣٤٥٦ Ⅻ½² 3.14159e-10 0x7fffffff"),
+    ("whitespace_runs", "a  \n\n  b x.\n\ny end \u2003\u2003z \r\n\r\n w\t\t\tq    "),
+    ("combining_marks", "e\u0301cole Ame\u0301lie na\u0308ive \u0915\u093f\u0924\u093e\u092c \u0e20\u0e32\u0e29\u0e32"),
+    ("slashes", "src/main.rs //comment a-/\n/x ../../etc/passwd http://a.b/c?d=e </div>\n"),
+]
 
 # Texts added for WordPiece (BERT) vocabularies: what its normalisation and splitting touch.
 BERT_TEXTS = [
@@ -347,7 +367,8 @@ def main():
     out = args.out or str(GOLDEN_DIR / f"{spec['tokenizer_stem']}.json")
     is_gemma = args.model_name == "gemma3"
     is_bert = args.model_name == "nomic-embed-text-v1.5"
-    model_goldens(model, out, [] if is_gemma else BERT_TEXTS if is_bert else EXTRA_TEXTS)
+    extra = EXTRA_TEXTS + GPT_OSS_TEXTS if args.model_name == "gpt-oss-o200k" else EXTRA_TEXTS
+    model_goldens(model, out, [] if is_gemma else BERT_TEXTS if is_bert else extra)
     if is_gemma:
         bpe_goldens(args.bpe_out)
 

@@ -34,7 +34,7 @@ pub use matmul::{dequantize_row, matmul, matmul_shared, matmul_with_isa, MatmulS
 pub use ops::{
     add, axpy_f16, dot_f16_f32, f16_to_f32_row, f32_to_f16_row, gelu_tanh, gelu_tanh_exact,
     layer_norm_rows_in_place, mul, rms_norm, rms_norm_in_place, rms_norm_rows,
-    rms_norm_rows_in_place, scale, silu, silu_mul, softmax,
+    rms_norm_rows_in_place, scale, silu, silu_mul, softmax, swiglu_oai,
 };
 pub use packed::{pack, packable, Layout, PackedBytes};
 pub use shares::Shares;

@@ -237,6 +237,18 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     silu_mul_with(gate, Some(up));
 }
 
+/// gpt-oss's gated activation, as ggml's `swiglu_oai`: with `g = min(gate[i], limit)` and
+/// `u = clamp(up[i], -limit, limit)`, `gate[i] = g * sigmoid(alpha * g) * (u + 1)` (libm's
+/// `exp`, as ggml's `expf`).
+pub fn swiglu_oai(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    assert_eq!(gate.len(), up.len(), "swiglu_oai: length mismatch");
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(limit);
+        let y = u.clamp(-limit, limit);
+        *g = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
+    }
+}
+
 fn silu_mul_with(x: &mut [f32], up: Option<&[f32]>) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
@@ -455,5 +467,25 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn swiglu_oai_clamps_the_gate_above_and_up_both_ways() {
+        let (alpha, limit) = (1.702f32, 7.0f32);
+        let gate = [-9.0f32, -1.0, 0.0, 0.5, 3.0, 7.0, 20.0];
+        let up = [12.0f32, -12.0, 1.0, -0.5, 2.0, 0.0, -3.0];
+        let mut got = gate;
+        swiglu_oai(&mut got, &up, alpha, limit);
+        for ((g, u), out) in gate.iter().zip(&up).zip(&got) {
+            let x = f64::from(g.min(limit));
+            let y = f64::from(u.clamp(-limit, limit));
+            let want = x / (1.0 + (-1.702 * x).exp()) * (y + 1.0);
+            assert!(
+                (f64::from(*out) - want).abs() < 1e-5 * want.abs().max(1.0),
+                "{g}, {u}"
+            );
+        }
+        // The gate is not clamped below: a very negative one still gives (almost) zero.
+        assert!(got[0].abs() < 1e-4 && got[0] != 0.0);
     }
 }

@@ -77,6 +77,7 @@ fn bench(c: &mut Criterion) {
         head_dim: HD,
         scale: 1.0 / 16.0,
         softcap: 0.0,
+        sinks: None,
     };
     let mut scratch: Vec<Mutex<AttnScratch>> = Vec::new();
     let mut g = c.benchmark_group("attention");

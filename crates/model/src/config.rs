@@ -8,6 +8,7 @@
 
 use gguf::Metadata;
 
+use crate::rope::{inv_freqs, RopeScaling};
 use crate::ModelError;
 
 /// The architectures Tessera can run, chosen by `general.architecture`.
@@ -33,6 +34,9 @@ pub enum Arch {
     GraniteMoe,
     /// Phi 3 / 3.5: fused QKV and gate-up projections, LongRoPE frequency factors.
     Phi3,
+    /// gpt-oss: attention with biases, per-head sinks and every other layer a sliding window,
+    /// YaRN RoPE, and a mixture of experts with biases and SwiGLU-OAI in every layer.
+    GptOss,
 }
 
 impl Arch {
@@ -40,6 +44,7 @@ impl Arch {
     pub const SUPPORTED: &'static [&'static str] = &[
         "gemma2",
         "gemma3",
+        "gpt-oss",
         "granite",
         "granitemoe",
         "llama",
@@ -55,6 +60,7 @@ impl Arch {
         match name {
             "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
+            "gpt-oss" => Some(Arch::GptOss),
             "llama" => Some(Arch::Llama),
             "olmo2" => Some(Arch::Olmo2),
             "granite" => Some(Arch::Granite),
@@ -72,6 +78,7 @@ impl Arch {
         match self {
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::GptOss => "gpt-oss",
             Arch::Llama => "llama",
             Arch::Olmo2 => "olmo2",
             Arch::Granite => "granite",
@@ -92,6 +99,15 @@ pub enum Activation {
     Silu,
     /// GELU, tanh approximation (GeGLU): Gemma.
     GeluTanh,
+    /// gpt-oss's experts: `min(g, 7) * sigmoid(1.702 * min(g, 7)) * (clamp(u, -7, 7) + 1)`
+    /// (ggml's `swiglu_oai` with the constants llama.cpp gives it).
+    SwigluOai,
+}
+
+impl Activation {
+    /// SwiGLU-OAI's `alpha` and `limit`, as llama.cpp hard-codes them for gpt-oss.
+    pub const OAI_ALPHA: f32 = 1.702;
+    pub const OAI_LIMIT: f32 = 7.0;
 }
 
 /// How RoPE pairs up the dimensions of a head.
@@ -110,12 +126,16 @@ pub struct LayerSpec {
     pub window: Option<usize>,
     /// Inverse frequencies of RoPE for this layer, one per rotated pair.
     pub rope_inv_freq: Vec<f32>,
+    /// RoPE's cos and sin are multiplied by this (YaRN's attention factor; else 1).
+    pub rope_mscale: f32,
 }
 
 /// The mixture-of-experts FFN of every layer: a router picks `n_used` of `n_expert` SwiGLU
 /// experts per token (softmax over all experts' logits, then the top `n_used`), whose outputs
 /// are summed with the picked probabilities as weights. Qwen 2 MoE adds a shared SwiGLU expert
-/// that every token runs, scaled by a sigmoid gate of its own.
+/// that every token runs, scaled by a sigmoid gate of its own. gpt-oss adds biases to the
+/// router and to every expert projection, takes the softmax of the top `n_used` logits only,
+/// and activates with SwiGLU-OAI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoeSpec {
     pub n_expert: usize,
@@ -126,6 +146,14 @@ pub struct MoeSpec {
     pub norm_topk: bool,
     /// Hidden width of the shared expert, if the layers have one.
     pub shared_ff: Option<usize>,
+    /// gpt-oss (llama.cpp's `SOFTMAX_WEIGHT` gating): the top `n_used` logits are picked
+    /// first and their softmax is the weights (what renormalised top-k probabilities are in
+    /// exact arithmetic, computed as llama.cpp does).
+    pub softmax_after_topk: bool,
+    /// gpt-oss: `ffn_gate_inp.bias` and `ffn_{gate,up,down}_exps.bias`.
+    pub biases: bool,
+    /// The experts' activation (SwiGLU, or SwiGLU-OAI for gpt-oss).
+    pub activation: Activation,
 }
 
 impl MoeSpec {
@@ -172,6 +200,9 @@ impl MoeSpec {
             d_ff_exp,
             norm_topk,
             shared_ff,
+            softmax_after_topk: false,
+            biases: false,
+            activation: Activation::Silu,
         })
     }
 }
@@ -208,8 +239,15 @@ pub struct ModelConfig {
     pub fused_gate_up: bool,
     /// Phi 3 LongRoPE: the context the short frequency factors are for.
     pub rope_original_context: Option<usize>,
-    /// Qwen 2: biases on the Q, K and V projections.
+    /// Qwen 2: biases on the Q, K and V projections (required; other files may carry them).
     pub qkv_bias: bool,
+    /// gpt-oss: a bias on the attention output projection, `attn_output.bias`.
+    pub attn_out_bias: bool,
+    /// gpt-oss: a sink logit per query head, `attn_sinks.weight` (see `attention`).
+    pub attn_sinks: bool,
+    /// The tensor of the norm before the FFN: `ffn_norm.weight`, or for gpt-oss
+    /// `post_attention_norm.weight` (llama.cpp's name for it there).
+    pub ffn_norm_tensor: &'static str,
     /// Gemma: embeddings are multiplied by sqrt(d_model).
     pub embed_scale: f32,
     /// Scale applied to Q before the dot with K.
@@ -225,6 +263,8 @@ pub struct ModelConfig {
     /// RoPE base of the global layers, and the number of rotated dimensions per head.
     pub rope_base: f32,
     pub rope_dims: usize,
+    /// The file's RoPE scaling, which `layers` already apply.
+    pub rope_scaling: RopeScaling,
     pub layers: Vec<LayerSpec>,
 }
 
@@ -279,7 +319,7 @@ impl ModelConfig {
         let d_model = md.require_u32(&key("embedding_length"))? as usize;
         let d_ff = match arch {
             // MoE files may carry the dense width of their source model; no layer uses it.
-            Arch::Qwen2Moe | Arch::Qwen3Moe => md
+            Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::GptOss => md
                 .get_u32(&key("feed_forward_length"))?
                 .map_or(0, |v| v as usize),
             _ => md.require_u32(&key("feed_forward_length"))? as usize,
@@ -306,9 +346,8 @@ impl ModelConfig {
                 "rope.dimension_count must be even and <= head dim",
             ));
         }
-        let scaling = RopeScaling::from_metadata(md, arch_name)?;
-
-        let global_freqs = scaling.apply(&inv_freqs(rope_dims, rope_base));
+        let rope_scaling = RopeScaling::from_metadata(md, arch_name, context_length)?;
+        let (global_freqs, global_mscale) = rope_scaling.layer(rope_dims, rope_base);
         let mut cfg = ModelConfig {
             arch,
             n_layers,
@@ -330,6 +369,9 @@ impl ModelConfig {
             fused_gate_up: false,
             rope_original_context: None,
             qkv_bias: false,
+            attn_out_bias: false,
+            attn_sinks: false,
+            ffn_norm_tensor: "ffn_norm.weight",
             embed_scale: 1.0,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             final_logit_softcap: md.get_f32(&key("final_logit_softcapping"))?.unwrap_or(0.0),
@@ -338,10 +380,12 @@ impl ModelConfig {
             logit_scale: 1.0,
             rope_base,
             rope_dims,
+            rope_scaling,
             layers: vec![
                 LayerSpec {
                     window: None,
-                    rope_inv_freq: global_freqs.clone(),
+                    rope_inv_freq: global_freqs,
+                    rope_mscale: global_mscale,
                 };
                 n_layers
             ],
@@ -360,6 +404,7 @@ impl ModelConfig {
         let (d_model, rope_dims) = (self.d_model, self.rope_dims);
         match self.arch {
             Arch::Gemma2 => self.apply_gemma2(md, key)?,
+            Arch::GptOss => self.apply_gpt_oss(md, key)?,
             Arch::Gemma3 => {
                 self.activation = Activation::GeluTanh;
                 self.post_norms = true;
@@ -376,6 +421,7 @@ impl ModelConfig {
                     if (i + 1) % 6 != 0 {
                         layer.window = Some(window);
                         layer.rope_inv_freq = local_freqs.clone();
+                        layer.rope_mscale = 1.0;
                     }
                 }
             }
@@ -407,7 +453,7 @@ impl ModelConfig {
                 self.pre_norms = false;
                 self.qk_norm = true;
                 self.qk_norm_whole = true;
-                self.apply_swa_pattern(md, key, None, 4)?;
+                self.apply_swa_pattern(md, key, None, 4, false)?;
             }
             Arch::Qwen2 => self.qkv_bias = true,
             Arch::Qwen3 => self.qk_norm = true,
@@ -426,7 +472,7 @@ impl ModelConfig {
     /// Gemma 2, as llama.cpp reads it: GeGLU, post-norms, scaled embeddings; sliding-window
     /// layers by `attention.sliding_window_pattern` (default 2: every even layer), with the
     /// window `attention.sliding_window` (default 4096) and RoPE base `rope.freq_base_swa`
-    /// (default: the global one); attention scores soft-capped by `attn_logit_softcapping`
+    /// (default: the global one), scaled as the global layers; attention scores soft-capped by `attn_logit_softcapping`
     /// (default 50) and logits by `final_logit_softcapping` (default 30); queries scaled by
     /// 1/sqrt(head_dim), but by 1/sqrt(d_model / n_heads) in the 46-layer 27B.
     fn apply_gemma2(
@@ -437,13 +483,43 @@ impl ModelConfig {
         self.activation = Activation::GeluTanh;
         self.post_norms = true;
         self.embed_scale = (self.d_model as f32).sqrt();
-        self.apply_swa_pattern(md, key, Some(4096), 2)?;
+        self.apply_swa_pattern(md, key, Some(4096), 2, true)?;
         let cap = |k: &str| positive_f32(md, &key(k));
         self.attn_softcap = cap("attn_logit_softcapping")?.unwrap_or(50.0);
         self.final_logit_softcap = cap("final_logit_softcapping")?.unwrap_or(30.0);
         if self.n_layers == 46 {
             self.attn_scale = 1.0 / ((self.d_model / self.n_heads) as f32).sqrt();
         }
+        Ok(())
+    }
+
+    /// gpt-oss, as llama.cpp reads it (its `openai-moe`): NeoX RoPE scaled as the file says
+    /// (YaRN in the released files) on every layer; sliding-window layers by
+    /// `attention.sliding_window_pattern` (default 2: every even layer) with the window
+    /// `attention.sliding_window` (required) and RoPE base `rope.freq_base_swa` (default: the
+    /// global one); biases on the Q/K/V projections when the file has them and on the output
+    /// projection always; a sink logit per head; queries scaled by 1/sqrt(rope dimensions); the
+    /// FFN's norm stored as `post_attention_norm`; a mixture of experts with biases, softmax
+    /// over the top-k logits (no renormalisation needed) and SwiGLU-OAI.
+    fn apply_gpt_oss(
+        &mut self,
+        md: &Metadata,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<(), ModelError> {
+        let window_key = key("attention.sliding_window");
+        if md.require_u32(&window_key)? == 0 {
+            return Err(ModelError::invalid(format!("{window_key} is zero")));
+        }
+        self.apply_swa_pattern(md, key, None, 2, true)?;
+        self.attn_out_bias = true;
+        self.attn_sinks = true;
+        self.attn_scale = 1.0 / (self.rope_dims as f32).sqrt();
+        self.ffn_norm_tensor = "post_attention_norm.weight";
+        let mut moe = MoeSpec::from_metadata(md, key, true, false, None)?;
+        moe.softmax_after_topk = true;
+        moe.biases = true;
+        moe.activation = Activation::SwigluOai;
+        self.moe = Some(moe);
         Ok(())
     }
 
@@ -482,13 +558,15 @@ impl ModelConfig {
     /// (`attention.sliding_window`, else `default_window`; none or zero: no layer slides),
     /// layers `i % pattern < pattern - 1` slide (every layer when the pattern is 0), `pattern`
     /// from `attention.sliding_window_pattern` (default `default_pattern`), with RoPE base
-    /// `rope.freq_base_swa` (default the global one) and no RoPE scaling.
+    /// `rope.freq_base_swa` (default the global one), scaled as the global layers are when
+    /// `scaled` (llama.cpp's `rope_freq_scale_train_swa` for the architecture), else not.
     fn apply_swa_pattern(
         &mut self,
         md: &Metadata,
         key: &dyn Fn(&str) -> String,
         default_window: Option<u32>,
         default_pattern: u32,
+        scaled: bool,
     ) -> Result<(), ModelError> {
         let window = md
             .get_u32(&key("attention.sliding_window"))?
@@ -502,11 +580,15 @@ impl ModelConfig {
         let swa_base = md
             .get_f32(&key("rope.freq_base_swa"))?
             .unwrap_or(self.rope_base);
-        let local_freqs = inv_freqs(self.rope_dims, swa_base);
+        let (local_freqs, local_mscale) = match scaled {
+            true => self.rope_scaling.layer(self.rope_dims, swa_base),
+            false => (inv_freqs(self.rope_dims, swa_base), 1.0),
+        };
         for (i, layer) in self.layers.iter_mut().enumerate() {
             if pattern == 0 || i % pattern < pattern - 1 {
                 layer.window = Some(window as usize);
                 layer.rope_inv_freq = local_freqs.clone();
+                layer.rope_mscale = local_mscale;
             }
         }
         Ok(())
@@ -530,8 +612,14 @@ impl ModelConfig {
 
     /// Applies per-frequency factors (GGUF's `rope_freqs.weight`, how Llama 3.1+ files carry
     /// their RoPE scaling): every global layer's frequency i becomes base^(-2i/d) / factor[i],
-    /// as llama.cpp's `ggml_rope_ext` does with freq_factors. Replaces any metadata scaling.
+    /// as llama.cpp's `ggml_rope_ext` does with freq_factors. Replaces any metadata scaling
+    /// but YaRN, which llama.cpp would apply on top: that pair is refused.
     pub fn apply_rope_freq_factors(&mut self, factors: &[f32]) -> Result<(), ModelError> {
+        if matches!(self.rope_scaling, RopeScaling::Yarn(_)) {
+            return Err(ModelError::invalid(
+                "rope_freqs.weight together with YaRN RoPE scaling is not supported",
+            ));
+        }
         let plain = inv_freqs(self.rope_dims, self.rope_base);
         if factors.len() != plain.len() || factors.iter().any(|f| !f.is_finite() || *f <= 0.0) {
             return Err(ModelError::invalid(format!(
@@ -557,79 +645,6 @@ impl ModelConfig {
     }
 }
 
-/// RoPE frequency scaling from `{arch}.rope.scaling.*`.
-enum RopeScaling {
-    None,
-    /// Positions divided by `factor` (frequencies multiplied by 1/factor).
-    Linear(f32),
-    /// Llama 3's frequency-dependent scaling.
-    Llama3 {
-        factor: f32,
-        low_freq_factor: f32,
-        high_freq_factor: f32,
-        original_context: f32,
-    },
-}
-
-impl RopeScaling {
-    fn from_metadata(md: &Metadata, arch: &str) -> Result<RopeScaling, ModelError> {
-        let key = |k: &str| format!("{arch}.rope.scaling.{k}");
-        let factor = md.get_f32(&key("factor"))?.unwrap_or(1.0);
-        let kind = md.get_str(&key("type"))?.unwrap_or("none");
-        match kind {
-            "none" => {}
-            "linear" if factor > 0.0 && factor != 1.0 => return Ok(RopeScaling::Linear(factor)),
-            "linear" => {}
-            "llama3" => {
-                return Ok(RopeScaling::Llama3 {
-                    factor,
-                    low_freq_factor: md.get_f32(&key("low_freq_factor"))?.unwrap_or(1.0),
-                    high_freq_factor: md.get_f32(&key("high_freq_factor"))?.unwrap_or(4.0),
-                    original_context: md.get_u32(&key("original_context_length"))?.unwrap_or(8192)
-                        as f32,
-                })
-            }
-            other => {
-                return Err(ModelError::invalid(format!(
-                    "unsupported RoPE scaling type {other:?}"
-                )))
-            }
-        }
-        Ok(RopeScaling::None)
-    }
-
-    fn apply(&self, freqs: &[f32]) -> Vec<f32> {
-        match *self {
-            RopeScaling::None => freqs.to_vec(),
-            RopeScaling::Linear(f) => freqs.iter().map(|x| x / f).collect(),
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_context,
-            } => {
-                let low_wavelen = original_context / low_freq_factor;
-                let high_wavelen = original_context / high_freq_factor;
-                freqs
-                    .iter()
-                    .map(|&f| {
-                        let wavelen = 2.0 * std::f32::consts::PI / f;
-                        if wavelen < high_wavelen {
-                            f
-                        } else if wavelen > low_wavelen {
-                            f / factor
-                        } else {
-                            let smooth = (original_context / wavelen - low_freq_factor)
-                                / (high_freq_factor - low_freq_factor);
-                            (1.0 - smooth) * f / factor + smooth * f
-                        }
-                    })
-                    .collect()
-            }
-        }
-    }
-}
-
 /// The f32 at `key`, if present; an error naming the key unless it is finite and positive.
 fn positive_f32(md: &Metadata, key: &str) -> Result<Option<f32>, ModelError> {
     match md.get_f32(key)? {
@@ -638,13 +653,6 @@ fn positive_f32(md: &Metadata, key: &str) -> Result<Option<f32>, ModelError> {
         }
         v => Ok(v),
     }
-}
-
-/// theta_i = base^(-2i/d) for i in 0..d/2.
-fn inv_freqs(rope_dims: usize, base: f32) -> Vec<f32> {
-    (0..rope_dims / 2)
-        .map(|i| base.powf(-((2 * i) as f32) / rope_dims as f32))
-        .collect()
 }
 
 #[cfg(test)]

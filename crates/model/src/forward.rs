@@ -62,21 +62,23 @@ pub struct Transformer {
     cfg: ModelConfig,
     w: ModelWeights,
     threads: Threads,
-    /// Distinct RoPE frequency tables, and which one each layer uses.
-    rope_tables: Vec<Vec<f32>>,
+    /// Distinct RoPE tables (frequencies and the factor on cos and sin), and which one each
+    /// layer uses.
+    rope_tables: Vec<(Vec<f32>, f32)>,
     layer_rope: Vec<usize>,
     ws: Workspace,
 }
 
 impl Transformer {
     pub fn new(cfg: ModelConfig, w: ModelWeights, threads: Threads) -> Transformer {
-        let mut rope_tables: Vec<Vec<f32>> = Vec::new();
+        let mut rope_tables: Vec<(Vec<f32>, f32)> = Vec::new();
         let mut layer_rope = Vec::with_capacity(cfg.n_layers);
         for l in &cfg.layers {
-            let idx = match rope_tables.iter().position(|t| *t == l.rope_inv_freq) {
+            let table = (l.rope_inv_freq.clone(), l.rope_mscale);
+            let idx = match rope_tables.iter().position(|t| *t == table) {
                 Some(i) => i,
                 None => {
-                    rope_tables.push(l.rope_inv_freq.clone());
+                    rope_tables.push(table);
                     rope_tables.len() - 1
                 }
             };
@@ -175,6 +177,9 @@ impl Transformer {
         let (n, d, eps) = (rows.n, cfg.d_model, cfg.rms_eps);
         let o = sized(&mut ws.o, n * d);
         mm(th, &lw.wo, &ws.att[..n * cfg.q_dim()], n, o, &mut ws.mm);
+        if let Some(b) = &lw.bo {
+            o.chunks_exact_mut(d).for_each(|r| kernels::add(r, b));
+        }
         let (or, xr, hr) = (
             rows.cut(o, d),
             rows.cut(&mut ws.x[..n * d], d),
@@ -276,6 +281,7 @@ impl Transformer {
             head_dim: cfg.head_dim,
             scale: cfg.attn_scale,
             softcap: cfg.attn_softcap,
+            sinks: self.w.layers[li].sinks.as_deref(),
         };
         let att = sized(&mut ws.att, n * qd);
         let q = &ws.q[..n * qd];
@@ -382,6 +388,9 @@ fn dense_mlp(th: &Threads, cfg: &ModelConfig, w: [&Matrix; 3], ws: &mut Workspac
                     kernels::gelu_tanh(gate);
                     kernels::mul(gate, up);
                 }
+                Activation::SwigluOai => {
+                    kernels::swiglu_oai(gate, up, Activation::OAI_ALPHA, Activation::OAI_LIMIT)
+                }
             }
         });
     }
@@ -432,17 +441,20 @@ fn check_batch(batch: &Batch, layout: &KvLayout, cfg: &ModelConfig) -> Result<()
     Ok(())
 }
 
-/// cos/sin of every (token, frequency) for each distinct RoPE table.
-fn fill_rope(out: &mut Vec<Vec<(f32, f32)>>, tables: &[Vec<f32>], batch: &Batch) {
+/// cos/sin of every (token, frequency) for each distinct RoPE table, times its factor.
+fn fill_rope(out: &mut Vec<Vec<(f32, f32)>>, tables: &[(Vec<f32>, f32)], batch: &Batch) {
     out.resize_with(tables.len(), Vec::new);
-    for (dst, freqs) in out.iter_mut().zip(tables) {
+    for (dst, (freqs, m)) in out.iter_mut().zip(tables) {
         dst.clear();
         for s in batch.seqs {
             for t in 0..s.len {
                 let p = (s.start_pos + t) as f32;
                 dst.extend(freqs.iter().map(|f| {
                     let theta = p * f;
-                    (theta.cos(), theta.sin())
+                    match *m == 1.0 {
+                        true => (theta.cos(), theta.sin()),
+                        false => (theta.cos() * m, theta.sin() * m),
+                    }
                 }));
             }
         }

@@ -13,6 +13,7 @@ pub mod forward;
 pub mod kv;
 pub mod logits;
 pub mod moe;
+pub mod rope;
 pub mod sampler;
 pub mod session;
 #[doc(hidden)]

@@ -1,4 +1,5 @@
-//! The mixture-of-experts FFN (Qwen 3 MoE, Qwen 2 MoE), grouped by expert.
+//! The mixture-of-experts FFN (Qwen 3 MoE, Qwen 2 MoE, Granite MoE, gpt-oss), grouped by
+//! expert.
 //!
 //! Per token, a router matrix gives one logit per expert; their softmax is taken over all
 //! experts, the `n_used` largest probabilities pick the experts (ties to the lower index), and,
@@ -6,7 +7,9 @@
 //! a SwiGLU MLP; the token's output is the weighted sum of its experts' outputs, accumulated in
 //! the order the experts were picked (largest probability first), as llama.cpp sums them.
 //! Qwen 2 MoE then adds a shared SwiGLU expert, run by every token, scaled per token by
-//! `sigmoid(gate_inp_shexp · h)`.
+//! `sigmoid(gate_inp_shexp · h)`. gpt-oss adds a bias to the router's logits and to each
+//! expert projection's output (`MoeBiases`), picks the `n_used` largest logits and weighs them
+//! by their softmax (`route_picked`), and activates with SwiGLU-OAI.
 //!
 //! Design: the step's tokens are grouped by expert. For every expert with routed tokens, their
 //! normed rows are gathered and run through the same batched kernels as a dense layer (gate and
@@ -25,7 +28,7 @@
 use gguf::GgmlType;
 use kernels::{matmul, matmul_shared, Layout, MatmulScratch, Threads, Weights};
 
-use crate::config::MoeSpec;
+use crate::config::{Activation, MoeSpec};
 use crate::weights::Matrix;
 
 /// `n_expert` matrices of `[rows][cols]`, stacked in one tensor of the mapped file.
@@ -63,6 +66,17 @@ pub struct MoeWeights {
     /// `[d_model][d_ff_exp]` per expert.
     pub down: Experts,
     pub shared: Option<SharedExpert>,
+    /// gpt-oss's biases.
+    pub biases: Option<MoeBiases>,
+}
+
+/// gpt-oss's MoE biases: one per router logit, and per expert one per output row of its
+/// gate, up and down projections (`[n_expert][rows]`).
+pub struct MoeBiases {
+    pub router: Vec<f32>,
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
 }
 
 /// Qwen 2 MoE's shared expert: a SwiGLU MLP every token runs, its output scaled by
@@ -109,40 +123,31 @@ pub fn moe_ffn(
     mm: &mut MatmulScratch,
 ) {
     let spec = &w.spec;
-    let (ne, k, d, ff) = (spec.n_expert, spec.n_used, w.down.rows, spec.d_ff_exp);
+    let (ne, k, d) = (spec.n_expert, spec.n_used, w.down.rows);
     let logits = sized(&mut s.router_logits, n * ne);
     matmul(th, &w.router.weights(), &h[..n * d], n, logits, mm);
     s.picks.clear();
-    for row in logits.chunks_exact(ne) {
-        route(row, k, spec.norm_topk, &mut s.picks);
+    for row in logits.chunks_exact_mut(ne) {
+        if let Some(b) = &w.biases {
+            kernels::add(row, &b.router);
+        }
+        match spec.softmax_after_topk {
+            true => route_picked(row, k, &mut s.picks),
+            false => route(row, k, spec.norm_topk, &mut s.picks),
+        }
     }
     s.slots.resize_with(ne, Vec::new);
     s.slots.iter_mut().for_each(Vec::clear);
     for (slot, &(e, _)) in s.picks.iter().enumerate() {
         s.slots[e].push(slot);
     }
-    let slot_out = sized(&mut s.slot_out, n * k * d);
-    for (e, slots) in s.slots.iter().enumerate() {
-        let m = slots.len();
-        if m == 0 {
-            continue;
-        }
-        let xs = sized(&mut s.xs, m * d);
-        for (dst, &slot) in xs.chunks_exact_mut(d).zip(slots) {
-            let t = slot / k;
-            dst.copy_from_slice(&h[t * d..(t + 1) * d]);
-        }
-        let gate = sized(&mut s.gate, m * ff);
-        let up = sized(&mut s.up, m * ff);
-        let (wg, wu) = (w.gate.expert(e), w.up.expert(e));
-        matmul_shared(th, [&wg, &wu], xs, m, [&mut *gate, &mut *up], mm);
-        kernels::silu_mul(gate, up);
-        let ys = sized(&mut s.ys, m * d);
-        matmul(th, &w.down.expert(e), gate, m, ys, mm);
-        for (src, &slot) in ys.chunks_exact(d).zip(slots) {
-            slot_out[slot * d..(slot + 1) * d].copy_from_slice(src);
+    sized(&mut s.slot_out, n * k * d);
+    for e in 0..ne {
+        if !s.slots[e].is_empty() {
+            run_expert(th, w, e, h, s, mm);
         }
     }
+    let slot_out = &s.slot_out;
     for (t, o) in out[..n * d].chunks_exact_mut(d).enumerate() {
         for j in 0..k {
             let slot = t * k + j;
@@ -158,6 +163,59 @@ pub fn moe_ffn(
     if let Some(sh) = &w.shared {
         shared_expert(th, sh, h, n, d, out, s, mm);
     }
+}
+
+/// Expert `e` over the rows of `h` routed to it (`s.slots[e]`), each output into its slot of
+/// `s.slot_out`: gate and up sharing their input's quantization, (biases,) the activation,
+/// down, (its bias).
+fn run_expert(
+    th: &Threads,
+    w: &MoeWeights,
+    e: usize,
+    h: &[f32],
+    s: &mut MoeScratch,
+    mm: &mut MatmulScratch,
+) {
+    let (k, d, ff) = (w.spec.n_used, w.down.rows, w.spec.d_ff_exp);
+    let slots = &s.slots[e];
+    let m = slots.len();
+    let xs = sized(&mut s.xs, m * d);
+    for (dst, &slot) in xs.chunks_exact_mut(d).zip(slots) {
+        let t = slot / k;
+        dst.copy_from_slice(&h[t * d..(t + 1) * d]);
+    }
+    let gate = sized(&mut s.gate, m * ff);
+    let up = sized(&mut s.up, m * ff);
+    let (wg, wu) = (w.gate.expert(e), w.up.expert(e));
+    matmul_shared(th, [&wg, &wu], xs, m, [&mut *gate, &mut *up], mm);
+    if let Some(b) = &w.biases {
+        add_rows(gate, &b.gate[e * ff..(e + 1) * ff]);
+        add_rows(up, &b.up[e * ff..(e + 1) * ff]);
+    }
+    match w.spec.activation {
+        Activation::Silu => kernels::silu_mul(gate, up),
+        Activation::SwigluOai => {
+            kernels::swiglu_oai(gate, up, Activation::OAI_ALPHA, Activation::OAI_LIMIT)
+        }
+        Activation::GeluTanh => {
+            kernels::gelu_tanh(gate);
+            kernels::mul(gate, up);
+        }
+    }
+    let ys = sized(&mut s.ys, m * d);
+    matmul(th, &w.down.expert(e), gate, m, ys, mm);
+    if let Some(b) = &w.biases {
+        add_rows(ys, &b.down[e * d..(e + 1) * d]);
+    }
+    for (src, &slot) in ys.chunks_exact(d).zip(slots) {
+        s.slot_out[slot * d..(slot + 1) * d].copy_from_slice(src);
+    }
+}
+
+/// Adds `bias` to every row of `rows` (rows as long as `bias`).
+fn add_rows(rows: &mut [f32], bias: &[f32]) {
+    rows.chunks_exact_mut(bias.len())
+        .for_each(|r| kernels::add(r, bias));
 }
 
 /// Adds the shared expert of the `n` rows of `h`, each scaled by its sigmoid gate, to `out`.
@@ -219,6 +277,34 @@ pub fn route(logits: &[f32], k: usize, norm: bool, picks: &mut Vec<(usize, f32)>
     }
 }
 
+/// Appends one token's `k` picks `(expert, weight)` to `picks` as llama.cpp's `SOFTMAX_WEIGHT`
+/// gating does (gpt-oss): the `k` largest logits, largest first (ties to the lower index),
+/// weighted by the softmax of those `k` logits alone.
+pub fn route_picked(logits: &[f32], k: usize, picks: &mut Vec<(usize, f32)>) {
+    let first = picks.len();
+    for _ in 0..k {
+        let mut best: Option<(usize, f32)> = None;
+        for (e, &l) in logits.iter().enumerate() {
+            let taken = picks[first..].iter().any(|&(pe, _)| pe == e);
+            if !taken && best.is_none_or(|(_, bl)| l > bl) {
+                best = Some((e, l));
+            }
+        }
+        if let Some(b) = best {
+            picks.push(b);
+        }
+    }
+    let picked = &mut picks[first..];
+    let max = picked.iter().fold(f32::NEG_INFINITY, |m, &(_, l)| m.max(l));
+    let mut sum = 0.0f64;
+    for (_, l) in picked.iter_mut() {
+        *l = (*l - max).exp();
+        sum += f64::from(*l);
+    }
+    let inv = (1.0 / sum) as f32;
+    picked.iter_mut().for_each(|(_, p)| *p *= inv);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +317,25 @@ mod tests {
         let (a, b) = (2.0f64.exp(), 1.0f64.exp());
         assert!((picks[0].1 as f64 - a / (a + b)).abs() < 1e-6);
         assert!((picks[1].1 as f64 - b / (a + b)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn route_picked_weighs_the_top_logits_by_their_own_softmax() {
+        let mut picks = Vec::new();
+        route_picked(&[0.0, 2.0, -1.0, 1.0, 1.5], 3, &mut picks);
+        assert_eq!(picks.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 4, 3]);
+        let e = [2.0f64.exp(), 1.5f64.exp(), 1.0f64.exp()];
+        let total: f64 = e.iter().sum();
+        for (p, e) in picks.iter().zip(e) {
+            assert!((p.1 as f64 - e / total).abs() < 1e-6, "{picks:?}");
+        }
+        // The same weights as renormalised top-k probabilities, in exact arithmetic.
+        let mut renorm = Vec::new();
+        route(&[0.0, 2.0, -1.0, 1.0, 1.5], 3, true, &mut renorm);
+        for (a, b) in picks.iter().zip(&renorm) {
+            assert_eq!(a.0, b.0);
+            assert!((a.1 - b.1).abs() < 1e-6);
+        }
     }
 
     #[test]

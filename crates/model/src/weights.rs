@@ -10,8 +10,8 @@
 use gguf::{GgmlType, GgufFile};
 use kernels::{Layout, Weights};
 
-use crate::config::ModelConfig;
-use crate::moe::{Experts, MoeWeights, SharedExpert};
+use crate::config::{Arch, ModelConfig};
+use crate::moe::{Experts, MoeBiases, MoeWeights, SharedExpert};
 use crate::ModelError;
 
 /// A matrix of `rows` output features by `cols` input features, in its GGUF block format.
@@ -75,6 +75,10 @@ pub struct LayerWeights {
     pub bq: Option<Vec<f32>>,
     pub bk: Option<Vec<f32>>,
     pub bv: Option<Vec<f32>>,
+    /// gpt-oss: the output projection's bias.
+    pub bo: Option<Vec<f32>>,
+    /// gpt-oss: one sink logit per query head.
+    pub sinks: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
     pub post_attn_norm: Option<Vec<f32>>,
@@ -96,14 +100,33 @@ pub enum Ffn {
     Moe(Box<MoeWeights>),
 }
 
-/// Per-layer tensors a file may hold that no supported layout applies (biases of the output
-/// projection and the MLP, which some Granite and OLMo variants carry): loading refuses them.
-const UNSUPPORTED_LAYER_TENSORS: [&str; 4] = [
+/// Per-layer tensors a file may hold that its architecture's layout does not apply (biases of
+/// the output projection and the MLP, which some Granite and OLMo variants carry; gpt-oss's
+/// sinks and MoE biases elsewhere): loading refuses them unless `applies` says the layout
+/// reads them.
+const UNSUPPORTED_LAYER_TENSORS: [&str; 9] = [
     "attn_output.bias",
+    "attn_sinks.weight",
     "ffn_gate.bias",
     "ffn_up.bias",
     "ffn_down.bias",
+    "ffn_gate_inp.bias",
+    "ffn_gate_exps.bias",
+    "ffn_up_exps.bias",
+    "ffn_down_exps.bias",
 ];
+
+/// Whether `cfg`'s layout reads the layer tensor `name` (one of `UNSUPPORTED_LAYER_TENSORS`).
+fn applies(cfg: &ModelConfig, name: &str) -> bool {
+    match name {
+        "attn_output.bias" => cfg.attn_out_bias,
+        "attn_sinks.weight" => cfg.attn_sinks,
+        "ffn_gate_inp.bias" | "ffn_gate_exps.bias" | "ffn_up_exps.bias" | "ffn_down_exps.bias" => {
+            cfg.moe.is_some_and(|m| m.biases)
+        }
+        _ => false,
+    }
+}
 
 /// All weights of a model.
 pub struct ModelWeights {
@@ -123,6 +146,13 @@ impl ModelWeights {
         let embed = l.matrix("token_embd.weight", cfg.vocab_size, cfg.d_model)?;
         let output = match file.tensor("output.weight") {
             Some(_) => l.matrix("output.weight", cfg.vocab_size, cfg.d_model)?,
+            // llama.cpp ties no gpt-oss output to the embeddings.
+            None if cfg.arch == Arch::GptOss => {
+                return Err(ModelError::MissingTensor {
+                    path: l.path(),
+                    name: "output.weight".into(),
+                })
+            }
             None => embed,
         };
         let d = cfg.d_model;
@@ -229,16 +259,18 @@ impl Loader {
             bq: opt_vec("attn_q.bias", q)?,
             bk: opt_vec("attn_k.bias", kv)?,
             bv: opt_vec("attn_v.bias", kv)?,
+            bo: when(cfg.attn_out_bias, "attn_output.bias", d)?,
+            sinks: when(cfg.attn_sinks, "attn_sinks.weight", cfg.n_heads)?,
             q_norm: when(cfg.qk_norm, "attn_q_norm.weight", qn)?,
             k_norm: when(cfg.qk_norm, "attn_k_norm.weight", kn)?,
             post_attn_norm: when(cfg.post_norms, "post_attention_norm.weight", d)?,
-            ffn_norm: when(cfg.pre_norms, "ffn_norm.weight", d)?,
+            ffn_norm: when(cfg.pre_norms, cfg.ffn_norm_tensor, d)?,
             ffn: self.ffn(cfg, &n)?,
             post_ffn_norm: when(cfg.post_norms, "post_ffw_norm.weight", d)?,
         };
         // Tensors some architectures may carry that this forward pass would not apply.
         for extra in UNSUPPORTED_LAYER_TENSORS {
-            if file.tensor(&n(extra)).is_some() {
+            if !applies(cfg, extra) && file.tensor(&n(extra)).is_some() {
                 return Err(ModelError::BadTensor {
                     path: file.path().display().to_string(),
                     name: n(extra),
@@ -278,6 +310,15 @@ impl Loader {
                 Ffn::Moe(Box::new(MoeWeights {
                     spec,
                     router: l.matrix(&n("ffn_gate_inp.weight"), e, d)?,
+                    biases: match spec.biases {
+                        false => None,
+                        true => Some(MoeBiases {
+                            router: l.vector(&n("ffn_gate_inp.bias"), e)?,
+                            gate: l.vector(&n("ffn_gate_exps.bias"), e * eff)?,
+                            up: l.vector(&n("ffn_up_exps.bias"), e * eff)?,
+                            down: l.vector(&n("ffn_down_exps.bias"), e * d)?,
+                        }),
+                    },
                     gate: l.experts(&n("ffn_gate_exps.weight"), e, eff, d)?,
                     up: l.experts(&n("ffn_up_exps.weight"), e, eff, d)?,
                     down: l.experts(&n("ffn_down_exps.weight"), e, d, eff)?,

@@ -1,5 +1,6 @@
 //! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, olmo2, granite, phi3,
-//! and the mixture-of-experts qwen3moe, qwen2moe and granitemoe) against llama.cpp, on tiny models the test writes itself.
+//! and the mixture-of-experts qwen3moe, qwen2moe, granitemoe and gpt-oss) against llama.cpp, on
+//! tiny models the test writes itself.
 //!
 //! Design: `model::testing::tiny_model_gguf` builds each GGUF in-process from a fixed seed;
 //! `scripts/oracle/tiny_models.py` fed the very same bytes to llama.cpp and committed what it
@@ -33,9 +34,11 @@ use sha2::{Digest, Sha256};
 
 /// Largest accepted |ours − llama.cpp| on any logit.
 const LOGIT_TOL: f32 = 5e-2;
-/// The same for the mixture-of-experts models, whose Q8_0 experts round activations to 8 bits
-/// in both implementations, differently (`scripts/oracle/tiny_models.py` measured llama.cpp
-/// 6.3e-2 from the float64 reference on qwen3moe, 4.5e-2 on qwen2moe).
+/// The same for the mixture-of-experts models, whose Q8_0 (gpt-oss: MXFP4) experts round
+/// activations to 8 bits in both implementations, differently (`scripts/oracle/tiny_models.py`
+/// measured llama.cpp 6.3e-2 from the float64 reference on qwen3moe, 4.5e-2 on qwen2moe and
+/// on gpt-oss; Tessera is 4.1e-2 from llama.cpp on gpt-oss, whose sinks, router bias, YaRN or
+/// clamp, each left out, move logits by whole units: see `gpt_oss_matches_llama_cpp`).
 const MOE_LOGIT_TOL: f32 = 1e-1;
 
 /// The bound for `arch`; also the greedy margin under which a step is a near-tie.
@@ -343,6 +346,14 @@ fn qwen2moe_matches_llama_cpp() {
     check_against_llama_cpp("qwen2moe");
 }
 
+/// gpt-oss: Q/K/V and output biases, a sink logit per head, every even layer a sliding window,
+/// YaRN, the router's and the experts' biases, softmax over the top-k logits, SwiGLU-OAI on
+/// MXFP4 experts.
+#[test]
+fn gpt_oss_matches_llama_cpp() {
+    check_against_llama_cpp("gpt-oss");
+}
+
 /// Sixteen sequences in one batch, each a different prefix of the golden prompt (so the MoE
 /// layers route many tokens of many sequences to each expert at once): every row must be
 /// llama.cpp's for its own position.
@@ -501,6 +512,61 @@ fn gemma2_tiny_slides_every_other_layer_and_caps_its_scores() {
 }
 
 #[test]
+fn gpt_oss_tiny_slides_every_other_layer_with_yarn_on_all() {
+    let golden = read_golden("gpt-oss");
+    let m = load_tiny("gpt-oss", &golden);
+    let cfg = m.transformer.config();
+    let windows: Vec<Option<usize>> = cfg.layers.iter().map(|l| l.window).collect();
+    assert_eq!(windows, [Some(8), None, Some(8), None]);
+    // YaRN factor 4: cos and sin times 1 + 0.1 ln 4 on the sliding layers too.
+    let mscale = 1.0 + 0.1 * 4f32.ln();
+    for l in &cfg.layers {
+        assert!((l.rope_mscale - mscale).abs() < 1e-6, "{}", l.rope_mscale);
+        assert_eq!(l.rope_inv_freq, cfg.layers[1].rope_inv_freq);
+    }
+    assert!(cfg.attn_sinks && cfg.attn_out_bias);
+    assert_eq!(cfg.attn_scale, 1.0 / 32f32.sqrt(), "1/sqrt(rope dims)");
+    let moe = cfg.moe.expect("gpt-oss is a mixture of experts");
+    assert!(moe.biases && moe.softmax_after_topk);
+    assert_eq!((moe.n_expert, moe.n_used), (8, 4));
+}
+
+/// The error of loading `arch`'s tiny file after `edit`; panics if it loads.
+fn refusal(arch: &str, edit: impl FnOnce(&mut gguf::GgufWriter)) -> String {
+    let mut w = tiny_model_writer(arch, tiny_seed(arch)).expect("a tiny arch");
+    edit(&mut w);
+    match load_bytes(&format!("tiny-{arch}-edited"), &w.write_to_vec()) {
+        Ok(_) => panic!("the edited tiny {arch} was accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// gpt-oss's sinks and biases are required where llama.cpp requires them, and refused by name
+/// in an architecture that would ignore them.
+#[test]
+fn gpt_oss_tensors_are_required_there_and_refused_elsewhere() {
+    for t in [
+        "attn_sinks.weight",
+        "attn_output.bias",
+        "ffn_gate_inp.bias",
+        "ffn_down_exps.bias",
+    ] {
+        let name = format!("blk.2.{t}");
+        let msg = refusal("gpt-oss", |w| assert!(w.remove_tensor(&name), "{name}"));
+        assert!(msg.contains(&name), "missing {name}: {msg}");
+    }
+    let msg = refusal("gpt-oss", |w| {
+        assert!(w.remove_metadata("gpt-oss.attention.sliding_window"));
+    });
+    assert!(msg.contains("gpt-oss.attention.sliding_window"), "{msg}");
+    let msg = refusal("qwen3moe", |w| {
+        let sinks = [0.5f32; 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor("blk.1.attn_sinks.weight", &[4], gguf::GgmlType::F32, sinks);
+    });
+    assert!(msg.contains("blk.1.attn_sinks.weight"), "{msg}");
+}
+
+#[test]
 fn tokenizer_matches_llama_cpp_on_tiny_vocab() {
     for arch in all_archs() {
         let golden = read_golden(arch);
@@ -526,7 +592,7 @@ fn unknown_architecture_is_refused_naming_it_and_the_supported_ones() {
         msg.contains("\"mamba\""),
         "error does not name the architecture: {msg}"
     );
-    for arch in TINY_ARCHS {
+    for arch in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
         assert!(msg.contains(arch), "error does not list {arch}: {msg}");
     }
 }

@@ -11,11 +11,11 @@
 //!
 //! BPE pre-tokenizers: [`PreTokenizer::NAMES`] is the table of accepted `tokenizer.ggml.pre`
 //! values, each mapped to one of llama.cpp's split patterns it shares (the default, GPT-2,
-//! single digits then GPT-2 as `smollm`, LLaMA 3 with or without its flags, Qwen2). Every other
-//! name, including ones llama.cpp splits with patterns Tessera does not implement
-//! (`deepseek-llm`, `deepseek-v3`, `falcon`, `tekken`, `gpt-4o`, `llama4`, `seed-coder`,
-//! `qwen35`, ...), is refused with [`TokenizerError::UnsupportedPreTokenizer`], whose message
-//! lists the accepted names.
+//! Falcon, single digits then GPT-2 as `smollm`, LLaMA 3 with or without its flags, Qwen2,
+//! GPT-4o's o200k pattern as `gpt-4o` for gpt-oss and Llama 4). Every other name, including
+//! ones llama.cpp splits with patterns Tessera does not implement (`deepseek-llm`,
+//! `deepseek-v3`, `tekken`, `seed-coder`, `qwen35`, ...), is refused with
+//! [`TokenizerError::UnsupportedPreTokenizer`], whose message lists the accepted names.
 //!
 //! Decoding concatenates precomputed per-token bytes ([`decode`]); [`IncrementalDecoder`]
 //! streams them without ever emitting half a UTF-8 character.

@@ -21,6 +21,7 @@ pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<&str> {
             words(text, &scan_llama3(&Chars::new(text), 3))
         }
         PreTokenizer::Qwen2 => words(text, &scan_llama3(&Chars::new(text), 1)),
+        PreTokenizer::Gpt4o => words(text, &scan_gpt4o(&Chars::new(text))),
         PreTokenizer::Default => split_default(text),
         PreTokenizer::Falcon => split_falcon(text),
     }
@@ -178,6 +179,60 @@ fn scan_llama3(t: &Chars, max_digits: usize) -> Vec<usize> {
         ends.push(i);
     }
     ends
+}
+
+/// GPT-4o (o200k; gpt-oss, Llama 4), as llama.cpp runs it: the pattern
+/// `[^\r\n\p{L}\p{N}]?U*W+C?|[^\r\n\p{L}\p{N}]?U+W*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|`
+/// `\s*[\r\n]+|\s+(?!\S)|\s+`, where `C` is a contraction in either case, `U` a letter other
+/// than `a-z` and `W` a letter other than `A-Z`. The tokenizer's own pattern has case classes
+/// (`[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]`); llama.cpp rewrites them with lookaheads and runs them
+/// through `std::regex` on text where each non-ASCII char stands for its category, so a
+/// non-ASCII letter is both `U` and `W` and combining marks are not letters. Those are the
+/// semantics here. Returns the end (char index) of each word.
+fn scan_gpt4o(t: &Chars) -> Vec<usize> {
+    let is_newline = |c: char| c == '\r' || c == '\n';
+    let mut ends = Vec::new();
+    let mut i = 0;
+    while i < t.len() {
+        let c = t.chars[i];
+        let start = i + usize::from(!(is_newline(c) || is_letter(c) || is_number(c)));
+        i = if let Some(end) = gpt4o_letters(t, start) {
+            end + contraction(t, end, true).unwrap_or(0)
+        } else if is_number(c) {
+            t.run_end(i, is_number).min(i + 3)
+        } else if t.is(i + usize::from(c == ' '), is_other) {
+            let end = t.run_end(i + usize::from(c == ' '), is_other);
+            t.run_end(end, |c| is_newline(c) || c == '/')
+        } else {
+            let ws_end = t.run_end(i, is_whitespace);
+            match (i..ws_end).rev().find(|&k| t.is(k, is_newline)) {
+                Some(last_newline) => last_newline + 1,
+                None => whitespace_run(t, i).unwrap_or(i + 1),
+            }
+        };
+        ends.push(i);
+    }
+    ends
+}
+
+/// The end of GPT-4o's letter run at `s` (`U*W+`, else `U+W*`, matched as a backtracking
+/// engine does), or `None` when neither matches.
+fn gpt4o_letters(t: &Chars, s: usize) -> Option<usize> {
+    let upper = |c: char| is_letter(c) && !c.is_ascii_lowercase();
+    let lower = |c: char| is_letter(c) && !c.is_ascii_uppercase();
+    let u_end = t.run_end(s, upper);
+    // `U*` gives back chars until `W+` can start: the last position in the run whose char is
+    // also `W` (a non-ASCII letter), unless the run is followed by `a-z`.
+    let w_start = if t.is(u_end, lower) {
+        Some(u_end)
+    } else {
+        (s..u_end).rev().find(|&k| t.is(k, lower))
+    };
+    match w_start {
+        Some(k) => Some(t.run_end(k, lower)),
+        None if u_end > s => Some(u_end),
+        None => None,
+    }
 }
 
 /// llama.cpp's `default` BPE pre-tokenizer: four passes, each refining the previous pieces.
@@ -355,6 +410,59 @@ mod tests {
         assert_eq!(split(PreTokenizer::Dbrx, text), llama3(text));
     }
 
+    // The GPT-4o cases below are llama.cpp's own splits (its unicode_regex_split with the
+    // GPT4O pattern, built from the llama-cpp-python 0.3.36 sources).
+    fn gpt4o(t: &str) -> Vec<&str> {
+        split(PreTokenizer::Gpt4o, t)
+    }
+
+    #[test]
+    fn gpt4o_splits_words_at_case_changes() {
+        assert_eq!(gpt4o("Hello world"), ["Hello", " world"]);
+        assert_eq!(gpt4o("HELLOworld"), ["HELLOworld"]);
+        assert_eq!(gpt4o("helloWorld"), ["hello", "World"]);
+        assert_eq!(gpt4o("CamelCaseXMLParser"), ["Camel", "Case", "XMLParser"]);
+    }
+
+    #[test]
+    fn gpt4o_takes_non_ascii_letters_as_either_case() {
+        assert_eq!(gpt4o("日本語ABC"), ["日本語", "ABC"]);
+        assert_eq!(gpt4o("ŁódźKRAKÓW"), ["Łódź", "KRAKÓ", "W"]);
+        assert_eq!(gpt4o("éA"), ["é", "A"]);
+        // A combining mark is no letter: it ends a word and may lead the next.
+        assert_eq!(gpt4o("e\u{301}t\u{301}"), ["e", "\u{301}t", "\u{301}"]);
+    }
+
+    #[test]
+    fn gpt4o_keeps_contractions_on_their_word() {
+        assert_eq!(gpt4o("don't DON'T it'S"), ["don't", " DON'T", " it'S"]);
+        assert_eq!(gpt4o("x's'"), ["x's", "'"]);
+        assert_eq!(gpt4o("'hello"), ["'hello"]);
+    }
+
+    #[test]
+    fn gpt4o_groups_digits_by_three() {
+        assert_eq!(gpt4o("1234567"), ["123", "456", "7"]);
+        assert_eq!(gpt4o("x=12345;"), ["x", "=", "123", "45", ";"]);
+    }
+
+    #[test]
+    fn gpt4o_symbols_take_following_newlines_and_slashes() {
+        assert_eq!(gpt4o("(x)"), ["(x", ")"]);
+        assert_eq!(gpt4o(" (x"), [" (", "x"]);
+        assert_eq!(gpt4o("a-/\n/x"), ["a", "-/\n/", "x"]);
+        assert_eq!(gpt4o("path/to/file.rs"), ["path", "/to", "/file", ".rs"]);
+    }
+
+    #[test]
+    fn gpt4o_whitespace_runs() {
+        assert_eq!(gpt4o("a  \n\n  b"), ["a", "  \n\n", " ", " b"]);
+        assert_eq!(gpt4o("a   b"), ["a", "  ", " b"]);
+        assert_eq!(gpt4o("end "), ["end", " "]);
+        assert_eq!(gpt4o("abc\r\n\r\ndef"), ["abc", "\r\n\r\n", "def"]);
+        assert_eq!(gpt4o("\u{3000}foo"), ["\u{3000}foo"]);
+    }
+
     #[test]
     fn splits_always_cover_the_input() {
         let text = "Ünïcödé 中文 😀\t\r\n  x'LL 1,000.5 ...  ";
@@ -366,6 +474,7 @@ mod tests {
             PreTokenizer::Dbrx,
             PreTokenizer::Qwen2,
             PreTokenizer::Falcon,
+            PreTokenizer::Gpt4o,
         ] {
             let w = split(pre, text);
             assert!(w.iter().all(|w| !w.is_empty()), "{pre:?}: {w:?}");

@@ -290,6 +290,45 @@ fn bpe_round_trips_arbitrary_text() {
     assert_eq!(pieces(&t, &ids), ["x", "<|end|>"]);
 }
 
+/// gpt-oss's vocabulary marks its harmony tokens as control tokens; llama.cpp overrides that.
+#[test]
+fn harmony_markers_are_user_defined_and_end_stops_ending_generation() {
+    let specials = [
+        "<|start|>",
+        "<|channel|>",
+        "<|message|>",
+        "<|constrain|>",
+        "<|return|>",
+        "<|call|>",
+    ];
+    let mut tokens: Vec<String> = (0..=255u8)
+        .map(|b| crate::unicode::byte_to_char(b).to_string())
+        .collect();
+    tokens.extend(specials.iter().map(|s| s.to_string()));
+    tokens.push("<|end|>".into());
+    let mut v = Vocab::new(VocabModel::Bpe(PreTokenizer::Gpt4o), tokens);
+    v.token_types = vec![1; 256];
+    v.token_types.resize(256 + specials.len() + 1, 3);
+    v.special.bos = None;
+    v.special.eos = Some(256 + 4);
+    let t = Tokenizer::from_vocab(&v).expect("valid test vocab");
+    let id = |s: &str| t.token_to_id(s).expect("listed");
+
+    let text = "<|start|>a<|channel|>f<|message|>H<|end|><|return|>";
+    let ids = t.encode(text, false, false);
+    // Without parse_special only the control token <|return|> stays text.
+    assert_eq!(&ids[..8], [256, 97, 257, 102, 258, 72, id("<|end|>"), 60]);
+    assert_eq!(t.decode(&ids, true), text);
+    let ids = t.encode(text, false, true);
+    assert_eq!(ids.last(), Some(&id("<|return|>")));
+    assert_eq!(
+        t.decode(&ids, true),
+        "<|start|>a<|channel|>f<|message|>H<|end|>"
+    );
+    assert!(!t.is_special(id("<|constrain|>")));
+    assert_eq!(t.eog_ids(), [id("<|return|>"), id("<|call|>")]);
+}
+
 #[test]
 fn unknown_pre_tokenizer_is_refused_by_name() {
     let err = PreTokenizer::from_gguf_name(Some("exotic-9")).expect_err("unsupported");
@@ -385,6 +424,8 @@ fn pre_tokenizer_names_map_to_llama_cpp_behaviours() {
     assert_eq!(of("deepseek-r1-qwen"), PreTokenizer::Qwen2);
     assert_eq!(of("megrez"), PreTokenizer::Qwen2);
     assert_eq!(of("olmo"), PreTokenizer::Gpt2);
+    assert_eq!(of("gpt-4o"), PreTokenizer::Gpt4o);
+    assert_eq!(of("llama4"), PreTokenizer::Gpt4o);
     assert_eq!(
         PreTokenizer::from_gguf_name(None).expect("absent"),
         PreTokenizer::Default
@@ -393,6 +434,7 @@ fn pre_tokenizer_names_map_to_llama_cpp_behaviours() {
     assert!(of("llama3").ignores_merges() && of("llama3").adds_bos());
     assert!(!of("dbrx").ignores_merges() && !of("dbrx").adds_bos());
     assert!(!of("smollm").ignores_merges() && !of("smollm").adds_bos());
+    assert!(!of("gpt-4o").ignores_merges() && !of("gpt-4o").adds_bos());
 }
 
 #[test]
@@ -401,8 +443,8 @@ fn names_needing_another_pattern_are_refused_with_the_supported_list() {
         "deepseek-llm",
         "deepseek-v3",
         "tekken",
-        "gpt-4o",
-        "llama4",
+        "tiny_aya",
+        "granite-embed-multi-97m",
         "qwen35",
         "bloom",
     ] {

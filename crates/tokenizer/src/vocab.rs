@@ -50,13 +50,16 @@ pub enum PreTokenizer {
     Qwen2,
     /// Falcon: punctuation runs (with the backtick), the GPT-2 pattern, digit triples.
     Falcon,
+    /// GPT-4o's o200k pattern (gpt-oss, Llama 4): words split at case changes, contractions
+    /// kept on their word, digits in groups of up to three.
+    Gpt4o,
 }
 
 impl PreTokenizer {
     /// Every accepted `tokenizer.ggml.pre` value and its pre-tokenizer, as llama.cpp maps them
     /// (`src/llama-vocab.cpp`). Names llama.cpp knows but that need another split pattern or
-    /// flag (e.g. `deepseek-llm`, `deepseek-v3`, `tekken`, `gpt-4o`, `llama4`,
-    /// `seed-coder`, `chameleon`, `bloom`, `qwen35`, `roberta-bpe`) are refused.
+    /// flag (e.g. `deepseek-llm`, `deepseek-v3`, `tekken`, `seed-coder`, `chameleon`, `bloom`,
+    /// `qwen35`, `roberta-bpe`) are refused.
     pub const NAMES: &'static [(&'static str, PreTokenizer)] = &[
         ("default", Self::Default),
         ("gpt-2", Self::Gpt2),
@@ -96,6 +99,11 @@ impl PreTokenizer {
         ("stablelm2", Self::Qwen2),
         ("hunyuan", Self::Qwen2),
         ("solar-open", Self::Qwen2),
+        ("gpt-4o", Self::Gpt4o),
+        ("llama4", Self::Gpt4o),
+        ("kanana2", Self::Gpt4o),
+        ("talkie", Self::Gpt4o),
+        ("minimax-m2", Self::Gpt4o),
     ];
 
     /// Maps a `tokenizer.ggml.pre` value to a pre-tokenizer; an absent value means `Default`.
@@ -291,6 +299,11 @@ const EOG_TEXTS: &[&str] = &[
     "<｜end▁of▁sentence｜>",
 ];
 
+/// gpt-oss's harmony markers: llama.cpp makes them user-defined tokens whatever the file says,
+/// so they are split out of text even without `parse_special` and always rendered (the
+/// reasoning parser reads them in the decoded text).
+const HARMONY_MARKERS: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
+
 /// Token texts that llama.cpp takes as the end-of-turn token when the metadata names none.
 const EOT_TEXTS: &[&str] = &[
     "<|eot_id|>",
@@ -377,6 +390,11 @@ impl Compiled {
                 .min();
         }
         let eog = end_of_generation_ids(&piece_to_id, &mut attrs, &special);
+        for text in HARMONY_MARKERS {
+            if let Some(&id) = piece_to_id.get(*text) {
+                attrs[id as usize] = Attr::USER_DEFINED;
+            }
+        }
 
         let mut byte_ids = [None; 256];
         for (b, slot) in byte_ids.iter_mut().enumerate() {

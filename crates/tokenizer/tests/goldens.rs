@@ -3,11 +3,13 @@
 //!
 //! The goldens (`tests/goldens/<stem>.json`) come from `scripts/oracle/tokenizer_goldens.py`
 //! (llama-cpp-python, `vocab_only=True`): Gemma 3 270M (SentencePiece, the default model),
-//! Qwen2.5-Coder-0.5B and SmolLM2-135M (byte-level BPE), nomic-embed-text-v1.5 (WordPiece). Gemma's file is looked up at
-//! `$TESSERA_MODEL`, then the models directory; the others in the models directory
+//! Qwen2.5-Coder-0.5B and SmolLM2-135M (byte-level BPE), nomic-embed-text-v1.5 (WordPiece),
+//! gpt-oss's o200k_harmony vocabulary (byte-level BPE, `gpt-4o` pre-tokenizer; a
+//! vocabulary-only file that `scripts/fetch_o200k_vocab.py` writes). Gemma's file is looked up
+//! at `$TESSERA_MODEL`, then the models directory; the others in the models directory
 //! (`$TESSERA_MODELS_DIR`, else `<workspace>/models/`), under their canonical names
-//! (`test_support::model_path`). A missing model fails the tests, with instructions
-//! (scripts/test.sh fetches every model).
+//! (`test_support::model_path`). A missing file fails the tests, with instructions
+//! (scripts/test.sh fetches every model and writes the gpt-oss vocabulary).
 // Full tier only: reads real model files (`--features real-models`, scripts/test.sh fetches them).
 #![cfg(feature = "real-models")]
 
@@ -32,6 +34,8 @@ struct Spec {
     /// llama.cpp's detokenizer applies clean-up heuristics Tessera does not; the decode check
     /// is then that the decoded text encodes back to the same ids.
     lossy: bool,
+    /// The script that writes the file, when it is not a model `tessera fetch-model` fetches.
+    written_by: Option<&'static str>,
 }
 
 const GEMMA3: Spec = Spec {
@@ -40,6 +44,7 @@ const GEMMA3: Spec = Spec {
     is_default_model: true,
     spm: true,
     lossy: false,
+    written_by: None,
 };
 
 const QWEN25_CODER: Spec = Spec {
@@ -48,6 +53,7 @@ const QWEN25_CODER: Spec = Spec {
     is_default_model: false,
     spm: false,
     lossy: false,
+    written_by: None,
 };
 
 const SMOLLM2: Spec = Spec {
@@ -56,11 +62,22 @@ const SMOLLM2: Spec = Spec {
     is_default_model: false,
     spm: false,
     lossy: false,
+    written_by: None,
 };
 
 fn load(spec: &Spec) -> Tokenizer {
     let path = if spec.is_default_model {
         test_support::default_model_path()
+    } else if let Some(script) = spec.written_by {
+        let p = test_support::models_dir().join(spec.file);
+        assert!(
+            p.is_file(),
+            "{} missing: write it with `python3 {script}` (a Python with gguf==0.19.0, and \
+             cargo; scripts/test.sh runs it), or point TESSERA_MODELS_DIR at the directory that \
+             holds it",
+            p.display()
+        );
+        p
     } else {
         test_support::model_path(spec.file)
     };
@@ -268,9 +285,22 @@ const NOMIC: Spec = Spec {
     is_default_model: false,
     spm: false,
     lossy: true,
+    written_by: None,
+};
+
+/// gpt-oss's o200k_harmony vocabulary (`gpt-4o` pre-tokenizer), rebuilt from OpenAI's ranks
+/// by the script, since no gpt-oss file reaches the test machines.
+const GPT_OSS: Spec = Spec {
+    stem: "gpt-oss-o200k",
+    file: "gpt-oss-o200k-vocab.gguf",
+    is_default_model: false,
+    spm: false,
+    lossy: false,
+    written_by: Some("scripts/fetch_o200k_vocab.py"),
 };
 
 golden_tests!(gemma3, GEMMA3);
+golden_tests!(gpt_oss, GPT_OSS);
 golden_tests!(nomic, NOMIC);
 golden_tests!(qwen25_coder, QWEN25_CODER);
 golden_tests!(smollm2, SMOLLM2);
@@ -285,4 +315,30 @@ fn gemma_end_of_generation_ids_include_end_of_turn() {
     assert!(tok.eog_ids().contains(&tok.eos_id().expect("eos")));
     assert!(tok.is_special(eot));
     assert_eq!(tok.encode("<start_of_turn>", false, true).len(), 1);
+}
+
+/// gpt-oss as llama.cpp loads it: generation ends at <|return|>, <|call|> and <|endoftext|> but
+/// not at <|end|> (which ends a message), and the harmony markers are user-defined tokens, so
+/// they are split out of text without special parsing and shown when special tokens are hidden.
+#[test]
+fn gpt_oss_ends_generation_at_return_and_call_and_shows_harmony_markers() {
+    let tok = tokenizer(&GPT_OSS);
+    let id = |t: &str| tok.token_to_id(t).expect("a harmony token");
+    assert_eq!(
+        tok.eog_ids(),
+        [id("<|endoftext|>"), id("<|return|>"), id("<|call|>")]
+    );
+    for marker in [
+        "<|start|>",
+        "<|channel|>",
+        "<|message|>",
+        "<|constrain|>",
+        "<|end|>",
+    ] {
+        assert!(!tok.is_special(id(marker)), "{marker}");
+        assert_eq!(tok.encode(marker, false, false), [id(marker)]);
+        assert_eq!(tok.decode(&[id(marker)], true), marker);
+    }
+    assert!(tok.is_special(id("<|return|>")));
+    assert_eq!(tok.encode("<|return|>", false, false).len(), 5);
 }

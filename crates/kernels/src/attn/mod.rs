@@ -167,16 +167,26 @@ pub fn scale_round_f16<L: Lanes>(lanes: L, x: &mut [f32], s: f32) {
 /// One (query, head)'s scores over its visible keys become probabilities rounded to f16: the
 /// max taken off, `exp_neg`, the sum in f64 over eight lanes (`exp_sum`), each scaled by the
 /// sum's f32 inverse. The SIMD form runs the same operations per element eight at a time.
+///
+/// With a `sink` (gpt-oss's per-head attention sink, a logit with no value), the softmax runs
+/// as if the sink were one more score, as ggml's `soft_max` with sinks does: it joins the max,
+/// and its exponential joins the sum (after the lanes), but it gets no probability of its own.
 #[inline(always)]
-pub fn softmax_f16<L: Lanes>(lanes: L, sc: &mut [f32]) {
+pub fn softmax_f16<L: Lanes>(lanes: L, sc: &mut [f32], sink: Option<f32>) {
     let _ = lanes;
     #[cfg(target_arch = "x86_64")]
     if L::SIMD {
         // SAFETY: `L::SIMD` means an `Avx2` value exists: AVX2, FMA and F16C were detected.
-        return unsafe { x86::softmax_f16(sc) };
+        return unsafe { x86::softmax_f16(sc, sink) };
     }
-    let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum = exp_sum(sc, max);
+    let mut max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if let Some(s) = sink {
+        max = max.max(s);
+    }
+    let mut sum = exp_sum(sc, max);
+    if let Some(s) = sink {
+        sum += f64::from(exp_neg(s - max));
+    }
     let inv = (1.0 / sum) as f32;
     scale_round_f16(Portable, sc, inv);
 }

@@ -204,8 +204,8 @@ fn simd_softmax_and_f16_rounding_give_the_portable_bits() {
         /// # Safety
         /// The CPU must support AVX2, FMA and F16C (detected just above).
         #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn both(x: &mut [f32], y: &mut [f32], s: f32) {
-            softmax_f16(Avx2(()), x);
+        unsafe fn both(x: &mut [f32], y: &mut [f32], s: f32, sink: Option<f32>) {
+            softmax_f16(Avx2(()), x, sink);
             scale_round_f16(Avx2(()), y, s);
         }
         /// # Safety
@@ -253,7 +253,9 @@ fn simd_softmax_and_f16_rounding_give_the_portable_bits() {
             );
         }
         let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        for n in [1usize, 5, 8, 9, 16, 100, 515, 1027] {
+        let sizes = [1usize, 5, 8, 9, 16, 100, 515, 1027];
+        let sinks = [None, Some(1.5), Some(-3.0)];
+        for (n, sink) in sizes.iter().flat_map(|&n| sinks.map(|s| (n, s))) {
             // Scores spread over ~120 (so some fall below exp_neg's -87 cut and some
             // probabilities are f16 subnormals), and raw values spread past f16's range.
             let scores: Vec<f32> = (0..n)
@@ -264,17 +266,19 @@ fn simd_softmax_and_f16_rounding_give_the_portable_bits() {
                 .collect();
             let (mut x_simd, mut y_simd) = (scores.clone(), raw.clone());
             // SAFETY: features detected above.
-            unsafe { both(&mut x_simd, &mut y_simd, 0.0625) };
+            unsafe { both(&mut x_simd, &mut y_simd, 0.0625, sink) };
             let (mut x_plain, mut y_plain) = (scores.clone(), raw.clone());
-            softmax_f16(Portable, &mut x_plain);
+            softmax_f16(Portable, &mut x_plain, sink);
             scale_round_f16(Portable, &mut y_plain, 0.0625);
-            assert_eq!(bits(&x_simd), bits(&x_plain), "softmax, n = {n}");
+            assert_eq!(bits(&x_simd), bits(&x_plain), "softmax, n = {n}, {sink:?}");
             assert_eq!(bits(&y_simd), bits(&y_plain), "rounding, n = {n}");
-            let total: f32 = x_plain.iter().sum();
-            assert!(
-                (total - 1.0).abs() < 1e-2,
-                "n = {n}: probabilities sum to {total}"
-            );
+            if sink.is_none() {
+                let total: f32 = x_plain.iter().sum();
+                assert!(
+                    (total - 1.0).abs() < 1e-2,
+                    "n = {n}: probabilities sum to {total}"
+                );
+            }
         }
     }
 }
@@ -288,4 +292,30 @@ fn exp_sum_matches_a_plain_loop() {
         let got = exp_sum(&mut x, max);
         assert!(((got - want) / want).abs() < 1e-6, "n {n}: {got} vs {want}");
     }
+}
+
+#[test]
+fn a_sink_takes_its_share_of_the_softmax_and_no_probability() {
+    let scores = [0.5f32, -1.0, 2.0, 0.0, -0.25];
+    for sink in [-2.0f32, 1.0, 3.0] {
+        let mut x = scores.to_vec();
+        softmax_f16(Portable, &mut x, Some(sink));
+        let all: Vec<f64> = scores
+            .iter()
+            .chain([&sink])
+            .map(|&v| f64::from(v).exp())
+            .collect();
+        let total: f64 = all.iter().sum();
+        for (got, e) in x.iter().zip(&all) {
+            let want = e / total;
+            assert!(
+                (f64::from(*got) - want).abs() < 1e-3 * want.max(1e-3),
+                "sink {sink}"
+            );
+        }
+    }
+    let (mut with, mut without) = (scores.to_vec(), scores.to_vec());
+    softmax_f16(Portable, &mut with, Some(f32::NEG_INFINITY));
+    softmax_f16(Portable, &mut without, None);
+    assert_eq!(with, without, "a sink at -inf is no sink");
 }

@@ -37,7 +37,7 @@ const DIRECT_F16_QUERIES: usize = 2;
 pub(super) fn run_task(
     pool: &KvPool,
     c: &ChunkAttention,
-    h: Heads,
+    h: Heads<'_>,
     task: Task,
     q: &[f32],
     out: &mut [f32],
@@ -65,7 +65,7 @@ unsafe fn run_task_avx2(
     simd: Avx2,
     pool: &KvPool,
     c: &ChunkAttention,
-    h: Heads,
+    h: Heads<'_>,
     task: Task,
     q: &[f32],
     out: &mut [f32],
@@ -81,7 +81,7 @@ fn run_task_body<L: Lanes>(
     lanes: L,
     pool: &KvPool,
     c: &ChunkAttention,
-    h: Heads,
+    h: Heads<'_>,
     task: Task,
     q: &[f32],
     out: &mut [f32],
@@ -123,7 +123,8 @@ fn run_task_body<L: Lanes>(
         direct,
     };
     scores_pass(lanes, &tiles, &shape, &s.m, &mut s.scores, &mut s.k, &lo);
-    softmax_pass(lanes, &shape, h.softcap, &mut s.scores, &lo);
+    let sinks = h.sinks.map(|s| &s[task.h0..task.h1]);
+    softmax_pass(lanes, &shape, h.softcap, sinks, &mut s.scores, &lo);
 
     // Pass 3 goes straight into the output when the task has every head of its queries (their
     // rows are then its whole run of `out`).
@@ -150,7 +151,7 @@ fn run_task_body<L: Lanes>(
 fn load_queries<L: Lanes>(
     lanes: L,
     c: &ChunkAttention,
-    h: Heads,
+    h: Heads<'_>,
     task: Task,
     q: &[f32],
     m: &mut Vec<f32>,
@@ -208,12 +209,14 @@ fn scores_pass<L: Lanes>(
 
 /// Pass 2: softmax over each query's visible keys (sum in f64, as ggml), probabilities
 /// rounded to f16 as llama.cpp's f16 V product sees them; with `softcap` > 0 (Gemma 2) each
-/// score first becomes `softcap * tanh(score / softcap)`, as llama.cpp computes it.
+/// score first becomes `softcap * tanh(score / softcap)`, as llama.cpp computes it; `sinks`
+/// (gpt-oss), one per head of the task, join each softmax of their head.
 #[inline(always)]
 fn softmax_pass<L: Lanes>(
     lanes: L,
     shape: &TileSpan,
     softcap: f32,
+    sinks: Option<&[f32]>,
     scores: &mut [f32],
     lo: &impl Fn(usize) -> usize,
 ) {
@@ -227,7 +230,7 @@ fn softmax_pass<L: Lanes>(
                 let inv = 1.0 / softcap;
                 sc.iter_mut().for_each(|s| *s = softcap * (*s * inv).tanh());
             }
-            softmax_f16(lanes, sc);
+            softmax_f16(lanes, sc, sinks.map(|s| s[hi]));
         }
     }
 }

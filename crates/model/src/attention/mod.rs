@@ -21,6 +21,9 @@
 //! Output: each task writes one contiguous run of `out`, disjoint from every other task's
 //! (`plan::Task::out_range`); `kernels::Shares` lends each task its run as a `&mut` slice.
 //!
+//! Sinks (gpt-oss): a head's sink logit counts in its softmax as one more score, unscaled, and
+//! is then dropped, so the head's probabilities sum to less than one.
+//!
 //! Visibility: a query at position p sees key positions `lo(p)..=p`, where `lo(p) = 0` on a
 //! global layer and `p + 1 - window` on a sliding-window layer (llama.cpp's "standard" SWA).
 
@@ -54,7 +57,7 @@ pub struct ChunkAttention<'a> {
 
 /// Shapes shared by every chunk of a layer.
 #[derive(Clone, Copy)]
-pub struct Heads {
+pub struct Heads<'a> {
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -62,6 +65,9 @@ pub struct Heads {
     pub scale: f32,
     /// Gemma 2: scaled scores become `softcap * tanh(s / softcap)` before the softmax (0: off).
     pub softcap: f32,
+    /// gpt-oss: one logit per query head that joins its softmax's denominator (and max) as a
+    /// key with no value would (llama.cpp's attention sinks).
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// Per-thread reusable buffers; grown, never shrunk.
@@ -88,7 +94,7 @@ pub fn attend_all(
     threads: &Threads,
     pool: &KvPool,
     chunks: &[ChunkAttention],
-    heads: Heads,
+    heads: Heads<'_>,
     q: &[f32],
     out: &mut [f32],
     scratch: &mut Vec<Mutex<AttnScratch>>,

@@ -32,7 +32,7 @@ pub(super) struct Task {
 impl Task {
     /// The elements of `out` (`[rows][n_heads * head_dim]`) the task writes: from its first
     /// query's head `h0` to its last query's head `h1` (all of it, see the module invariants).
-    pub fn out_range(&self, c: &ChunkAttention, h: Heads) -> Range<usize> {
+    pub fn out_range(&self, c: &ChunkAttention, h: Heads<'_>) -> Range<usize> {
         let q_dim = h.n_heads * h.head_dim;
         let (first, last) = (c.first_row + self.t0, c.first_row + self.t1 - 1);
         first * q_dim + self.h0 * h.head_dim..last * q_dim + self.h1 * h.head_dim
@@ -46,7 +46,7 @@ fn cost(c: &ChunkAttention, t0: usize, t1: usize) -> usize {
 }
 
 /// The tasks of one layer's attention over `chunks` on `n_threads` threads, largest first.
-pub(super) fn plan(chunks: &[ChunkAttention], heads: Heads, n_threads: usize) -> Vec<Task> {
+pub(super) fn plan(chunks: &[ChunkAttention], heads: Heads<'_>, n_threads: usize) -> Vec<Task> {
     let total: usize = chunks.iter().map(|c| cost(c, 0, c.len)).sum();
     // No task should be a large share of the step: a prefill chunk deep into a long prompt
     // beside short decodes would otherwise be one task that a single thread runs alone.

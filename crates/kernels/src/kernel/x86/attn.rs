@@ -95,7 +95,7 @@ pub(crate) unsafe fn exp_neg8(x: __m256) -> __m256 {
 /// # Safety
 /// AVX2, FMA and F16C must be enabled in the inlining function.
 #[inline(always)]
-pub(crate) unsafe fn softmax_f16(sc: &mut [f32]) {
+pub(crate) unsafe fn softmax_f16(sc: &mut [f32], sink: Option<f32>) {
     let (chunks, tail) = sc.as_chunks_mut::<8>();
     // SAFETY: each load and store covers one 8-float chunk; features per the contract.
     let (mut max, mut lanes) = unsafe {
@@ -113,6 +113,9 @@ pub(crate) unsafe fn softmax_f16(sc: &mut [f32]) {
         )
     };
     max = tail.iter().copied().fold(max, f32::max);
+    if let Some(s) = sink {
+        max = max.max(s);
+    }
     // SAFETY: as above.
     unsafe {
         let mv = _mm256_set1_ps(max);
@@ -130,6 +133,9 @@ pub(crate) unsafe fn softmax_f16(sc: &mut [f32]) {
     for v in tail.iter_mut() {
         *v = crate::attn::exp_neg(*v - max);
         sum += f64::from(*v);
+    }
+    if let Some(s) = sink {
+        sum += f64::from(crate::attn::exp_neg(s - max));
     }
     let inv = (1.0 / sum) as f32;
     // SAFETY: features per the contract.
