@@ -16,7 +16,9 @@
 pub mod batch;
 pub mod kv;
 
-pub use batch::{Batch, LogitsWanted, SeqChunk};
+use std::path::Path;
+
+pub use batch::{Batch, LogitsWanted, LoraId, LoraUse, SeqChunk};
 pub use kv::{KvDtype, KvGroup, KvLayout, TileId, Q8_0_BLOCK_BYTES, Q8_0_BLOCK_VALUES};
 
 /// What can go wrong in a runner.
@@ -164,6 +166,26 @@ pub trait Runner: Send + 'static {
     fn workers(&self) -> usize {
         1
     }
+
+    /// Loads the LoRA adapter at `path` (a GGUF adapter in llama.cpp's format), checked against
+    /// the runner's model, for chunks to name in `SeqChunk::loras`. Runners without LoRA support
+    /// refuse.
+    fn load_lora(&mut self, path: &Path) -> Result<LoraId, RunError> {
+        let _ = path;
+        Err(no_lora())
+    }
+
+    /// Drops adapter `id`; a batch naming it afterwards is refused. The engine unloads only
+    /// adapters no running sequence uses.
+    fn unload_lora(&mut self, id: LoraId) -> Result<(), RunError> {
+        let _ = id;
+        Err(no_lora())
+    }
+}
+
+/// The error of a runner with no LoRA support.
+fn no_lora() -> RunError {
+    RunError::BadBatch("this runner has no LoRA support".into())
 }
 
 /// A boxed runner is a runner (a draft model's, chosen by the binary).
@@ -206,6 +228,12 @@ impl Runner for Box<dyn Runner> {
     }
     fn workers(&self) -> usize {
         (**self).workers()
+    }
+    fn load_lora(&mut self, path: &Path) -> Result<LoraId, RunError> {
+        (**self).load_lora(path)
+    }
+    fn unload_lora(&mut self, id: LoraId) -> Result<(), RunError> {
+        (**self).unload_lora(id)
     }
 }
 
