@@ -26,6 +26,7 @@
 use gguf::{Array, GgmlType, GgufWriter};
 
 pub mod encoders;
+pub mod lora;
 
 /// The dense architectures `tiny_model_gguf` can build (each has llama.cpp goldens).
 pub const TINY_ARCHS: &[&str] = &[

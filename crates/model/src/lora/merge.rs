@@ -126,3 +126,64 @@ fn merge_matrix(m: &Matrix, p: &LoraPair, scale: f32) -> Result<Matrix, String> 
         layout: Layout::RowMajor,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Q8_0 weight merged stays Q8_0, within a Q8_0 step of the exact `W + s·B·A`.
+    #[test]
+    fn a_q8_0_weight_merges_into_q8_0_within_its_rounding() {
+        let (rows, cols, rank) = (4, 64, 2);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 40.0)
+            .collect();
+        let mut blocks = vec![
+            BlockQ8_0 {
+                d: [0; 2],
+                qs: [0; QK8_0]
+            };
+            rows * cols / QK8_0
+        ];
+        quantize_row_q8_0(&w, &mut blocks);
+        let data: &'static [u8] = Box::leak(plain_bytes(&blocks).to_vec().into_boxed_slice());
+        let m = Matrix {
+            ty: GgmlType::Q8_0,
+            data,
+            rows,
+            cols,
+            layout: Layout::RowMajor,
+        };
+        let p = LoraPair {
+            rank,
+            d_in: cols,
+            d_out: rows,
+            a: (0..rank * cols)
+                .map(|i| (i % 7) as f32 / 7.0 - 0.5)
+                .collect(),
+            b: (0..rows * rank).map(|i| (i % 3) as f32 - 1.0).collect(),
+        };
+        let merged = merge_matrix(&m, &p, 0.5).expect("merges");
+        assert_eq!(merged.ty, GgmlType::Q8_0);
+        let mut got = vec![0.0; rows * cols];
+        let mut base = vec![0.0; rows * cols];
+        kernels::dequantize_row(GgmlType::Q8_0, merged.data, &mut got).expect("dequantizes");
+        kernels::dequantize_row(GgmlType::Q8_0, data, &mut base).expect("dequantizes");
+        for r in 0..rows {
+            for c in 0..cols {
+                let delta: f32 = (0..rank)
+                    .map(|k| p.b[r * rank + k] * p.a[k * cols + c])
+                    .sum();
+                let want = base[r * cols + c] + 0.5 * delta;
+                let err = (got[r * cols + c] - want).abs();
+                assert!(
+                    err < 2.5 / 127.0,
+                    "({r}, {c}): {} vs {want}",
+                    got[r * cols + c]
+                );
+            }
+        }
+        let differs = got.iter().zip(&base).any(|(g, b)| (g - b).abs() > 0.05);
+        assert!(differs, "the merge changed nothing");
+    }
+}
