@@ -251,3 +251,41 @@ pub fn minimal_layout(tile_size: usize, dtype: KvDtype) -> KvLayout {
         dtype,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runner that implements only what it must.
+    struct Bare(RunnerFacts);
+
+    impl Runner for Bare {
+        fn facts(&self) -> &RunnerFacts {
+            &self.0
+        }
+        fn execute(&mut self, _: &Batch, _: &mut Vec<f32>) -> Result<(), RunError> {
+            Ok(())
+        }
+        fn copy_tiles(&mut self, _: &[(TileId, TileId)]) {}
+        fn export_tile(&self, _: TileId, _: &mut Vec<u8>) {}
+        fn import_tile(&mut self, _: TileId, _: &[u8]) -> Result<(), RunError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_runner_without_lora_support_says_so() {
+        let mut r: Box<dyn Runner> = Box::new(Bare(RunnerFacts {
+            layout: minimal_layout(4, KvDtype::F16),
+            n_tiles: 1,
+            vocab_size: 1,
+            context_length: 1,
+            embedding: None,
+        }));
+        let load = r.load_lora(Path::new("adapter.gguf")).map(|_| ());
+        for err in [load, r.unload_lora(LoraId(0))] {
+            let msg = err.expect_err("refused").to_string();
+            assert!(msg.contains("no LoRA support"), "{msg}");
+        }
+    }
+}

@@ -134,10 +134,15 @@ struct Job {
     dst: Range<usize>,
 }
 
-/// Buffers of the LoRA products, reused across passes.
+/// The plan of the current batch and the buffers of the LoRA products, reused across passes.
 #[derive(Default)]
 pub(crate) struct LoraScratch {
     pub(crate) plan: LoraPlan,
+    bufs: Bufs,
+}
+
+#[derive(Default)]
+struct Bufs {
     /// Each group's input rows, gathered (offset per group in `x_at`).
     xg: Vec<f32>,
     x_at: Vec<usize>,
@@ -154,6 +159,31 @@ pub(crate) struct LoraScratch {
 /// Rows (or outputs) per job: about four jobs per thread, at least `min` each.
 fn block(len: usize, threads: usize, min: usize) -> usize {
     len.div_ceil(4 * threads).max(min)
+}
+
+/// One matmul site's adapters: what the stages look up.
+struct Ctx<'a> {
+    loras: &'a Loras,
+    site: Site,
+    targets: &'a [Target],
+    d_in: usize,
+    groups: &'a [Group],
+}
+
+impl Ctx<'_> {
+    fn adapter(&self, g: usize) -> &LoraAdapter {
+        let id = self.groups[g].id;
+        self.loras.get(id).expect("the plan names loaded adapters")
+    }
+
+    /// Group `g`'s pair for output `oi`, if its adapter changes that weight.
+    fn pair(&self, g: usize, oi: usize) -> Option<&LoraPair> {
+        pair_of(self.adapter(g), self.site, self.targets[oi])
+    }
+
+    fn job_pair(&self, j: &Job) -> &LoraPair {
+        self.pair(j.group, j.out).expect("a job has a pair")
+    }
 }
 
 /// Adds every adapted row's `scale · B·A·x` to the outputs of `site`'s matmuls: `x`
@@ -176,30 +206,66 @@ pub(crate) fn add_deltas(
     if groups.iter().all(|g| g.rows.is_empty()) {
         return;
     }
-    let adapter = |g: &Group| loras.get(g.id).expect("plan names loaded adapters");
-    let pair = |g: &Group, oi: usize| pair_of(adapter(g), site, targets[oi]);
-    // Gather each group's input rows, and lay out stage A's outputs and jobs.
-    let (n_thr, mut t_len) = (th.n(), 0);
-    s.x_at.clear();
-    s.t_at.clear();
-    s.jobs_a.clear();
-    let mut x_len = 0;
-    for (gi, g) in groups.iter().enumerate() {
-        s.x_at.push(x_len);
-        x_len += g.rows.len() * d_in;
-        for oi in 0..targets.len() {
-            s.t_at.push(t_len);
-            let (Some(p), m) = (pair(g, oi), g.rows.len()) else {
+    let cx = Ctx {
+        loras,
+        site,
+        targets,
+        d_in,
+        groups,
+    };
+    let b = &mut s.bufs;
+    let t_len = plan_stage_a(&cx, b, th.n());
+    if b.jobs_a.is_empty() {
+        return;
+    }
+    gather(&cx, x, b);
+    b.mm.resize_with(th.n(), Mutex::default);
+    let t = sized(&mut b.t, t_len);
+    run_jobs(th, &b.mm, &b.jobs_a, t, &|j, out, mm| {
+        let input = &b.xg[j.src..j.src + j.part.len() * d_in];
+        matmul(
+            th,
+            &cx.job_pair(j).a_weights(),
+            input,
+            j.part.len(),
+            out,
+            mm,
+        );
+    });
+    let d_len = plan_stage_b(&cx, b, th.n());
+    let d = sized(&mut b.d, d_len);
+    run_jobs(th, &b.mm, &b.jobs_b, d, &|j, out, mm| {
+        let (p, m) = (cx.job_pair(j), groups[j.group].rows.len());
+        let input = &b.t[j.src..j.src + m * p.rank];
+        matmul(th, &p.b_weights(j.part.clone()), input, m, out, mm);
+    });
+    add_rows(&cx, b, outs);
+}
+
+/// Lays out stage A (`x·Aᵀ` per group and output, in blocks of rows) and where each group's
+/// gathered rows go; returns the length of its output.
+fn plan_stage_a(cx: &Ctx, b: &mut Bufs, n_thr: usize) -> usize {
+    let (mut x_len, mut t_len) = (0, 0);
+    b.x_at.clear();
+    b.t_at.clear();
+    b.jobs_a.clear();
+    for (gi, g) in cx.groups.iter().enumerate() {
+        b.x_at.push(x_len);
+        let m = g.rows.len();
+        for oi in 0..cx.targets.len() {
+            b.t_at.push(t_len);
+            let Some(p) = cx.pair(gi, oi) else {
                 continue;
             };
             let step = block(m, n_thr, 16);
             for r in (0..m).step_by(step) {
                 let part = r..(r + step).min(m);
                 let dst = t_len + part.start * p.rank..t_len + part.end * p.rank;
-                let src = s.x_at[gi] + part.start * d_in;
-                s.jobs_a.push(Job {
-                    group: gi,
-                    out: oi,
+                let src = x_len + part.start * cx.d_in;
+                let (group, out) = (gi, oi);
+                b.jobs_a.push(Job {
+                    group,
+                    out,
                     part,
                     src,
                     dst,
@@ -207,41 +273,44 @@ pub(crate) fn add_deltas(
             }
             t_len += m * p.rank;
         }
+        x_len += m * cx.d_in;
     }
-    if s.jobs_a.is_empty() {
-        return;
-    }
-    let xg = sized(&mut s.xg, x_len);
-    for (g, &at) in groups.iter().zip(&s.x_at) {
+    t_len
+}
+
+/// Each group's input rows, gathered into `b.xg` at `b.x_at`.
+fn gather(cx: &Ctx, x: &[f32], b: &mut Bufs) {
+    let d_in = cx.d_in;
+    let len = cx.groups.iter().map(|g| g.rows.len() * d_in).sum();
+    let xg = sized(&mut b.xg, len);
+    for (g, &at) in cx.groups.iter().zip(&b.x_at) {
         for (i, &row) in g.rows.iter().enumerate() {
             let dst = &mut xg[at + i * d_in..at + (i + 1) * d_in];
             dst.copy_from_slice(&x[row * d_in..(row + 1) * d_in]);
         }
     }
-    s.mm.resize_with(n_thr, Mutex::default);
-    let t = sized(&mut s.t, t_len);
-    run_jobs(th, &s.mm, &s.jobs_a, t, &|j, out, mm| {
-        let p = pair(&groups[j.group], j.out).expect("job has a pair");
-        let input = &s.xg[j.src..j.src + j.part.len() * d_in];
-        matmul(th, &p.a_weights(), input, j.part.len(), out, mm);
-    });
-    // Stage B: blocks of each pair's outputs.
-    s.jobs_b.clear();
+}
+
+/// Lays out stage B (`t·Bᵀ` per group and output, in blocks of outputs), groups in ascending
+/// id order; returns the length of its output.
+fn plan_stage_b(cx: &Ctx, b: &mut Bufs, n_thr: usize) -> usize {
+    b.jobs_b.clear();
     let mut d_len = 0;
-    for (gi, g) in groups.iter().enumerate() {
-        for oi in 0..targets.len() {
-            let (Some(p), m) = (pair(g, oi), g.rows.len()) else {
+    for (gi, g) in cx.groups.iter().enumerate() {
+        for oi in 0..cx.targets.len() {
+            let Some(p) = cx.pair(gi, oi) else {
                 continue;
             };
-            let src = s.t_at[gi * targets.len() + oi];
+            let src = b.t_at[gi * cx.targets.len() + oi];
             let step = block(p.d_out, n_thr, 64);
             for c in (0..p.d_out).step_by(step) {
                 let part = c..(c + step).min(p.d_out);
-                let dst = d_len..d_len + m * part.len();
+                let dst = d_len..d_len + g.rows.len() * part.len();
                 d_len = dst.end;
-                s.jobs_b.push(Job {
-                    group: gi,
-                    out: oi,
+                let (group, out) = (gi, oi);
+                b.jobs_b.push(Job {
+                    group,
+                    out,
                     part,
                     src,
                     dst,
@@ -249,30 +318,19 @@ pub(crate) fn add_deltas(
             }
         }
     }
-    let d = sized(&mut s.d, d_len);
-    run_jobs(th, &s.mm, &s.jobs_b, d, &|j, out, mm| {
-        let g = &groups[j.group];
-        let p = pair(g, j.out).expect("job has a pair");
-        let input = &s.t[j.src..j.src + g.rows.len() * p.rank];
-        matmul(
-            th,
-            &p.b_weights(j.part.clone()),
-            input,
-            g.rows.len(),
-            out,
-            mm,
-        );
-    });
-    // Each row's deltas, groups in ascending id order (the jobs' order).
-    for j in &s.jobs_b {
-        let g = &groups[j.group];
-        let a = adapter(g);
-        let p = pair(g, j.out).expect("job has a pair");
+    d_len
+}
+
+/// Adds each row's deltas times its scale, groups in ascending id order (the jobs' order).
+fn add_rows(cx: &Ctx, b: &Bufs, outs: &mut [&mut [f32]]) {
+    for j in &b.jobs_b {
+        let (g, p) = (&cx.groups[j.group], cx.job_pair(j));
+        let alpha = cx.adapter(j.group).alpha;
         let (d_out, w) = (p.d_out, j.part.len());
         let out = &mut *outs[j.out];
         for (i, (&row, &user)) in g.rows.iter().zip(&g.scales).enumerate() {
-            let scale = p.scale(a.alpha, user);
-            let delta = &s.d[j.dst.start + i * w..j.dst.start + (i + 1) * w];
+            let scale = p.scale(alpha, user);
+            let delta = &b.d[j.dst.start + i * w..j.dst.start + (i + 1) * w];
             let dst = &mut out[row * d_out + j.part.start..row * d_out + j.part.end];
             dst.iter_mut().zip(delta).for_each(|(o, v)| *o += scale * v);
         }
