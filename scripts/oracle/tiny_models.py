@@ -228,9 +228,12 @@ def gpt_oss_moe(h, w, n_used, limit=7.0, alpha=1.702):
     return out
 
 
-def reference_logits(path, tokens):
-    """Float64 forward pass of a tiny model, written from the architectures' definitions."""
+def reference_logits(path, tokens, adjust=None):
+    """Float64 forward pass of a tiny model, written from the architectures' definitions.
+    `adjust(tensors)`, if given, changes the weights first (tiny_lora.py merges an adapter)."""
     md, t = read_gguf(path)
+    if adjust is not None:
+        adjust(t)
     arch = md["general.architecture"]
     hp = lambda key, default=None: md.get(f"{arch}.{key}", default)
     n_layers, d_model = hp("block_count"), hp("embedding_length")

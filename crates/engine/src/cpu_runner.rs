@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use model::{Batch, Embedder, KvPool, Pooling, RunError, Threads, TileId, Transformer};
+use model::{Batch, Embedder, KvPool, LoraId, Pooling, RunError, Threads, TileId, Transformer};
 
 use crate::error::{ConfigError, StartError};
 use crate::runner::{
@@ -207,6 +207,25 @@ impl Runner for CpuRunner {
 
     fn workers(&self) -> usize {
         self.threads().n()
+    }
+
+    fn load_lora(&mut self, path: &std::path::Path) -> Result<LoraId, RunError> {
+        match &mut self.net {
+            Net::Decoder { model, .. } => Ok(model.load_lora(path)?),
+            Net::Embedder { .. } => Err(RunError::BadBatch(
+                "LoRA adapters are not supported on an embedding model".into(),
+            )),
+        }
+    }
+
+    fn unload_lora(&mut self, id: LoraId) -> Result<(), RunError> {
+        match &mut self.net {
+            Net::Decoder { model, .. } => Ok(model.unload_lora(id)?),
+            Net::Embedder { .. } => Err(RunError::BadBatch(format!(
+                "no LoRA adapter with id {} is loaded",
+                id.0
+            ))),
+        }
     }
 }
 

@@ -241,6 +241,7 @@ impl DraftModel {
                 first_token: tokens.len(),
                 len: feed.len(),
                 tile_tables: &s.tables,
+                loras: &[],
                 logits: if w {
                     LogitsWanted::Last
                 } else {

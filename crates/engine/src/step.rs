@@ -41,6 +41,8 @@ impl<R: Runner> Engine<R> {
                 first_token: tokens.len(),
                 len: c.len,
                 tile_tables: s.tiles.tables.as_slice(),
+                // Requests choose no LoRA adapter yet: the base model.
+                loras: &[],
                 // A chunk the runner draws for gives back a token, not a row.
                 logits: match draws.get(ci) {
                     Some(Some(_)) => LogitsWanted::None,

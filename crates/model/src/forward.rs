@@ -24,11 +24,12 @@ use kernels::{matmul, matmul_shared, MatmulScratch, Shares, Threads};
 use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::config::{Activation, ModelConfig, RopeStyle};
 use crate::kv::{KvLayout, KvPool, TileId};
+use crate::lora::{add_deltas, LoraScratch, Loras, Site, Target};
 use crate::moe::{moe_ffn, MoeScratch};
 use crate::weights::{Ffn, Matrix, ModelWeights};
 use crate::ModelError;
 use kernels::{rms_norm_rows, rms_norm_rows_in_place};
-use runner::{Batch, LogitsWanted};
+use runner::{Batch, LogitsWanted, LoraId};
 
 /// Activations of one forward pass, reused across passes.
 #[derive(Default)]
@@ -48,6 +49,7 @@ struct Workspace {
     attn: Vec<Mutex<AttnScratch>>,
     moe: MoeScratch,
     mm: MatmulScratch,
+    lora: LoraScratch,
 }
 
 fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -67,6 +69,8 @@ pub struct Transformer {
     rope_tables: Vec<(Vec<f32>, f32)>,
     layer_rope: Vec<usize>,
     ws: Workspace,
+    /// The LoRA adapters batches may name.
+    loras: Loras,
 }
 
 impl Transformer {
@@ -91,7 +95,23 @@ impl Transformer {
             rope_tables,
             layer_rope,
             ws: Workspace::default(),
+            loras: Loras::default(),
         }
+    }
+
+    /// Loads the LoRA adapter at `path`, checked against this model, for chunks to name.
+    pub fn load_lora(&mut self, path: &std::path::Path) -> Result<LoraId, ModelError> {
+        self.loras.load(path, &self.cfg, &self.w)
+    }
+
+    /// Drops adapter `id`.
+    pub fn unload_lora(&mut self, id: LoraId) -> Result<(), ModelError> {
+        self.loras.unload(id)
+    }
+
+    /// The loaded adapters.
+    pub fn loras(&self) -> &Loras {
+        &self.loras
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -139,6 +159,7 @@ impl Transformer {
     /// Checks the batch, then embeds it and runs every layer, leaving the residual in `ws.x`.
     fn layers(&mut self, batch: &Batch, kv: &mut KvPool) -> Result<(), ModelError> {
         check_batch(batch, kv.layout(), &self.cfg)?;
+        self.ws.lora.plan.build(batch, &self.loras)?;
         self.embed(batch)?;
         let rows = RowSplit::new(&self.threads, batch.tokens.len());
         for li in 0..self.w.layers.len() {
@@ -174,9 +195,21 @@ impl Transformer {
         self.qkv(li, rows);
         self.attend(li, batch, kv, rows.n);
         let (cfg, lw, th, ws) = (&self.cfg, &self.w.layers[li], &self.threads, &mut self.ws);
-        let (n, d, eps) = (rows.n, cfg.d_model, cfg.rms_eps);
+        let (n, d, eps, qd) = (rows.n, cfg.d_model, cfg.rms_eps, cfg.q_dim());
         let o = sized(&mut ws.o, n * d);
-        mm(th, &lw.wo, &ws.att[..n * cfg.q_dim()], n, o, &mut ws.mm);
+        mm(th, &lw.wo, &ws.att[..n * qd], n, o, &mut ws.mm);
+        let (site, att) = (Site::Layer(li), &ws.att[..n * qd]);
+        add_deltas(
+            th,
+            &self.loras,
+            &mut ws.lora,
+            site,
+            att,
+            qd,
+            &[Target::O],
+            &mut [o],
+        );
+        let o = &mut ws.o[..n * d];
         if let Some(b) = &lw.bo {
             o.chunks_exact_mut(d).for_each(|r| kernels::add(r, b));
         }
@@ -220,6 +253,16 @@ impl Transformer {
             n,
             [&mut *q, &mut *k, &mut *v],
             &mut ws.mm,
+        );
+        add_deltas(
+            th,
+            &self.loras,
+            &mut ws.lora,
+            Site::Layer(li),
+            &ws.h[..n * d],
+            d,
+            &[Target::Q, Target::K, Target::V],
+            &mut [&mut *q, &mut *k, &mut *v],
         );
         for (buf, bias) in [(&mut *q, &lw.bq), (&mut *k, &lw.bk), (&mut *v, &lw.bv)] {
             if let Some(b) = bias {
@@ -298,7 +341,10 @@ impl Transformer {
                 let o = sized(&mut ws.o, n * d);
                 moe_ffn(th, mw, &ws.h[..n * d], n, o, &mut ws.moe, &mut ws.mm);
             }
-            Ffn::Dense { gate, up, down } => dense_mlp(th, cfg, [gate, up, down], ws, rows),
+            Ffn::Dense { gate, up, down } => {
+                let lora = (&self.loras, Site::Layer(li));
+                dense_mlp(th, cfg, [gate, up, down], ws, rows, lora)
+            }
         }
         let o = &mut ws.o[..n * d];
         let (or, xr) = (rows.cut(o, d), rows.cut(&mut ws.x[..n * d], d));
@@ -326,6 +372,18 @@ impl Transformer {
             rows,
             logits,
             &mut ws.mm,
+        );
+        let (th, loras) = (&self.threads, &self.loras);
+        let out = &mut [&mut logits[..]];
+        add_deltas(
+            th,
+            loras,
+            &mut ws.lora,
+            Site::Head,
+            normed,
+            cfg.d_model,
+            &[Target::O],
+            out,
         );
         if cfg.final_logit_softcap > 0.0 {
             let c = cfg.final_logit_softcap;
@@ -364,7 +422,15 @@ impl Transformer {
 
 /// The gated MLP of the `rows.n` rows of `ws.h` into `ws.o`: gate and up in one parallel
 /// region, the activation times up, then the down projection.
-fn dense_mlp(th: &Threads, cfg: &ModelConfig, w: [&Matrix; 3], ws: &mut Workspace, rows: RowSplit) {
+/// `lora`: the adapters and the layer, for their products added after each matmul.
+fn dense_mlp(
+    th: &Threads,
+    cfg: &ModelConfig,
+    w: [&Matrix; 3],
+    ws: &mut Workspace,
+    rows: RowSplit,
+    lora: (&Loras, Site),
+) {
     let (n, d, ff) = (rows.n, cfg.d_model, cfg.d_ff);
     let gate = sized(&mut ws.gate, n * ff);
     let up = sized(&mut ws.up, n * ff);
@@ -376,6 +442,9 @@ fn dense_mlp(th: &Threads, cfg: &ModelConfig, w: [&Matrix; 3], ws: &mut Workspac
         [&mut *gate, &mut *up],
         &mut ws.mm,
     );
+    let (h, targets) = (&ws.h[..n * d], [Target::Gate, Target::Up]);
+    let outs = &mut [&mut *gate, &mut *up];
+    add_deltas(th, lora.0, &mut ws.lora, lora.1, h, d, &targets, outs);
     {
         let (gr, up) = (rows.cut(gate, ff), &*up);
         rows.run(th, &|r| {
@@ -396,6 +465,17 @@ fn dense_mlp(th: &Threads, cfg: &ModelConfig, w: [&Matrix; 3], ws: &mut Workspac
     }
     let o = sized(&mut ws.o, n * d);
     mm(th, w[2], &ws.gate[..n * ff], n, o, &mut ws.mm);
+    let act = &ws.gate[..n * ff];
+    add_deltas(
+        th,
+        lora.0,
+        &mut ws.lora,
+        lora.1,
+        act,
+        ff,
+        &[Target::Down],
+        &mut [o],
+    );
 }
 
 fn mm(th: &Threads, w: &Matrix, x: &[f32], n: usize, out: &mut [f32], s: &mut MatmulScratch) {

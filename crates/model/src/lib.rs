@@ -12,6 +12,7 @@ pub mod eval;
 pub mod forward;
 pub mod kv;
 pub mod logits;
+pub mod lora;
 pub mod moe;
 pub mod rope;
 pub mod sampler;
@@ -31,7 +32,8 @@ pub use forward::Transformer;
 pub use kernels::Threads;
 pub use kv::{KvDtype, KvLayout, KvPool, TileId};
 pub use logits::{LogitBias, LogitsProcessor, Penalties, ProcessorChain, TokenFilter};
-pub use runner::{Batch, LogitsWanted, RunError, SeqChunk};
+pub use lora::{LoraAdapter, Loras};
+pub use runner::{Batch, LogitsWanted, LoraId, LoraUse, RunError, SeqChunk};
 pub use sampler::{SampleScratch, Sampler, SamplingParams};
 pub use session::Session;
 pub use tokenizer::Tokenizer;
@@ -107,6 +109,16 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, ModelError> {
 
 /// Opens a GGUF file and loads its tokenizer and weights (zero-copy), using `threads` workers.
 pub fn load(path: &Path, threads: usize) -> Result<LoadedModel, ModelError> {
+    load_merged(path, threads, &[])
+}
+
+/// [`load`], with the LoRA adapters `merges` (each a file and its user scale) added into the
+/// weights before they are repacked (see `lora::merge_adapter` for the formats).
+pub fn load_merged(
+    path: &Path,
+    threads: usize,
+    merges: &[(&Path, f32)],
+) -> Result<LoadedModel, ModelError> {
     let file = gguf::GgufFile::open(path)?;
     let in_file = |e: ModelError| ModelError::InFile {
         path: path.display().to_string(),
@@ -122,7 +134,12 @@ pub fn load(path: &Path, threads: usize) -> Result<LoadedModel, ModelError> {
         cfg.apply_rope_freq_factors(&factors).map_err(in_file)?;
     }
     let tokenizer = Tokenizer::from_metadata(file.metadata()).map_err(|e| in_file(e.into()))?;
-    let weights = weights::ModelWeights::load(file, &cfg)?;
+    let mut weights = weights::ModelWeights::load_unpacked(file, &cfg)?;
+    for &(lora, scale) in merges {
+        let adapter = lora::load_adapter(lora, &cfg, &weights)?;
+        lora::merge_adapter(&mut weights, &adapter, scale)?;
+    }
+    weights.pack_for_cpu();
     let transformer = Transformer::new(cfg, weights, kernels::Threads::new(threads.max(1)));
     Ok(LoadedModel {
         tokenizer,

@@ -7,7 +7,7 @@
 use crate::forward::Transformer;
 use crate::kv::{KvLayout, KvPool, TileId};
 use crate::ModelError;
-use runner::{Batch, LogitsWanted, SeqChunk};
+use runner::{Batch, LogitsWanted, LoraUse, SeqChunk};
 
 /// KV storage and positions for `n_seqs` sequences of up to `max_len` tokens each.
 pub struct Session {
@@ -15,6 +15,8 @@ pub struct Session {
     tables: Vec<Vec<Vec<TileId>>>,
     /// Tokens already in the cache, per sequence.
     pub lens: Vec<usize>,
+    /// The LoRA adapters each sequence computes with (none: the base model).
+    loras: Vec<Vec<LoraUse>>,
     max_len: usize,
 }
 
@@ -52,7 +54,15 @@ impl Session {
             pool: KvPool::new(layout, next as usize),
             tables,
             lens: vec![0; n_seqs],
+            loras: vec![Vec::new(); n_seqs],
             max_len,
+        }
+    }
+
+    /// Sets the LoRA adapters sequence `seq` computes with from its next chunk on.
+    pub fn set_loras(&mut self, seq: usize, loras: &[LoraUse]) {
+        if let Some(l) = self.loras.get_mut(seq) {
+            *l = loras.to_vec();
         }
     }
 
@@ -82,6 +92,7 @@ impl Session {
                 first_token: tokens.len(),
                 len: toks.len(),
                 tile_tables: &self.tables[seq],
+                loras: &self.loras[seq],
                 logits: want,
             });
             tokens.extend_from_slice(toks);

@@ -26,6 +26,7 @@
 use gguf::{Array, GgmlType, GgufWriter};
 
 pub mod encoders;
+pub mod lora;
 mod moe;
 
 use moe::TinyMoe;

@@ -141,6 +141,14 @@ pub struct ModelWeights {
 
 impl ModelWeights {
     pub fn load(file: GgufFile, cfg: &ModelConfig) -> Result<ModelWeights, ModelError> {
+        let mut w = Self::load_unpacked(file, cfg)?;
+        w.pack_for_cpu();
+        Ok(w)
+    }
+
+    /// The weights as the file holds them, nothing repacked (LoRA merges come first, then
+    /// `pack_for_cpu`).
+    pub fn load_unpacked(file: GgufFile, cfg: &ModelConfig) -> Result<ModelWeights, ModelError> {
         let file: &'static GgufFile = Box::leak(Box::new(file));
         let l = Loader { file };
         let embed = l.matrix("token_embd.weight", cfg.vocab_size, cfg.d_model)?;
@@ -159,17 +167,20 @@ impl ModelWeights {
         let layers = (0..cfg.n_layers)
             .map(|i| l.layer(cfg, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut w = ModelWeights {
+        Ok(ModelWeights {
             file,
             embed,
             output_norm: l.vector("output_norm.weight", d)?,
             output,
             layers,
-        };
+        })
+    }
+
+    /// Repacks the matrices for the x16 kernels where the CPU has them (AVX2 or better).
+    pub fn pack_for_cpu(&mut self) {
         if kernels::isa() >= kernels::Isa::Avx2 {
-            w.pack();
+            self.pack();
         }
-        Ok(w)
     }
 
     /// Repacks every packable matrix for the x16 kernels (AVX2 and AVX-512 VNNI) and drops the file

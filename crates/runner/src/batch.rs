@@ -40,6 +40,24 @@ pub struct SeqChunk<'a> {
     /// entries wholly outside a windowed group's window may be `TileId::RELEASED`.
     pub tile_tables: &'a [Vec<TileId>],
     pub logits: LogitsWanted,
+    /// The LoRA adapters this chunk computes with, each with its scale (llama-server's form:
+    /// several per request; vLLM's one adapter per request is a list of one). Empty: the base
+    /// model. Each adapter at most once; a scale of 0 is the base for that adapter.
+    pub loras: &'a [LoraUse],
+}
+
+/// A LoRA adapter loaded into a runner (`Runner::load_lora`). Ids are never reused within a
+/// runner's life: an id unloaded and a later load never alias.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LoraId(pub u32);
+
+/// One adapter a chunk computes with: every weight the adapter touches adds
+/// `scale * (alpha / rank) * B·A·x` to its output (llama.cpp's scale: `scale` alone when the
+/// adapter's alpha is 0).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoraUse {
+    pub id: LoraId,
+    pub scale: f32,
 }
 
 /// A ragged batch: the tokens of every sequence, concatenated.

@@ -16,7 +16,9 @@
 pub mod batch;
 pub mod kv;
 
-pub use batch::{Batch, LogitsWanted, SeqChunk};
+use std::path::Path;
+
+pub use batch::{Batch, LogitsWanted, LoraId, LoraUse, SeqChunk};
 pub use kv::{KvDtype, KvGroup, KvLayout, TileId, Q8_0_BLOCK_BYTES, Q8_0_BLOCK_VALUES};
 
 /// What can go wrong in a runner.
@@ -164,6 +166,26 @@ pub trait Runner: Send + 'static {
     fn workers(&self) -> usize {
         1
     }
+
+    /// Loads the LoRA adapter at `path` (a GGUF adapter in llama.cpp's format), checked against
+    /// the runner's model, for chunks to name in `SeqChunk::loras`. Runners without LoRA support
+    /// refuse.
+    fn load_lora(&mut self, path: &Path) -> Result<LoraId, RunError> {
+        let _ = path;
+        Err(no_lora())
+    }
+
+    /// Drops adapter `id`; a batch naming it afterwards is refused. The engine unloads only
+    /// adapters no running sequence uses.
+    fn unload_lora(&mut self, id: LoraId) -> Result<(), RunError> {
+        let _ = id;
+        Err(no_lora())
+    }
+}
+
+/// The error of a runner with no LoRA support.
+fn no_lora() -> RunError {
+    RunError::BadBatch("this runner has no LoRA support".into())
 }
 
 /// A boxed runner is a runner (a draft model's, chosen by the binary).
@@ -207,6 +229,12 @@ impl Runner for Box<dyn Runner> {
     fn workers(&self) -> usize {
         (**self).workers()
     }
+    fn load_lora(&mut self, path: &Path) -> Result<LoraId, RunError> {
+        (**self).load_lora(path)
+    }
+    fn unload_lora(&mut self, id: LoraId) -> Result<(), RunError> {
+        (**self).unload_lora(id)
+    }
 }
 
 /// The smallest KV layout: one global group of one layer, one float of K and V per token. What
@@ -221,5 +249,43 @@ pub fn minimal_layout(tile_size: usize, dtype: KvDtype) -> KvLayout {
             window: None,
         }],
         dtype,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A runner that implements only what it must.
+    struct Bare(RunnerFacts);
+
+    impl Runner for Bare {
+        fn facts(&self) -> &RunnerFacts {
+            &self.0
+        }
+        fn execute(&mut self, _: &Batch, _: &mut Vec<f32>) -> Result<(), RunError> {
+            Ok(())
+        }
+        fn copy_tiles(&mut self, _: &[(TileId, TileId)]) {}
+        fn export_tile(&self, _: TileId, _: &mut Vec<u8>) {}
+        fn import_tile(&mut self, _: TileId, _: &[u8]) -> Result<(), RunError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_runner_without_lora_support_says_so() {
+        let mut r: Box<dyn Runner> = Box::new(Bare(RunnerFacts {
+            layout: minimal_layout(4, KvDtype::F16),
+            n_tiles: 1,
+            vocab_size: 1,
+            context_length: 1,
+            embedding: None,
+        }));
+        let load = r.load_lora(Path::new("adapter.gguf")).map(|_| ());
+        for err in [load, r.unload_lora(LoraId(0))] {
+            let msg = err.expect_err("refused").to_string();
+            assert!(msg.contains("no LoRA support"), "{msg}");
+        }
     }
 }

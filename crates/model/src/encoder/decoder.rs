@@ -114,6 +114,7 @@ impl Embedder for DecoderEmbedder {
                     first_token: first,
                     len: ids.len(),
                     tile_tables: t,
+                    loras: &[],
                     logits: want,
                 };
                 first += ids.len();
