@@ -395,6 +395,7 @@ pub(crate) fn common_request(c: &CommonParams, m: &Loaded) -> Result<GenerateReq
         no_speculation: c.speculative == Some(false),
         // Compiled and attached by `structured::attach`.
         constraint: None,
+        loras: Vec::new(),
     })
 }
 
