@@ -14,14 +14,29 @@ pub fn is_embedding_model(path: &Path) -> bool {
 }
 
 /// The served model on the CPU: an embedding model when the file is one or `pooling` asks
-/// (a decoder read as an embedder, vLLM's `--task embed`), else a decoder that generates.
+/// (a decoder read as an embedder, vLLM's `--task embed`), else a decoder that generates,
+/// with the LoRA adapters `merged` added into its weights (scale 1; `--lora-merge`).
 pub fn cpu_model(
     path: PathBuf,
     threads: usize,
     pooling: Option<Pooling>,
+    merged: Vec<PathBuf>,
 ) -> impl FnOnce() -> Result<(CpuModel, Tokenizer), LoadError> + Send + 'static {
     move || {
-        if pooling.is_some() || is_embedding_model(&path) {
+        let embeds = pooling.is_some() || is_embedding_model(&path);
+        if embeds && !merged.is_empty() {
+            return Err(
+                "--lora-merge: LoRA adapters apply to generating models, and this \
+                        is an embedding model"
+                    .into(),
+            );
+        }
+        if !merged.is_empty() {
+            let merges: Vec<(&Path, f32)> = merged.iter().map(|p| (p.as_path(), 1.0)).collect();
+            let m = model::load_merged(&path, threads, &merges)?;
+            return Ok((CpuModel::Decoder(Box::new(m.transformer)), m.tokenizer));
+        }
+        if embeds {
             let m = model::load_embedder(&path, threads)?;
             let pooling = pooling.unwrap_or(m.embedder.pooling());
             let model = CpuModel::Embedder {
