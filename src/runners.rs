@@ -60,3 +60,49 @@ pub fn cpu_draft(path: PathBuf, threads: usize) -> DraftLoader {
         Ok(Box::new(runner) as Box<dyn engine::Runner>)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Greedy next token after each prompt, from a loaded decoder.
+    fn next_tokens(m: CpuModel, prompts: &[Vec<u32>]) -> Vec<u32> {
+        let CpuModel::Decoder(mut t) = m else {
+            panic!("a decoder was loaded");
+        };
+        prompts
+            .iter()
+            .map(|p| {
+                let mut s = model::Session::new(&t, 1, 64, 16);
+                let logits = s.prefill(&mut t, 0, p, 64).expect("prefill");
+                (0..logits.len())
+                    .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                    .expect("logits") as u32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lora_merge_loads_the_adapter_into_the_weights_and_names_a_bad_file() {
+        let dir = std::env::temp_dir().join(format!("tessera-runners-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("tiny.gguf");
+        std::fs::write(&path, model::testing::tiny_model_gguf("llama", 7)).expect("write");
+        let adapter = dir.join("a.gguf");
+        let bytes = model::testing::lora::tiny_lora_gguf("llama", 40);
+        std::fs::write(&adapter, bytes).expect("write");
+        let load = |merged: Vec<PathBuf>| cpu_model(path.clone(), 1, None, merged)();
+        let prompts: Vec<Vec<u32>> = (0..8).map(|i| vec![1, 40 + i, 50 + i, 60]).collect();
+        let (base, _) = load(Vec::new()).expect("base loads");
+        let (merged, _) = load(vec![adapter.clone()]).expect("merged loads");
+        let (base, merged) = (next_tokens(base, &prompts), next_tokens(merged, &prompts));
+        assert_ne!(
+            base, merged,
+            "merging the adapter changes the greedy tokens"
+        );
+        let missing = dir.join("missing.gguf");
+        let err = load(vec![missing]).err().expect("refused").to_string();
+        assert!(err.contains("missing.gguf"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
