@@ -2,6 +2,7 @@
 
 mod fetch;
 mod generate;
+mod lora;
 mod perplexity;
 #[cfg(test)]
 mod readme_flags;

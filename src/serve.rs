@@ -144,6 +144,8 @@ pub struct ServeArgs {
     /// of --kv-memory, at least 64 MiB).
     #[arg(long, value_parser = parse_size, requires = "draft_model")]
     draft_kv_memory: Option<usize>,
+    #[command(flatten)]
+    lora: crate::lora::LoraArgs,
     /// A KV tier on local disk: full KV tiles evicted from memory are kept in this directory
     /// (one file per tile) and found again by later requests with the same prefix, also after a
     /// restart. Off by default.
@@ -386,7 +388,14 @@ pub fn run(args: ServeArgs) -> Result<()> {
         ),
         None => None,
     };
+    let names = if args.served_model_name.is_empty() {
+        vec![server::serving::state::model_id_for(&path)]
+    } else {
+        args.served_model_name.clone()
+    };
+    let loras = args.lora.plan(&names)?;
     let load = LoadOptions {
+        merged: loras.merged,
         template,
         // The parser accepts only the names `Pooling::from_name` knows.
         pooling: args.pooling.as_deref().and_then(model::Pooling::from_name),
@@ -435,6 +444,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
         kv_tiers: kv_tiers(&args, &path)?,
         kv_events: kv_events(&args)?,
         speculative: speculative(&args, &path, kv_bytes, threads)?,
+        loras: loras.served,
+        max_loras: args.lora.max_loras,
         ..EngineConfig::default()
     };
     if let Err(e) = engine_cfg.validate() {
@@ -455,9 +466,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
 
 /// Whether `path` holds an embedding model (an unreadable file is left for the loader to
 /// report).
-/// How the model is loaded beyond its file: `--chat-template`'s text, `--pooling` and
-/// `--reasoning-parser`.
+/// How the model is loaded beyond its file: `--lora-merge`'s adapters, `--chat-template`'s
+/// text, `--pooling` and `--reasoning-parser`.
 struct LoadOptions {
+    /// `--lora-merge`'s adapter files, merged into the weights at load.
+    merged: Vec<PathBuf>,
     template: Option<String>,
     pooling: Option<model::Pooling>,
     reasoning: ReasoningChoice,
@@ -537,7 +550,7 @@ fn spawn_loader(
         ));
         spinner.enable_steady_tick(Duration::from_millis(100));
         let t0 = std::time::Instant::now();
-        let model = crate::runners::cpu_model(path.clone(), threads, load.pooling);
+        let model = crate::runners::cpu_model(path.clone(), threads, load.pooling, load.merged);
         let loaded = server::load_model(&path, engine_cfg, load.template, model)
             .map(|m| m.with_reasoning(load.reasoning));
         spinner.finish_and_clear();

@@ -43,6 +43,12 @@ pub struct EngineConfig {
     /// Where each step's prefix index changes go (`kv_events`), when something publishes
     /// them; needs the prefix cache. Off by default.
     pub kv_events: Option<crate::kv_events::KvEventSink>,
+    /// LoRA adapters requests may name (`lora`): name and GGUF adapter file, loaded and
+    /// checked against the model when the engine starts.
+    pub loras: Vec<(String, std::path::PathBuf)>,
+    /// Most LoRA adapters loaded at once; the least recently used one no request uses is
+    /// dropped when another must load (and loaded again from its file when named).
+    pub max_loras: usize,
 }
 
 /// Drafts for decoding sequences: prompt lookup (n-grams), or a draft model when one is set.
@@ -152,6 +158,8 @@ impl Default for EngineConfig {
             speculative: None,
             kv_tiers: None,
             kv_events: None,
+            loras: Vec::new(),
+            max_loras: 4,
         }
     }
 }
@@ -178,6 +186,9 @@ impl EngineConfig {
                 max_batch_tokens: self.max_batch_tokens,
                 max_seqs: self.max_seqs,
             });
+        }
+        if self.max_loras == 0 {
+            return Err(ConfigError::MaxLoras);
         }
         if self.kv_events.is_some() && !self.prefix_caching {
             return Err(ConfigError::KvEventsWithoutPrefixCache);

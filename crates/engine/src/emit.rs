@@ -39,6 +39,9 @@ pub(crate) struct RequestState {
     pub admission: Option<WaitSlot>,
     /// How its drafts fared.
     pub spec: SpecState,
+    /// The LoRA adapters it computes with (the runner's ids) and their key (`lora`).
+    pub loras: Vec<model::LoraUse>,
+    pub lora_key: Option<crate::tiles::PrefixKey>,
 }
 
 /// The drafts of one request.
@@ -156,6 +159,8 @@ impl RequestState {
             prompt_logprobs_sent: false,
             admission: None,
             spec: SpecState::default(),
+            loras: Vec::new(),
+            lora_key: None,
         }
     }
 

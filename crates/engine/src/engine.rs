@@ -28,6 +28,7 @@ use crate::emit::RequestState;
 use crate::error::StartError;
 use crate::forks::Forks;
 use crate::kv_events::{KvEvent, KvEventSink, KvIndexSnapshot};
+use crate::lora::LoraRegistry;
 use crate::ngram::NgramDrafter;
 use crate::request::{EngineError, Event, FinishReason, GenerateRequest, Timings, Usage};
 use crate::runner::{EmbedFacts, KvSpec, Runner};
@@ -38,6 +39,7 @@ use crate::speculate::{DraftState, Speculation};
 use crate::stats::EngineStats;
 use crate::step_cost::StepCost;
 use crate::tiering::{self, Tiering};
+use crate::tiles::PrefixKey;
 
 /// Fewest prefill tokens a decoding step may carry, whatever the measured costs. Half a tile:
 /// deep into a long prompt a full tile (16) alone took a step with eight streams to ~2.7 times
@@ -53,12 +55,13 @@ fn new_sequence(
     req: &GenerateRequest,
     arrival: u64,
     context: usize,
-    deadline: Option<Instant>,
+    (deadline, lora_key): (Option<Instant>, Option<PrefixKey>),
 ) -> Sequence {
     let max_new = req.max_tokens.min(context - req.prompt.len());
     let mut seq = Sequence::new(id, req.prompt.clone(), max_new, req.priority, arrival);
     seq.wants_prompt_logits = req.prompt_logprobs.is_some();
     seq.ttft_deadline = deadline;
+    seq.lora_key = lora_key;
     seq
 }
 
@@ -149,6 +152,8 @@ pub struct Engine<R: Runner> {
     pub(crate) embedding: Option<EmbedFacts>,
     /// Embedding inputs waiting for a step.
     pub(crate) embeds: EmbedQueue,
+    /// The LoRA adapters requests may name, and which the runner holds (`lora`).
+    pub(crate) loras: LoraRegistry,
 }
 
 impl<R: Runner> Engine<R> {
@@ -196,6 +201,17 @@ impl<R: Runner> Engine<R> {
         let scratch = (0..runner.workers().max(1))
             .map(|_| Mutex::new(SampleScratch::default()))
             .collect();
+        let mut runner = runner;
+        let mut loras = LoraRegistry::new(cfg.max_loras);
+        for (name, path) in &cfg.loras {
+            let none = Default::default();
+            loras
+                .register(&mut runner, name, path, &none)
+                .map_err(|e| StartError::Lora {
+                    name: name.clone(),
+                    msg: e.to_string(),
+                })?;
+        }
         Ok(Engine {
             runner,
             sched,
@@ -220,6 +236,7 @@ impl<R: Runner> Engine<R> {
             kv_events: cfg.kv_events.clone(),
             embedding: facts.embedding,
             embeds: EmbedQueue::default(),
+            loras,
         })
     }
 
@@ -338,12 +355,17 @@ impl<R: Runner> Engine<R> {
         let Some((parent, first, events)) = members.next() else {
             return;
         };
-        let key = (first.prompt.clone(), first.prompt_logprobs);
+        let key = (
+            first.prompt.clone(),
+            first.prompt_logprobs,
+            first.loras.clone(),
+        );
         self.queue(parent, first, events, slots.next());
         let parent_queued = self.reqs.contains_key(&parent);
         for (id, req, events) in members {
             let slot = slots.next();
-            if !parent_queued || (&req.prompt, req.prompt_logprobs) != (&key.0, key.1) {
+            let same = (&req.prompt, req.prompt_logprobs, &req.loras) == (&key.0, key.1, &key.2);
+            if !parent_queued || !same {
                 self.queue(id, req, events, slot);
                 continue;
             }
@@ -360,7 +382,14 @@ impl<R: Runner> Engine<R> {
             let _ = events.send(Event::Accepted);
             // The choice's place in line is its arrival, not the moment it forks.
             let arrival = self.next_arrival();
+            let adapters = self
+                .reqs
+                .get(&parent)
+                .map(|p| (p.loras.clone(), p.lora_key));
             self.insert_state(id, req, events, arrival, slot);
+            if let (Some(r), Some((loras, key))) = (self.reqs.get_mut(&id), adapters) {
+                (r.loras, r.lora_key) = (loras, key);
+            }
             self.forks.add(parent, id);
         }
         self.publish_counts();
@@ -377,15 +406,26 @@ impl<R: Runner> Engine<R> {
             let _ = events.send(Event::Error(e));
             return;
         }
+        let in_use = self.loras_in_use();
+        let (loras, lora_key) = match self.loras.resolve(&mut self.runner, &req.loras, &in_use) {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = events.send(Event::Error(e));
+                return;
+            }
+        };
         let arrival = self.next_arrival();
         let deadline = self.slo.deadline(self.clock.now());
-        let seq = new_sequence(id, &req, arrival, self.context_length, deadline);
+        let seq = new_sequence(id, &req, arrival, self.context_length, (deadline, lora_key));
         if let Err(e) = self.add_via_tiers(seq) {
             let _ = events.send(Event::Error(add_error(e)));
             return;
         }
         let _ = events.send(Event::Accepted);
         self.insert_state(id, req, events, arrival, slot);
+        if let Some(r) = self.reqs.get_mut(&id) {
+            (r.loras, r.lora_key) = (loras, lora_key);
+        }
     }
 
     pub(crate) fn next_arrival(&mut self) -> u64 {
@@ -421,7 +461,7 @@ impl<R: Runner> Engine<R> {
             &r.req,
             r.arrival,
             self.context_length,
-            deadline,
+            (deadline, r.lora_key),
         ))
     }
 
@@ -555,6 +595,7 @@ impl<R: Runner> Engine<R> {
         self.sched.set_prefill_cap(cap);
         self.sched.set_deadline_clock(self.deadline_clock());
         self.poll_tiers();
+        self.sweep_loras();
         self.propose_drafts();
         let plan = self.sched.plan();
         self.flush_tier_writes();
@@ -670,6 +711,7 @@ impl<R: Runner> Engine<R> {
             preemptions: seq.as_ref().map_or(0, |s| s.preemptions),
             timings: Timings::until_now(now, r.arrived, r.scheduled_at, r.first_token_at),
         };
+        self.sweep_loras();
         let st = &self.stats;
         st.prompt_tokens.fetch_add(prompt_tokens as u64, Relaxed);
         st.prefix_queried_tokens.fetch_add(queried as u64, Relaxed);

@@ -27,6 +27,8 @@ pub enum ConfigError {
     KvEventsWithoutPrefixCache,
     #[error("{0}")]
     Pooling(&'static str),
+    #[error("max-loras must be at least 1")]
+    MaxLoras,
 }
 
 /// Everything that stops `EngineHandle::spawn` or `Engine::new`.
@@ -49,6 +51,9 @@ pub enum StartError {
     /// The draft model could not be loaded or does not fit the served model.
     #[error("draft model: {0}")]
     Draft(String),
+    /// A LoRA adapter given at start could not be loaded.
+    #[error("LoRA adapter '{name}': {msg}")]
+    Lora { name: String, msg: String },
     #[error("cannot start the engine thread: {0}")]
     Thread(#[source] std::io::Error),
     #[error("the engine thread died while loading the model")]

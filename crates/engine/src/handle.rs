@@ -4,6 +4,7 @@
 //! (the engine notices within one step and frees its tiles). The engine thread loads the model
 //! itself, and a load failure is returned by `spawn`, not left behind as a dead thread.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,7 @@ use crate::embed::EmbedEvent;
 use crate::engine::{Engine, Member};
 use crate::error::StartError;
 use crate::kv_events::KvIndexSnapshot;
+use crate::lora::LoraInfo;
 use crate::request::{EngineError, Event, GenerateRequest};
 use crate::runner::{EmbedFacts, IntoRunner, Runner};
 use crate::sequence::SeqId;
@@ -37,9 +39,27 @@ enum Command {
     Abort(SeqId),
     /// Read the prefix index (`Engine::kv_index`) between two steps.
     KvIndex(tokio::sync::oneshot::Sender<KvIndexSnapshot>),
+    /// Register, remove or list LoRA adapters between two steps.
+    Lora(LoraCommand),
     /// Stop accepting; finish in-flight work until the deadline, then abort the rest and exit.
     Shutdown(Instant),
 }
+
+/// What to do with the LoRA adapters (`Engine::load_lora`, `unload_lora`, `loras`).
+enum LoraCommand {
+    Load {
+        name: String,
+        path: PathBuf,
+        reply: Reply<Result<(), EngineError>>,
+    },
+    Unload {
+        name: String,
+        reply: Reply<Result<(), EngineError>>,
+    },
+    List(Reply<Vec<LoraInfo>>),
+}
+
+type Reply<T> = tokio::sync::oneshot::Sender<T>;
 
 /// One embedding request on its way to the engine thread.
 struct EmbedSubmission {
@@ -287,6 +307,34 @@ impl EngineHandle {
         Ok(rx)
     }
 
+    /// Registers LoRA adapter `name`, the GGUF adapter file at `path`, for requests to name
+    /// (`GenerateRequest::loras`); it is loaded and checked against the model first.
+    pub async fn load_lora(&self, name: String, path: PathBuf) -> Result<(), EngineError> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.lora(LoraCommand::Load { name, path, reply })?;
+        rx.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Forgets LoRA adapter `name` (the runner drops it once no request uses it).
+    pub async fn unload_lora(&self, name: String) -> Result<(), EngineError> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.lora(LoraCommand::Unload { name, reply })?;
+        rx.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// The LoRA adapters requests may name, in registration order.
+    pub async fn loras(&self) -> Result<Vec<LoraInfo>, EngineError> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.lora(LoraCommand::List(reply))?;
+        rx.await.map_err(|_| EngineError::Stopped)
+    }
+
+    fn lora(&self, cmd: LoraCommand) -> Result<(), EngineError> {
+        self.tx
+            .send(Command::Lora(cmd))
+            .map_err(|_| EngineError::Stopped)
+    }
+
     pub fn stats(&self) -> &EngineStats {
         &self.stats
     }
@@ -437,6 +485,15 @@ fn apply<R: Runner>(engine: &mut Engine<R>, cmd: Command, deadline: &mut Option<
         Command::Abort(id) => engine.abort(id),
         Command::KvIndex(reply) => {
             let _ = reply.send(engine.kv_index());
+        }
+        Command::Lora(LoraCommand::Load { name, path, reply }) => {
+            let _ = reply.send(engine.load_lora(&name, &path));
+        }
+        Command::Lora(LoraCommand::Unload { name, reply }) => {
+            let _ = reply.send(engine.unload_lora(&name));
+        }
+        Command::Lora(LoraCommand::List(reply)) => {
+            let _ = reply.send(engine.loras());
         }
         Command::Shutdown(d) => *deadline = Some(d),
     }

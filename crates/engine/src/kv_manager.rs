@@ -12,6 +12,12 @@
 //! tokens, however the keys collide: the hash only indexes, it never vouches. A windowed group's tiles that lie wholly
 //! below every future query's window are released (`TileId::RELEASED` in the table); a prefix
 //! hit on a windowed group only needs the tiles inside the window of its first new token.
+//!
+//! A chain starts from a *root*: none for the base model, the key of the LoRA adapters and
+//! scales a sequence computes with otherwise (`lora::adapters_key`), hashed in as the first
+//! tile's parent. Each registered tile also keeps its root, checked on every hit as its tokens
+//! and link are, so two adapters (or an adapter and the base) never share a tile, whatever the
+//! keys.
 
 use model::KvLayout;
 
@@ -56,6 +62,8 @@ pub struct KvManager {
     tile_tokens: Vec<u32>,
     /// Each registered tile's link (see the module docs), checked on every hit.
     tile_link: Vec<Link>,
+    /// Each registered tile's root (see the module docs; 0 for none), checked on every hit.
+    tile_root: Vec<PrefixKey>,
     /// Each registered tile's chain key, its parent's, and its group (what a KV tier stores it
     /// under), and whether a tier already has it.
     tile_chain: Vec<(PrefixKey, Option<PrefixKey>, u8)>,
@@ -92,11 +100,12 @@ pub struct TierWrite {
 }
 
 /// Which full tile of which prefix a tile holds: its block's chain key, the one before, its
-/// KV group and its token ids.
+/// chain's root (the adapters it was computed with), its KV group and its token ids.
 #[derive(Clone, Copy, Debug)]
 pub struct TileFacts<'a> {
     pub chain: PrefixKey,
     pub parent: Option<PrefixKey>,
+    pub root: Option<PrefixKey>,
     pub group: usize,
     pub block: &'a [u32],
 }
@@ -110,6 +119,13 @@ pub struct PrefixProbe {
     pub chain: Vec<PrefixKey>,
     /// Group-0 tile of each block found (at least `hit` of them).
     pub anchors: Vec<TileId>,
+}
+
+/// Where a tile sits in a chain: its tokens and the chain's root.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    block: &'a [u32],
+    root: Option<PrefixKey>,
 }
 
 /// A tile id and its generation (`TileAllocator::generation`); `NO_LINK` for a first tile.
@@ -127,12 +143,18 @@ impl KvManager {
         } else {
             (Vec::new(), Vec::new(), Vec::new())
         };
+        let tile_root = if prefix_caching {
+            vec![0; n_tiles]
+        } else {
+            Vec::new()
+        };
         KvManager {
             alloc: TileAllocator::new(n_tiles, prefix_caching),
             tile_size: layout.tile_size,
             windows: layout.groups.iter().map(|g| g.window).collect(),
             tile_tokens,
             tile_link,
+            tile_root,
             tile_chain,
             written: if prefix_caching {
                 vec![false; n_tiles]
@@ -160,13 +182,14 @@ impl KvManager {
         self.key_fn = f;
     }
 
-    /// The tile registered under chain key `key` in group `g`, if it holds exactly `block` and
-    /// links to `link` (see the module docs).
-    fn find(&self, key: PrefixKey, g: usize, block: &[u32], link: Link) -> Option<TileId> {
+    /// The tile registered under chain key `key` in group `g`, if it holds exactly `block`,
+    /// links to `link` and has root `root` (see the module docs).
+    fn find(&self, key: PrefixKey, g: usize, at: Place, link: Link) -> Option<TileId> {
         let t = self.alloc.lookup(group_key(key, g))?;
-        let at = t.0 as usize * self.tile_size;
-        let holds = self.tile_tokens[at..at + self.tile_size] == *block;
-        (holds && self.tile_link[t.0 as usize] == link).then_some(t)
+        let i = t.0 as usize;
+        let holds = self.tile_tokens[i * self.tile_size..(i + 1) * self.tile_size] == *at.block;
+        let rooted = self.tile_root[i] == at.root.unwrap_or(0);
+        (holds && rooted && self.tile_link[i] == link).then_some(t)
     }
 
     /// The link to tile `t` as it is now (`NO_LINK` for none).
@@ -242,10 +265,14 @@ impl KvManager {
 
     /// What the pool holds of `tokens` (never all of them: at least one token is left to
     /// compute), without taking anything.
-    pub fn probe(&self, tokens: &[u32]) -> PrefixProbe {
+    /// `root` is the chain's root (the module docs): none for the base model.
+    pub fn probe(&self, tokens: &[u32], root: Option<PrefixKey>) -> PrefixProbe {
         let ts = self.tile_size;
         let max_full = tokens.len().saturating_sub(1) / ts;
-        let block = |i: usize| &tokens[i * ts..(i + 1) * ts];
+        let block = |i: usize| Place {
+            block: &tokens[i * ts..(i + 1) * ts],
+            root,
+        };
         let mut p = PrefixProbe {
             hit: 0,
             chain: Vec::with_capacity(max_full),
@@ -255,7 +282,7 @@ impl KvManager {
         // long as the global groups find theirs.
         let mut global = true;
         for i in 0..max_full {
-            let key = (self.key_fn)(p.chain.last().copied(), block(i));
+            let key = (self.key_fn)(p.chain.last().copied().or(root), block(i).block);
             p.chain.push(key);
             if p.anchors.len() < i || !self.caching() {
                 continue; // keys only, for the rest
@@ -277,7 +304,7 @@ impl KvManager {
             }
         }
         // Shrink until every windowed group has the tiles the first new token can see.
-        while p.hit > 0 && !self.windows_cached(&p.chain, &p.anchors, tokens, p.hit) {
+        while p.hit > 0 && !self.windows_cached(&p, tokens, root, p.hit) {
             p.hit -= 1;
         }
         p
@@ -286,7 +313,7 @@ impl KvManager {
     /// Finds the longest run of cached full tiles for `tokens` (never all of them: at least one
     /// token is left to compute), adopts them into a fresh `SeqTiles` and returns it with the
     /// number of tokens it covers.
-    pub fn adopt_prefix(&mut self, tokens: &[u32]) -> (SeqTiles, usize) {
+    pub fn adopt_prefix(&mut self, tokens: &[u32], root: Option<PrefixKey>) -> (SeqTiles, usize) {
         let ts = self.tile_size;
         let mut seq = SeqTiles {
             tables: vec![Vec::new(); self.n_groups()],
@@ -296,8 +323,11 @@ impl KvManager {
             hit,
             mut chain,
             anchors,
-        } = self.probe(tokens);
-        let block = |i: usize| &tokens[i * ts..(i + 1) * ts];
+        } = self.probe(tokens, root);
+        let block = |i: usize| Place {
+            block: &tokens[i * ts..(i + 1) * ts],
+            root,
+        };
         for g in 0..self.n_groups() {
             let lo = self.first_visible_tile(g, hit * ts);
             for (i, key) in chain.iter().enumerate().take(hit) {
@@ -330,18 +360,22 @@ impl KvManager {
 
     fn windows_cached(
         &self,
-        chain: &[PrefixKey],
-        anchors: &[TileId],
+        p: &PrefixProbe,
         tokens: &[u32],
+        root: Option<PrefixKey>,
         hit: usize,
     ) -> bool {
         let ts = self.tile_size;
+        let anchors = &p.anchors;
         (0..self.n_groups()).all(|g| {
             let lo = self.first_visible_tile(g, hit * ts);
             (lo..hit).all(|i| {
                 let link = self.expected_link(g, anchors[i], i.checked_sub(1).map(|p| anchors[p]));
-                self.find(chain[i], g, &tokens[i * ts..(i + 1) * ts], link)
-                    .is_some()
+                let at = Place {
+                    block: &tokens[i * ts..(i + 1) * ts],
+                    root,
+                };
+                self.find(p.chain[i], g, at, link).is_some()
             })
         })
     }
@@ -464,14 +498,21 @@ impl KvManager {
         seq.chain.truncate(len / self.tile_size);
     }
 
-    /// Registers the tiles that became full now that `tokens[..computed]` are in the cache.
-    pub fn register_full(&mut self, seq: &mut SeqTiles, tokens: &[u32], computed: usize) {
+    /// Registers the tiles that became full now that `tokens[..computed]` are in the cache,
+    /// computed with the adapters whose key is `root` (none: the base model).
+    pub fn register_full(
+        &mut self,
+        seq: &mut SeqTiles,
+        tokens: &[u32],
+        computed: usize,
+        root: Option<PrefixKey>,
+    ) {
         let ts = self.tile_size;
         let full = computed.min(tokens.len()) / ts;
         while seq.chain.len() < full {
             let i = seq.chain.len();
             let block = &tokens[i * ts..(i + 1) * ts];
-            let key = (self.key_fn)(seq.chain.last().copied(), block);
+            let key = (self.key_fn)(seq.chain.last().copied().or(root), block);
             seq.chain.push(key);
             // Tiles are vouched for by the registered group-0 tile of their block, and that
             // one by the registered group-0 tile before it: without those, none is registered.
@@ -493,6 +534,7 @@ impl KvManager {
                     let facts = TileFacts {
                         chain: key,
                         parent: i.checked_sub(1).map(|p| seq.chain[p]),
+                        root,
                         group: g,
                         block,
                     };
@@ -511,6 +553,7 @@ impl KvManager {
         let (i, ts) = (t.0 as usize, self.tile_size);
         self.tile_tokens[i * ts..(i + 1) * ts].copy_from_slice(facts.block);
         self.tile_link[i] = link;
+        self.tile_root[i] = facts.root.unwrap_or(0);
         self.tile_chain[i] = (facts.chain, facts.parent, facts.group as u8);
         self.written[i] = written;
         if let Some(events) = self.events.as_mut() {

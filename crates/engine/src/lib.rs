@@ -20,6 +20,8 @@
 //!   and first-token deadlines that order the prompts.
 //! - `embed`: embedding requests (whole inputs pooled into vectors or scores, no KV kept) on a
 //!   runner that embeds.
+//! - `lora`: the LoRA adapters requests name, which the runner holds (at most `max_loras`,
+//!   least recently used dropped first, never one in use), and the key that keeps their KV apart.
 //! - `admission` / `handle`: the waiting-line limit, the engine thread and the cloneable
 //!   `EngineHandle` the server talks to.
 
@@ -39,6 +41,7 @@ mod forks;
 pub mod handle;
 pub mod kv_events;
 pub mod kv_manager;
+pub mod lora;
 pub mod ngram;
 pub mod request;
 pub mod runner;
@@ -61,6 +64,7 @@ pub use embed::EmbedEvent;
 pub use engine::{Engine, Member};
 pub use error::{ConfigError, StartError};
 pub use handle::{EmbedStream, EngineHandle, LoadError, ModelInfo, RequestStream};
+pub use lora::{LoraInfo, LoraRequest};
 pub use request::{
     EngineError, Event, FinishReason, GenerateRequest, Timings, TokenLogprob, Usage,
 };

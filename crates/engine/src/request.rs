@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use model::SamplingParams;
 
 use crate::constraint::CompiledConstraint;
+use crate::lora::LoraRequest;
 
 /// A generation request in token space (the server tokenizes).
 #[derive(Clone, Debug, Default)]
@@ -30,6 +31,9 @@ pub struct GenerateRequest {
     /// The grammar the output must match (`EngineHandle::compile` makes one from a
     /// `constraint::Constraint`); its token mask runs last in the sampler's processor chain.
     pub constraint: Option<CompiledConstraint>,
+    /// The LoRA adapters to compute with, by registered name, each with its scale (empty: the
+    /// base model; see `lora`).
+    pub loras: Vec<LoraRequest>,
 }
 
 /// A token's log-probability and the top alternatives at its position.

@@ -156,8 +156,12 @@ impl Scheduler {
     }
 
     /// What the pool holds of `tokens` (see `KvManager::probe`).
-    pub fn probe_prefix(&self, tokens: &[u32]) -> crate::kv_manager::PrefixProbe {
-        self.kv.probe(tokens)
+    pub fn probe_prefix(
+        &self,
+        tokens: &[u32],
+        root: Option<crate::tiles::PrefixKey>,
+    ) -> crate::kv_manager::PrefixProbe {
+        self.kv.probe(tokens, root)
     }
 
     pub fn tile_size(&self) -> usize {
@@ -581,7 +585,7 @@ impl Scheduler {
                 .get_mut(&id)
                 .expect("waiting sequence exists: this is a bug");
             if s.tiles.is_empty() && s.num_computed == 0 && !s.wants_prompt_logits {
-                let (tiles, hit) = self.kv.adopt_prefix(&s.tokens);
+                let (tiles, hit) = self.kv.adopt_prefix(&s.tokens, s.lora_key);
                 s.tiles = tiles;
                 s.num_computed = hit;
                 if s.preemptions == 0 {
@@ -681,7 +685,7 @@ impl Scheduler {
             "computed a token not yet known"
         );
         self.kv
-            .register_full(&mut s.tiles, &s.tokens, s.num_computed);
+            .register_full(&mut s.tiles, &s.tokens, s.num_computed, s.lora_key);
         self.kv.truncate(&mut s.tiles, s.tokens.len());
         if !sampled.is_empty() {
             s.protected = false;

@@ -54,6 +54,10 @@ pub struct Sequence {
     pub forked: bool,
     /// When its first token is due (arrival plus the TTFT target, `slo`), if there is one.
     pub ttft_deadline: Option<Instant>,
+    /// The key of the LoRA adapters and scales it computes with (`lora::adapters_key`; none
+    /// for the base model): the root of its prefix chain, so that its tiles are never another
+    /// adapter's.
+    pub lora_key: Option<crate::tiles::PrefixKey>,
 }
 
 impl Sequence {
@@ -77,6 +81,7 @@ impl Sequence {
             max_total_len: prompt_len + max_new,
             forked: false,
             ttft_deadline: None,
+            lora_key: None,
         }
     }
 

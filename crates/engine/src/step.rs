@@ -31,6 +31,17 @@ impl<R: Runner> Engine<R> {
         let draws = self.device_draws(plan);
         let mut tokens = Vec::with_capacity(plan.n_tokens());
         let mut chunks = Vec::with_capacity(plan.chunks.len());
+        // The adapters of every chunk, in chunk order (copied: the request states are
+        // borrowed mutably while the batch runs).
+        let mut adapters = Vec::new();
+        let mut ranges = Vec::with_capacity(plan.chunks.len());
+        for c in &plan.chunks {
+            let start = adapters.len();
+            if let Some(r) = self.reqs.get(&c.seq) {
+                adapters.extend_from_slice(&r.loras);
+            }
+            ranges.push(start..adapters.len());
+        }
         for (ci, c) in plan.chunks.iter().enumerate() {
             let s = self
                 .sched
@@ -41,8 +52,7 @@ impl<R: Runner> Engine<R> {
                 first_token: tokens.len(),
                 len: c.len,
                 tile_tables: s.tiles.tables.as_slice(),
-                // Requests choose no LoRA adapter yet: the base model.
-                loras: &[],
+                loras: &adapters[ranges[ci].clone()],
                 // A chunk the runner draws for gives back a token, not a row.
                 logits: match draws.get(ci) {
                     Some(Some(_)) => LogitsWanted::None,

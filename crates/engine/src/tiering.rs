@@ -27,6 +27,7 @@ use crate::scheduler::AddError;
 use crate::sequence::{SeqId, Sequence};
 use crate::tier::disk::DiskTier;
 use crate::tier::{FetchJob, FetchResult, KvTier, TierIo, TierNamespace, TierTile, TileMeta};
+use crate::tiles::PrefixKey;
 
 /// Fetches made even when recomputing is estimated faster, to keep the estimate fresh: one in
 /// this many.
@@ -119,7 +120,7 @@ impl<R: Runner> Engine<R> {
             return self.sched.add(seq);
         }
         self.sched.check_fits(seq.max_total_len)?;
-        let probe = self.sched.probe_prefix(&seq.tokens);
+        let probe = self.sched.probe_prefix(&seq.tokens, seq.lora_key);
         let missing = probe.chain.len() - probe.hit;
         if missing == 0 {
             return self.sched.add(seq);
@@ -161,7 +162,7 @@ impl<R: Runner> Engine<R> {
                 let s = res.elapsed.as_secs_f64() / fetched as f64;
                 t.per_tile = Some(t.per_tile.map_or(s, |o| o + 0.2 * (s - o)));
             }
-            self.import(&seq.tokens, res);
+            self.import(&seq.tokens, seq.lora_key, res);
             let id = seq.id;
             if let Err(e) = self.sched.add(seq) {
                 self.fail_one(id, &format!("queueing after the KV tier fetch: {e}"));
@@ -170,10 +171,10 @@ impl<R: Runner> Engine<R> {
     }
 
     /// Brings a fetch's tiles into the pool as cached tiles (see the module docs).
-    fn import(&mut self, tokens: &[u32], res: FetchResult) {
+    fn import(&mut self, tokens: &[u32], root: Option<PrefixKey>, res: FetchResult) {
         let ts = self.sched.tile_size();
         // The pool may have changed since the fetch was sent: look again.
-        let probe = self.sched.probe_prefix(tokens);
+        let probe = self.sched.probe_prefix(tokens, root);
         let h = res.first_block;
         if probe.anchors.len() < h {
             return; // the blocks before the fetched ones are gone
@@ -200,6 +201,7 @@ impl<R: Runner> Engine<R> {
                 let facts = TileFacts {
                     chain,
                     parent,
+                    root,
                     group: g,
                     block,
                 };

@@ -256,7 +256,7 @@ impl World {
         while tokens.len() < total {
             tokens.push(rng.below(5) as u32);
         }
-        let (tiles, hit) = self.kv.adopt_prefix(&tokens);
+        let (tiles, hit) = self.kv.adopt_prefix(&tokens, None);
         assert_eq!(hit % TS, 0);
         assert!(hit < tokens.len(), "at least one token is left to compute");
         self.prefix_hits += usize::from(hit > 0);
@@ -333,7 +333,7 @@ impl World {
                 self.evictions += usize::from(self.kv.counts().cached < cached_before);
                 seq.computed += k;
                 self.kv
-                    .register_full(&mut seq.tiles, &seq.tokens, seq.computed);
+                    .register_full(&mut seq.tiles, &seq.tokens, seq.computed, None);
                 // Newly allocated tiles were free or cached: forget what they held.
                 for table in &seq.tiles.tables {
                     for &t in &table[before..] {
@@ -380,7 +380,7 @@ impl World {
         let accepted = rng.below(k + 1);
         seq.computed = (seq.computed + 1 + accepted).min(seq.tokens.len() - 1);
         self.kv
-            .register_full(&mut seq.tiles, &seq.tokens, seq.computed);
+            .register_full(&mut seq.tiles, &seq.tokens, seq.computed, None);
         self.kv.truncate(&mut seq.tiles, seq.computed + 1);
         let want = (seq.computed + 1).div_ceil(TS);
         assert!(seq.tiles.tables.iter().all(|t| t.len() <= want));

@@ -11,7 +11,8 @@
 //!    its services: state, the shared checks, the chat template, tool calling, structured
 //!    output, the engine runs, SSE, per-request tracing.
 //! 4. The endpoint families, one folder each: `chat`, `completions`, `responses`,
-//!    `embeddings` (with rerank), `messages` (Anthropic's Messages API); and
+//!    `embeddings` (with rerank), `messages` (Anthropic's Messages API), `lora` (LoRA adapter
+//!    management); and
 //!    `routes`, the small routes (models, tokenize, health, metrics, worker, debug, playground).
 //! 5. `app`: the router wiring them with the guard, key check and CORS, the accept loop and the
 //!    OpenAPI document. The HTTP layer only ever sees a stream of events per request; the engine
@@ -33,6 +34,7 @@ pub mod base;
 pub mod chat;
 pub mod completions;
 pub mod embeddings;
+pub mod lora;
 pub mod messages;
 pub mod protocol;
 pub mod responses;

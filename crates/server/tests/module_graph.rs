@@ -350,6 +350,7 @@ const LAYERS: &[&[&str]] = &[
         "chat",
         "completions",
         "embeddings",
+        "lora",
         "messages",
         "responses",
         "routes",

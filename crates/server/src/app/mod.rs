@@ -36,6 +36,7 @@ use crate::base::{ApiError, ErrorLabel};
 use crate::chat;
 use crate::completions;
 use crate::embeddings;
+use crate::lora;
 use crate::messages;
 use crate::responses;
 use crate::routes::{debug, misc, playground, worker};
@@ -58,7 +59,11 @@ pub(crate) fn build(state: AppState) -> (Router, Vec<String>) {
     let api = served.add(api, MESSAGES, post(messages::handler::create));
     let api = served.add(api, COUNT_TOKENS, post(messages::handler::count_tokens));
     let api = served.add(api, "/tokenize", post(misc::tokenize));
-    let mut api = served.add(api, "/detokenize", post(misc::detokenize));
+    let api = served.add(api, "/detokenize", post(misc::detokenize));
+    let lora_adapters = get(lora::handler::list).post(lora::handler::set_scales);
+    let api = served.add(api, "/lora-adapters", lora_adapters);
+    let api = served.add(api, "/v1/load_lora_adapter", post(lora::handler::load));
+    let mut api = served.add(api, "/v1/unload_lora_adapter", post(lora::handler::unload));
     if cfg.debug_kv_index {
         api = served.add(api, "/debug/kv_index", get(debug::kv_index));
     }

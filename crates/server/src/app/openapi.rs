@@ -34,7 +34,7 @@ use utoipa::{OpenApi, ToSchema};
 use crate::base::{AnthropicErrorBody, ErrorBody};
 use crate::routes::{debug, misc, playground, worker};
 use crate::serving::state::{AppState, ServerConfig};
-use crate::{chat, completions, embeddings, messages, responses};
+use crate::{chat, completions, embeddings, lora, messages, responses};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -54,6 +54,10 @@ use crate::{chat, completions, embeddings, messages, responses};
         messages::handler::count_tokens,
         misc::tokenize,
         misc::detokenize,
+        lora::handler::list,
+        lora::handler::set_scales,
+        lora::handler::load,
+        lora::handler::unload,
         misc::health,
         misc::metrics,
         worker::version,

@@ -296,6 +296,23 @@ fn every_request_example_parses_and_passes_the_field_check_of_its_route() {
         crate::routes::protocol::DETOKENIZE,
         struct_fields::<DetokenizeRequest>(),
     );
+    use crate::lora::protocol as lora;
+    for e in lora::LoadLoraBody::EXAMPLES {
+        crate::base::parse_body::<lora::LoadLoraRequest>(e.as_bytes()).expect(e);
+    }
+    one(
+        lora::LoadLoraBody::EXAMPLES,
+        lora::LOAD_LORA,
+        struct_fields::<lora::LoadLoraRequest>(),
+    );
+    for e in lora::UnloadLoraBody::EXAMPLES {
+        crate::base::parse_body::<lora::UnloadLoraRequest>(e.as_bytes()).expect(e);
+    }
+    one(
+        lora::UnloadLoraBody::EXAMPLES,
+        lora::UNLOAD_LORA,
+        struct_fields::<lora::UnloadLoraRequest>(),
+    );
     let doc = json(&ServerConfig::default());
     let chat = &doc["components"]["schemas"]["ChatCompletionRequest"]["examples"];
     assert_eq!(

@@ -71,6 +71,19 @@ pub struct CommonParams {
     pub guided_choice: Option<Vec<String>>,
     /// vLLM extension: a Lark grammar (llguidance's dialect) the output must follow.
     pub guided_grammar: Option<String>,
+    /// llama-server extension: the LoRA adapters to compute with, by id (`GET /lora-adapters`)
+    /// with a scale each; `[]` is the base model. Absent: the adapter `model` names, else the
+    /// global scales.
+    pub lora: Option<Vec<LoraChoice>>,
+}
+
+/// One LoRA adapter by llama-server's id, with its scale.
+#[derive(Clone, Debug, Deserialize, ToSchema)]
+pub struct LoraChoice {
+    #[schema(minimum = 0)]
+    pub id: i64,
+    /// Multiplies the adapter's `alpha / rank`; 0 leaves it out.
+    pub scale: f64,
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

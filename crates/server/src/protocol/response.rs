@@ -167,6 +167,8 @@ pub struct ModelCard {
     pub created: u64,
     pub owned_by: &'static str,
     pub root: String,
+    /// vLLM's: a LoRA adapter's base model id (null for the base model itself).
+    pub parent: Option<String>,
     pub max_model_len: usize,
 }
 

@@ -34,14 +34,19 @@ pub async fn health(State(state): State<AppState>) -> Result<Response, ApiError>
 }
 
 /// `GET /v1/models`: one card per served name, the reported one first (as vLLM lists its
-/// served model names).
+/// served model names), then one per LoRA adapter (`parent`: the base model, `root`: the
+/// adapter's file).
 #[utoipa::path(get, path = "/v1/models", tag = "openai",
     responses((status = 200, description = "The served model names", body = ModelList)))]
 pub async fn models(State(state): State<AppState>) -> Result<Response, ApiError> {
     let m = state.model()?;
     let list = ModelList {
         object: "list",
-        data: m.names().map(|n| card(m, n)).collect(),
+        data: m
+            .names()
+            .map(|n| card(m, n))
+            .chain(adapter_cards(m))
+            .collect(),
     };
     Ok(axum::Json(list).into_response())
 }
@@ -57,7 +62,20 @@ pub async fn model(
     let Path(id) = param(id, "id")?;
     let m = state.model()?;
     check_model(Some(&id), m)?;
-    Ok(axum::Json(card(m, &id)).into_response())
+    let c = adapter_cards(m)
+        .find(|c| c.id == id)
+        .unwrap_or_else(|| card(m, &id));
+    Ok(axum::Json(c).into_response())
+}
+
+/// The cards of the LoRA adapters, as vLLM lists them.
+fn adapter_cards(m: &Loaded) -> impl Iterator<Item = ModelCard> + '_ {
+    m.loras.list().into_iter().map(|e| ModelCard {
+        id: e.name,
+        root: e.path.display().to_string(),
+        parent: Some(m.model_id.clone()),
+        ..card(m, &m.model_id)
+    })
 }
 
 fn card(m: &Loaded, name: &str) -> ModelCard {
@@ -67,6 +85,7 @@ fn card(m: &Loaded, name: &str) -> ModelCard {
         created: m.created,
         owned_by: "tessera",
         root: m.root.clone(),
+        parent: None,
         max_model_len: max_model_len(m),
     }
 }

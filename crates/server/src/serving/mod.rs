@@ -11,13 +11,14 @@
 //!    queued; the endpoint then collects the outcomes or streams them (`sse`).
 //!
 //! The services: `state` (settings, the loaded model, counters, per-endpoint state),
-//! `chat_template`, `tools` (tool calling: request, call syntaxes, reply parser), `reasoning`
+//! `chat_template`, `lora` (the adapters requests may name, and which a request uses), `tools` (tool calling: request, call syntaxes, reply parser), `reasoning`
 //! (the thinking split from the answer, and grammars that start after it), `structured`,
 //! `observe` (a span and a log line per request), `render` (a job as vLLM's token-in request).
 //! Nothing here imports an endpoint folder or the app: endpoints depend on the facade, never
 //! the other way round.
 
 pub mod chat_template;
+pub mod lora;
 pub mod observe;
 pub mod reasoning;
 pub mod render;

@@ -105,6 +105,8 @@ pub struct Loaded {
     pub reasoning: Option<Reasoning>,
     /// Unix seconds when loading finished (`created` in `/v1/models`).
     pub created: u64,
+    /// The LoRA adapters requests may name (`serving::lora`).
+    pub loras: crate::serving::lora::LoraTable,
 }
 
 /// `--reasoning-parser`: told from the chat template, none, or a named parser.
@@ -153,6 +155,7 @@ where
 {
     let (arch, gguf_template) = read_chat_metadata(path)?;
     let chat_template = ChatTemplate::choose(chat_template_override, gguf_template, &arch)?;
+    let loras = crate::serving::lora::LoraTable::new(&cfg.loras);
     let engine = EngineHandle::spawn(cfg, load).map_err(|e| e.to_string())?;
     let what = match engine.info().embedding {
         Some(e) if e.scores => "a reranker".to_string(),
@@ -179,6 +182,7 @@ where
         reasoning: None,
         chat_template,
         created: unix_now(),
+        loras,
     }
     .with_reasoning(ReasoningChoice::Auto))
 }

@@ -61,7 +61,9 @@ impl Job {
 /// `model_not_found`, as with OpenAI and vLLM. An absent `model` means the served one.
 pub fn check_model(requested: Option<&str>, m: &Loaded) -> Result<(), ApiError> {
     match requested {
-        Some(r) if !m.names().any(|n| n == r) => Err(model_not_found(r, m)),
+        Some(r) if !m.names().any(|n| n == r) && m.loras.by_name(r).is_none() => {
+            Err(model_not_found(r, m))
+        }
         _ => Ok(()),
     }
 }
@@ -88,7 +90,13 @@ pub fn check_generating_model(requested: Option<&str>, m: &Loaded) -> Result<(),
 
 /// The 404 for a model this server does not serve.
 pub fn model_not_found(requested: &str, m: &Loaded) -> ApiError {
-    let names: Vec<String> = m.names().map(|n| format!("`{n}`")).collect();
+    let adapters = m.loras.list().into_iter().map(|e| e.name);
+    let names: Vec<String> = m
+        .names()
+        .map(str::to_string)
+        .chain(adapters)
+        .map(|n| format!("`{n}`"))
+        .collect();
     ApiError::Missing {
         message: format!(
             "the model `{requested}` does not exist; this server serves {}",
@@ -395,6 +403,7 @@ pub(crate) fn common_request(c: &CommonParams, m: &Loaded) -> Result<GenerateReq
         no_speculation: c.speculative == Some(false),
         // Compiled and attached by `structured::attach`.
         constraint: None,
+        loras: crate::serving::lora::request_loras(c.model.as_deref(), c.lora.as_deref(), m)?,
     })
 }
 
