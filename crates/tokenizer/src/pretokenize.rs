@@ -9,7 +9,9 @@
 //!
 //! Invariant: the words returned by [`split`] are non-empty and concatenate to the input.
 
-use crate::unicode::{is_letter, is_number, is_punctuation, is_whitespace};
+mod deepseek;
+
+use crate::unicode::{is_letter, is_mark, is_number, is_punctuation, is_whitespace};
 use crate::vocab::PreTokenizer;
 
 /// Splits `text` into pre-tokenized words.
@@ -18,12 +20,17 @@ pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<&str> {
         PreTokenizer::Gpt2 => words(text, &scan_gpt2(&Chars::new(text))),
         PreTokenizer::SmolLm => split_smollm(text),
         PreTokenizer::Llama3 | PreTokenizer::Dbrx => {
-            words(text, &scan_llama3(&Chars::new(text), 3))
+            words(text, &scan_llama3(&Chars::new(text), 3, false))
         }
-        PreTokenizer::Qwen2 => words(text, &scan_llama3(&Chars::new(text), 1)),
+        PreTokenizer::Qwen2 => words(text, &scan_llama3(&Chars::new(text), 1, false)),
+        PreTokenizer::Qwen35 => words(text, &scan_llama3(&Chars::new(text), 1, true)),
         PreTokenizer::Gpt4o => words(text, &scan_gpt4o(&Chars::new(text))),
         PreTokenizer::Default => split_default(text),
         PreTokenizer::Falcon => split_falcon(text),
+        PreTokenizer::DeepSeekLlm => deepseek::split_llm(text),
+        PreTokenizer::DeepSeekCoder => deepseek::split_coder(text),
+        // Runs of newlines and runs of other chars (the text's spaces already `▁`).
+        PreTokenizer::Gemma4 => split_runs(vec![text], |c| c == '\n'),
     }
 }
 
@@ -136,11 +143,15 @@ fn scan_gpt2(t: &Chars) -> Vec<usize> {
     ends
 }
 
-/// LLaMA 3 (`max_digits = 3`) and Qwen2 (`max_digits = 1`):
-/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|`
-/// `\s*[\r\n]+|\s+(?!\S)|\s+`. Returns the end (char index) of each word.
-fn scan_llama3(t: &Chars, max_digits: usize) -> Vec<usize> {
+/// LLaMA 3 (`max_digits = 3`), Qwen2 (`max_digits = 1`) and Qwen3.5 (`max_digits = 1`,
+/// `marks`): `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|`
+/// ` ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`. With `marks`, combining marks
+/// join letters in words (`[\p{L}\p{M}]+`) and are no symbols (`[^\s\p{L}\p{M}\p{N}]`).
+/// Returns the end (char index) of each word.
+fn scan_llama3(t: &Chars, max_digits: usize, marks: bool) -> Vec<usize> {
     let is_newline = |c: char| c == '\r' || c == '\n';
+    let letter = |c: char| is_letter(c) || (marks && is_mark(c));
+    let other = |c: char| is_other(c) && !(marks && is_mark(c));
     let mut ends = Vec::new();
     let mut i = 0;
     while i < t.len() {
@@ -150,8 +161,8 @@ fn scan_llama3(t: &Chars, max_digits: usize) -> Vec<usize> {
             i += n;
             continue;
         }
-        if !(is_newline(c) || is_number(c)) && (is_letter(c) || t.is(i + 1, is_letter)) {
-            i = t.run_end(i + 1, is_letter);
+        if !(is_newline(c) || is_number(c)) && (letter(c) || t.is(i + 1, letter)) {
+            i = t.run_end(i + 1, letter);
             ends.push(i);
             continue;
         }
@@ -164,8 +175,8 @@ fn scan_llama3(t: &Chars, max_digits: usize) -> Vec<usize> {
             continue;
         }
         let body = i + usize::from(c == ' ');
-        if t.is(body, is_other) || (c == ' ' && body == t.len()) {
-            let end = t.run_end(body, is_other);
+        if t.is(body, other) || (c == ' ' && body == t.len()) {
+            let end = t.run_end(body, other);
             i = t.run_end(end, is_newline);
             ends.push(i);
             continue;

@@ -426,6 +426,10 @@ fn pre_tokenizer_names_map_to_llama_cpp_behaviours() {
     assert_eq!(of("olmo"), PreTokenizer::Gpt2);
     assert_eq!(of("gpt-4o"), PreTokenizer::Gpt4o);
     assert_eq!(of("llama4"), PreTokenizer::Gpt4o);
+    assert_eq!(of("qwen35"), PreTokenizer::Qwen35);
+    assert_eq!(of("deepseek-llm"), PreTokenizer::DeepSeekLlm);
+    assert_eq!(of("deepseek-coder"), PreTokenizer::DeepSeekCoder);
+    assert_eq!(of("gemma4"), PreTokenizer::Gemma4);
     assert_eq!(
         PreTokenizer::from_gguf_name(None).expect("absent"),
         PreTokenizer::Default
@@ -435,17 +439,18 @@ fn pre_tokenizer_names_map_to_llama_cpp_behaviours() {
     assert!(!of("dbrx").ignores_merges() && !of("dbrx").adds_bos());
     assert!(!of("smollm").ignores_merges() && !of("smollm").adds_bos());
     assert!(!of("gpt-4o").ignores_merges() && !of("gpt-4o").adds_bos());
+    assert!(!of("deepseek-llm").ignores_merges() && !of("deepseek-llm").adds_bos());
+    assert!(of("gemma4").adds_bos() && of("gemma4").is_spm_style());
 }
 
 #[test]
 fn names_needing_another_pattern_are_refused_with_the_supported_list() {
     for name in [
-        "deepseek-llm",
         "deepseek-v3",
         "tekken",
         "tiny_aya",
         "granite-embed-multi-97m",
-        "qwen35",
+        "seed-coder",
         "bloom",
     ] {
         let err = PreTokenizer::from_gguf_name(Some(name)).expect_err("refused");
