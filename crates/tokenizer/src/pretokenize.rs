@@ -474,6 +474,49 @@ mod tests {
         assert_eq!(gpt4o("\u{3000}foo"), ["\u{3000}foo"]);
     }
 
+    // The Qwen3.5 cases are llama.cpp's own splits (its QWEN35 pattern).
+    fn qwen35(t: &str) -> Vec<&str> {
+        split(PreTokenizer::Qwen35, t)
+    }
+
+    #[test]
+    fn qwen35_keeps_combining_marks_in_words() {
+        assert_eq!(qwen35("e\u{301}t\u{301} "), ["e\u{301}t\u{301}", " "]);
+        assert_eq!(qwen35("e\u{301} x\u{301}"), ["e\u{301}", " x\u{301}"]);
+        assert_eq!(qwen35("naïve\u{308}s 12"), ["naïve\u{308}s", " ", "1", "2"]);
+        assert_eq!(qwen35("पढ़ाई हिन्दी"), ["पढ़ाई", " हिन्दी"]);
+        // Qwen2 splits the same texts at every mark.
+        let qwen2 = |t| split(PreTokenizer::Qwen2, t);
+        assert_eq!(
+            qwen2("e\u{301}t\u{301} "),
+            ["e", "\u{301}t", "\u{301}", " "]
+        );
+    }
+
+    #[test]
+    fn qwen35_otherwise_splits_as_qwen2() {
+        assert_eq!(
+            qwen35("a  b 123 4567!! ,x"),
+            ["a", " ", " b", " ", "1", "2", "3", " ", "4", "5", "6", "7", "!!", " ,", "x"]
+        );
+        assert_eq!(
+            qwen35("I'm (x) -> {y};"),
+            ["I", "'m", " (", "x", ")", " ->", " {", "y", "};"]
+        );
+        assert_eq!(
+            qwen35("x\n\n  y\r\nz"),
+            ["x", "\n\n", " ", " y", "\r\n", "z"]
+        );
+        assert_eq!(qwen35("中文 한국어"), ["中文", " 한국어"]);
+    }
+
+    #[test]
+    fn gemma4_splits_only_newline_runs() {
+        let gemma4 = |t| split(PreTokenizer::Gemma4, t);
+        assert_eq!(gemma4("a▁b,\n\nc▁\n"), ["a▁b,", "\n\n", "c▁", "\n"]);
+        assert_eq!(gemma4("\r\t x"), ["\r\t x"]);
+    }
+
     #[test]
     fn splits_always_cover_the_input() {
         let text = "Ünïcödé 中文 😀\t\r\n  x'LL 1,000.5 ...  ";
@@ -486,6 +529,10 @@ mod tests {
             PreTokenizer::Qwen2,
             PreTokenizer::Falcon,
             PreTokenizer::Gpt4o,
+            PreTokenizer::Qwen35,
+            PreTokenizer::DeepSeekLlm,
+            PreTokenizer::DeepSeekCoder,
+            PreTokenizer::Gemma4,
         ] {
             let w = split(pre, text);
             assert!(w.iter().all(|w| !w.is_empty()), "{pre:?}: {w:?}");

@@ -34,10 +34,7 @@ pub(super) fn split_coder(text: &str) -> Vec<&str> {
 
 /// One pass: each piece becomes its successive leftmost matches and the gaps between them.
 /// `matcher(t, i)` is the end of the match starting at char `i`, if one does (never `i`).
-fn refine<'t>(
-    pieces: Vec<&'t str>,
-    matcher: impl Fn(&Chars, usize) -> Option<usize>,
-) -> Vec<&'t str> {
+fn refine(pieces: Vec<&str>, matcher: impl Fn(&Chars, usize) -> Option<usize>) -> Vec<&str> {
     let mut out = Vec::with_capacity(pieces.len());
     for piece in pieces {
         let t = Chars::new(piece);
@@ -212,4 +209,113 @@ fn llm_symbol(c: char) -> bool {
 fn cjk(c: char) -> bool {
     let c32 = u32::from(c);
     ((0x0800..=0x9FA5).contains(&c32) || (0xAC00..=0xD7FF).contains(&c32)) && !is_whitespace(c)
+}
+
+// The expected splits are llama.cpp's own (its unicode_regex_split with the DEEPSEEK_LLM and
+// DEEPSEEK_CODER patterns, built from the llama-cpp-python 0.3.36 sources).
+#[cfg(test)]
+mod tests {
+    use crate::pretokenize::split;
+    use crate::vocab::PreTokenizer;
+
+    fn llm(t: &str) -> Vec<&str> {
+        split(PreTokenizer::DeepSeekLlm, t)
+    }
+
+    fn coder(t: &str) -> Vec<&str> {
+        split(PreTokenizer::DeepSeekCoder, t)
+    }
+
+    #[test]
+    fn llm_words_take_one_leading_space_and_only_their_class_of_letters() {
+        assert_eq!(llm("Hello world"), ["Hello", " world"]);
+        assert_eq!(llm("\tfoo\t\tbar"), ["\tfoo", "\t", "\tbar"]);
+        assert_eq!(llm("Ωµ∑ Жук αβγ"), ["Ωµ", "∑", " Жук", " αβγ"]);
+        // The symbol pass (`:-~` holds the ASCII letters) splits accented letters off words.
+        assert_eq!(llm("café naïve"), ["caf", "é", " na", "ï", "ve"]);
+        assert_eq!(
+            llm("e\u{301}t\u{301} "),
+            ["e", "\u{301}", "t", "\u{301}", " "]
+        );
+    }
+
+    #[test]
+    fn llm_newlines_stand_alone_and_trailing_space_splits_off() {
+        assert_eq!(
+            llm("x\n\n  y\r\nz"),
+            ["x", "\n", "\n", " ", " y", "\r", "\n", "z"]
+        );
+        assert_eq!(llm("a  \n\n  b"), ["a", "  ", "\n", "\n", " ", " b"]);
+        assert_eq!(llm("end  "), ["end", "  "]);
+    }
+
+    #[test]
+    fn llm_symbols_cjk_and_digit_runs() {
+        assert_eq!(
+            llm("a  b 123 4567!! ,x"),
+            ["a", " ", " b", " ", "123", " ", "4567", "!!", " ,", "x"]
+        );
+        assert_eq!(
+            llm("I'm (x) -> {y};"),
+            ["I", "'", "m", " (", "x", ")", " ->", " {", "y", "};"]
+        );
+        assert_eq!(
+            llm("ＡＢＣ！？ “quoted” 、。"),
+            ["ＡＢＣ", "！？", " ", "“", "quoted", "”", " ", "、。"]
+        );
+        assert_eq!(
+            llm("中文 한국어 日本語テスト"),
+            ["中文", " ", "한국어", " ", "日本語テスト"]
+        );
+        assert_eq!(llm("x٣٤Ⅻ½y 2024"), ["x", "٣٤", "Ⅻ", "½", "y", " ", "2024"]);
+        // Non-ASCII white space is white space, never a member of a class.
+        assert_eq!(llm("a\u{3000}b\u{a0}c"), ["a", "\u{3000}b", "\u{a0}c"]);
+    }
+
+    #[test]
+    fn coder_splits_letters_punctuation_and_single_digits() {
+        assert_eq!(coder("café naïve"), ["café", " naïve"]);
+        assert_eq!(
+            coder("a  b 123 4567!! ,x"),
+            ["a", " ", " b", " ", "1", "2", "3", " ", "4", "5", "6", "7", "!!", " ,", "x"]
+        );
+        // `>` is a symbol, not punctuation: it stays in the gap.
+        assert_eq!(
+            coder("I'm (x) -> {y};"),
+            ["I", "'", "m", " (", "x", ")", " -", ">", " {", "y", "};"]
+        );
+        assert_eq!(
+            coder("x\n\n  y\r\nz"),
+            ["x", "\n", "\n", " ", " y", "\r", "\n", "z"]
+        );
+        assert_eq!(coder("x٣٤Ⅻ½y"), ["x", "٣", "٤", "Ⅻ", "½", "y"]);
+    }
+
+    #[test]
+    fn coder_marks_end_words_and_the_cjk_pass_splits_other_scripts() {
+        assert_eq!(
+            coder("e\u{301}t\u{301} "),
+            ["e", "\u{301}", "t", "\u{301} "]
+        );
+        assert_eq!(
+            coder("中文 한국어 日本語テスト"),
+            ["中文", " ", "한국어", " ", "日本語テスト"]
+        );
+        // Devanagari lies in the CJK pass's U+0800.. range, so a leading space stays apart.
+        assert_eq!(
+            coder("पढ़ाई हिन्दी"),
+            [
+                "पढ",
+                "\u{93c}\u{93e}",
+                "\u{908}",
+                " ",
+                "\u{939}",
+                "\u{93f}",
+                "\u{928}",
+                "\u{94d}",
+                "\u{926}",
+                "\u{940}"
+            ]
+        );
+    }
 }
