@@ -5,7 +5,8 @@
 //! characters of the text that tries the regex alternatives in order at the current position
 //! and takes the first that matches, exactly as a backtracking regex engine would (this is also
 //! how llama.cpp implements them). The `default` pre-tokenizer is llama.cpp's sequence of four
-//! passes, each splitting every piece from the previous pass into matches and the gaps between.
+//! passes, each splitting every piece from the previous pass into matches and the gaps between;
+//! DeepSeek's are such passes too ([`deepseek`]).
 //!
 //! Invariant: the words returned by [`split`] are non-empty and concatenate to the input.
 

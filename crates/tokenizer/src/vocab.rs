@@ -20,14 +20,15 @@ pub enum VocabModel {
     /// SentencePiece-style: score-ordered merges over characters, `<0xXX>` byte fallback
     /// (`"llama"` in GGUF; used by LLaMA 1/2, Mistral, Gemma).
     Spm,
-    /// Byte-level BPE with ranked merges (`"gpt2"` in GGUF), split by a pre-tokenizer first.
+    /// BPE with ranked merges, split by a pre-tokenizer first: byte-level (`"gpt2"` in GGUF),
+    /// or SentencePiece-style over UTF-8 with [`PreTokenizer::Gemma4`] (`"gemma4"`).
     Bpe(PreTokenizer),
     /// WordPiece (`"bert"` in GGUF): lowercased, accent-free words cut into the longest pieces;
     /// BOS is BERT's `[CLS]`, and `[SEP]` ends the input.
     Wpm,
 }
 
-/// How byte-level BPE text is split into words before merging (`tokenizer.ggml.pre`).
+/// How BPE text is split into words before merging (`tokenizer.ggml.pre`).
 ///
 /// Each variant is one of llama.cpp's pre-tokenizer behaviours: a split pattern plus the flags
 /// llama.cpp ties to the name (whole-word vocabulary hits skip merging, BOS added by default).
