@@ -6,7 +6,8 @@
 //! (ties: leftmost), using a heap with lazy invalidation as in the SPM encoder. Merge ranks are
 //! keyed by the token ids of the two halves, so a lookup needs no allocation. With LLaMA 3's
 //! pre-tokenizer a word that is itself a token is emitted whole, without merging (llama.cpp's
-//! `ignore_merges`).
+//! `ignore_merges`). Gemma 4's SentencePiece-style BPE skips the byte alphabet: spaces become
+//! `▁`, merges run on the UTF-8 text itself, and byte fallback goes through `<0xXX>` tokens.
 //!
 //! Invariant: symbols of a word cover it contiguously in list order; a merged-away symbol has
 //! `len == 0`; a symbol's `id` is the token id of its current text, if any.
@@ -89,6 +90,9 @@ pub(crate) fn encode(
     text: &str,
     out: &mut Vec<u32>,
 ) {
+    if pre.is_spm_style() {
+        return encode_spm_style(vocab, merges, pre, text, out);
+    }
     let mut encoded = String::new();
     for word in pretokenize::split(pre, text) {
         encoded.clear();
@@ -99,11 +103,47 @@ pub(crate) fn encode(
                 continue;
             }
         }
-        encode_word(vocab, merges, &encoded, out);
+        encode_word(vocab, merges, &encoded, Fallback::Chars, out);
     }
 }
 
-fn encode_word(vocab: &Compiled, merges: &Merges, word: &str, out: &mut Vec<u32>) {
+/// Gemma 4's SentencePiece-style BPE: spaces become `▁`, words are merged as raw UTF-8, a word
+/// of newlines that is a token is taken whole, and pieces no token covers become byte tokens.
+fn encode_spm_style(
+    vocab: &Compiled,
+    merges: &Merges,
+    pre: PreTokenizer,
+    text: &str,
+    out: &mut Vec<u32>,
+) {
+    let escaped = text.replace(' ', "\u{2581}");
+    for word in pretokenize::split(pre, &escaped) {
+        if word.bytes().all(|b| b == b'\n') {
+            if let Some(&id) = vocab.piece_to_id.get(word) {
+                out.push(id);
+                continue;
+            }
+        }
+        encode_word(vocab, merges, word, Fallback::Bytes, out);
+    }
+}
+
+/// What a final symbol that is no token becomes.
+#[derive(Clone, Copy)]
+enum Fallback {
+    /// Those of its chars that are tokens (byte-level BPE, whose chars are bytes).
+    Chars,
+    /// The `<0xXX>` token of each of its UTF-8 bytes that has one.
+    Bytes,
+}
+
+fn encode_word(
+    vocab: &Compiled,
+    merges: &Merges,
+    word: &str,
+    fallback: Fallback,
+    out: &mut Vec<u32>,
+) {
     let mut symbols: Vec<Symbol> = word
         .char_indices()
         .enumerate()
@@ -148,15 +188,21 @@ fn encode_word(vocab: &Compiled, merges: &Merges, word: &str, out: &mut Vec<u32>
         let s = symbols[i];
         match s.id {
             Some(id) => out.push(id),
-            // Not a token (a char missing from the vocabulary): emit what single chars exist.
+            // Not a token (a char missing from the vocabulary): emit what tokens exist for
+            // its chars or bytes.
             None => {
                 let piece = &word[s.start..s.start + s.len];
-                out.extend(
-                    piece
-                        .char_indices()
-                        .filter_map(|(o, c)| vocab.piece_to_id.get(&piece[o..o + c.len_utf8()]))
-                        .copied(),
-                );
+                match fallback {
+                    Fallback::Chars => out.extend(
+                        piece
+                            .char_indices()
+                            .filter_map(|(o, c)| vocab.piece_to_id.get(&piece[o..o + c.len_utf8()]))
+                            .copied(),
+                    ),
+                    Fallback::Bytes => {
+                        out.extend(piece.bytes().filter_map(|b| vocab.byte_ids[b as usize]))
+                    }
+                }
             }
         }
         at = s.next;

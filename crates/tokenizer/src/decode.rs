@@ -52,6 +52,9 @@ fn append_piece(piece: &str, attr: Attr, model: VocabModel, out: &mut Vec<u8>) {
             VocabModel::Spm | VocabModel::Wpm => {
                 out.extend_from_slice(piece.replace('\u{2581}', " ").as_bytes())
             }
+            VocabModel::Bpe(pre) if pre.is_spm_style() => {
+                out.extend_from_slice(piece.replace('\u{2581}', " ").as_bytes())
+            }
             VocabModel::Bpe(_) => append_byte_level(piece, out),
         }
     } else if attr.has(Attr::BYTE) {

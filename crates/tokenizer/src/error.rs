@@ -22,7 +22,7 @@ pub enum TokenizerError {
         found: &'static str,
     },
     /// `tokenizer.ggml.model` names a tokenizer family we do not implement.
-    #[error("unsupported tokenizer model `{model}` (supported: llama, gpt2, bert)")]
+    #[error("unsupported tokenizer model `{model}` (supported: llama, gpt2, bert, gemma4)")]
     UnsupportedModel { model: String },
     /// `tokenizer.ggml.pre` names a BPE pre-tokenizer we do not implement.
     #[error(

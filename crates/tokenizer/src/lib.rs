@@ -6,15 +6,16 @@
 //!    control tokens only with `parse_special`);
 //! 2. segment each remaining text fragment with the vocabulary's algorithm: [`spm`]
 //!    (SentencePiece, score-ordered merges with byte fallback; Gemma, LLaMA 2) or [`bpe`]
-//!    (byte-level BPE after a [`pretokenize`] split; LLaMA 3, Qwen2, SmolLM, GPT-2) or [`wpm`]
-//!    (WordPiece: BERT and its embedding models, `[CLS] text [SEP]`).
+//!    (BPE after a [`pretokenize`] split: byte-level for LLaMA 3, Qwen2, SmolLM, GPT-2,
+//!    DeepSeek; SentencePiece-style over `▁`-escaped UTF-8 for Gemma 4's `gemma4` model) or
+//!    [`wpm`] (WordPiece: BERT and its embedding models, `[CLS] text [SEP]`).
 //!
 //! BPE pre-tokenizers: [`PreTokenizer::NAMES`] is the table of accepted `tokenizer.ggml.pre`
 //! values, each mapped to one of llama.cpp's split patterns it shares (the default, GPT-2,
 //! Falcon, single digits then GPT-2 as `smollm`, LLaMA 3 with or without its flags, Qwen2,
-//! GPT-4o's o200k pattern as `gpt-4o` for gpt-oss and Llama 4). Every other name, including
-//! ones llama.cpp splits with patterns Tessera does not implement (`deepseek-llm`,
-//! `deepseek-v3`, `tekken`, `seed-coder`, `qwen35`, ...), is refused with
+//! Qwen3.5, DeepSeek LLM and Coder, GPT-4o's o200k pattern as `gpt-4o` for gpt-oss and Llama 4,
+//! Gemma 4's newline runs). Every other name, including ones llama.cpp splits with patterns
+//! Tessera does not implement (`deepseek-v3`, `tekken`, `seed-coder`, ...), is refused with
 //! [`TokenizerError::UnsupportedPreTokenizer`], whose message lists the accepted names.
 //!
 //! Decoding concatenates precomputed per-token bytes ([`decode`]); [`IncrementalDecoder`]

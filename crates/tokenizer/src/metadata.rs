@@ -6,7 +6,7 @@
 
 use gguf::{Array, Metadata};
 
-use crate::vocab::{PreTokenizer, Vocab, VocabModel};
+use crate::vocab::{PreTokenizer, SpecialIds, Vocab, VocabModel};
 use crate::TokenizerError;
 
 const MODEL: &str = "tokenizer.ggml.model";
@@ -25,6 +25,8 @@ pub(crate) fn vocab_from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError
         "llama" => VocabModel::Spm,
         "gpt2" => VocabModel::Bpe(PreTokenizer::from_gguf_name(md.get_str(PRE)?)?),
         "bert" => VocabModel::Wpm,
+        // llama.cpp sets the pre-tokenizer of this model itself, whatever the file says.
+        "gemma4" => VocabModel::Bpe(PreTokenizer::Gemma4),
         other => {
             return Err(TokenizerError::UnsupportedModel {
                 model: other.to_string(),
@@ -37,6 +39,10 @@ pub(crate) fn vocab_from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError
         None => return Err(TokenizerError::MissingKey { key: TOKENS }),
     };
     let mut vocab = Vocab::new(model, tokens);
+    if model_name == "gemma4" {
+        // No default role ids: the file names them.
+        vocab.special = SpecialIds::default();
+    }
     vocab.scores = match md.get_array(SCORES)? {
         None => Vec::new(),
         Some(Array::F32(s)) => s.clone(),
@@ -88,6 +94,10 @@ pub(crate) fn vocab_from_metadata(md: &Metadata) -> Result<Vocab, TokenizerError
         if let Some(v) = md.get_bool(key)? {
             *slot = v;
         }
+    }
+    // llama.cpp adds BOS for Gemma 4 even when the file says not to.
+    if model == VocabModel::Bpe(PreTokenizer::Gemma4) {
+        vocab.add_bos = true;
     }
     // llama.cpp's BertNormalizer options: strip_accents follows lowercase unless given.
     if let Some(v) = md.get_bool("tokenizer.ggml.normalizer.lowercase")? {

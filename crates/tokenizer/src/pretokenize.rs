@@ -5,11 +5,14 @@
 //! characters of the text that tries the regex alternatives in order at the current position
 //! and takes the first that matches, exactly as a backtracking regex engine would (this is also
 //! how llama.cpp implements them). The `default` pre-tokenizer is llama.cpp's sequence of four
-//! passes, each splitting every piece from the previous pass into matches and the gaps between.
+//! passes, each splitting every piece from the previous pass into matches and the gaps between;
+//! DeepSeek's are such passes too ([`deepseek`]).
 //!
 //! Invariant: the words returned by [`split`] are non-empty and concatenate to the input.
 
-use crate::unicode::{is_letter, is_number, is_punctuation, is_whitespace};
+mod deepseek;
+
+use crate::unicode::{is_letter, is_mark, is_number, is_punctuation, is_whitespace};
 use crate::vocab::PreTokenizer;
 
 /// Splits `text` into pre-tokenized words.
@@ -18,12 +21,17 @@ pub(crate) fn split(pre: PreTokenizer, text: &str) -> Vec<&str> {
         PreTokenizer::Gpt2 => words(text, &scan_gpt2(&Chars::new(text))),
         PreTokenizer::SmolLm => split_smollm(text),
         PreTokenizer::Llama3 | PreTokenizer::Dbrx => {
-            words(text, &scan_llama3(&Chars::new(text), 3))
+            words(text, &scan_llama3(&Chars::new(text), 3, false))
         }
-        PreTokenizer::Qwen2 => words(text, &scan_llama3(&Chars::new(text), 1)),
+        PreTokenizer::Qwen2 => words(text, &scan_llama3(&Chars::new(text), 1, false)),
+        PreTokenizer::Qwen35 => words(text, &scan_llama3(&Chars::new(text), 1, true)),
         PreTokenizer::Gpt4o => words(text, &scan_gpt4o(&Chars::new(text))),
         PreTokenizer::Default => split_default(text),
         PreTokenizer::Falcon => split_falcon(text),
+        PreTokenizer::DeepSeekLlm => deepseek::split_llm(text),
+        PreTokenizer::DeepSeekCoder => deepseek::split_coder(text),
+        // Runs of newlines and runs of other chars (the text's spaces already `▁`).
+        PreTokenizer::Gemma4 => split_runs(vec![text], |c| c == '\n'),
     }
 }
 
@@ -136,11 +144,15 @@ fn scan_gpt2(t: &Chars) -> Vec<usize> {
     ends
 }
 
-/// LLaMA 3 (`max_digits = 3`) and Qwen2 (`max_digits = 1`):
-/// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|`
-/// `\s*[\r\n]+|\s+(?!\S)|\s+`. Returns the end (char index) of each word.
-fn scan_llama3(t: &Chars, max_digits: usize) -> Vec<usize> {
+/// LLaMA 3 (`max_digits = 3`), Qwen2 (`max_digits = 1`) and Qwen3.5 (`max_digits = 1`,
+/// `marks`): `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|`
+/// ` ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`. With `marks`, combining marks
+/// join letters in words (`[\p{L}\p{M}]+`) and are no symbols (`[^\s\p{L}\p{M}\p{N}]`).
+/// Returns the end (char index) of each word.
+fn scan_llama3(t: &Chars, max_digits: usize, marks: bool) -> Vec<usize> {
     let is_newline = |c: char| c == '\r' || c == '\n';
+    let letter = |c: char| is_letter(c) || (marks && is_mark(c));
+    let other = |c: char| is_other(c) && !(marks && is_mark(c));
     let mut ends = Vec::new();
     let mut i = 0;
     while i < t.len() {
@@ -150,8 +162,8 @@ fn scan_llama3(t: &Chars, max_digits: usize) -> Vec<usize> {
             i += n;
             continue;
         }
-        if !(is_newline(c) || is_number(c)) && (is_letter(c) || t.is(i + 1, is_letter)) {
-            i = t.run_end(i + 1, is_letter);
+        if !(is_newline(c) || is_number(c)) && (letter(c) || t.is(i + 1, letter)) {
+            i = t.run_end(i + 1, letter);
             ends.push(i);
             continue;
         }
@@ -164,8 +176,8 @@ fn scan_llama3(t: &Chars, max_digits: usize) -> Vec<usize> {
             continue;
         }
         let body = i + usize::from(c == ' ');
-        if t.is(body, is_other) || (c == ' ' && body == t.len()) {
-            let end = t.run_end(body, is_other);
+        if t.is(body, other) || (c == ' ' && body == t.len()) {
+            let end = t.run_end(body, other);
             i = t.run_end(end, is_newline);
             ends.push(i);
             continue;
@@ -463,6 +475,49 @@ mod tests {
         assert_eq!(gpt4o("\u{3000}foo"), ["\u{3000}foo"]);
     }
 
+    // The Qwen3.5 cases are llama.cpp's own splits (its QWEN35 pattern).
+    fn qwen35(t: &str) -> Vec<&str> {
+        split(PreTokenizer::Qwen35, t)
+    }
+
+    #[test]
+    fn qwen35_keeps_combining_marks_in_words() {
+        assert_eq!(qwen35("e\u{301}t\u{301} "), ["e\u{301}t\u{301}", " "]);
+        assert_eq!(qwen35("e\u{301} x\u{301}"), ["e\u{301}", " x\u{301}"]);
+        assert_eq!(qwen35("naïve\u{308}s 12"), ["naïve\u{308}s", " ", "1", "2"]);
+        assert_eq!(qwen35("पढ़ाई हिन्दी"), ["पढ़ाई", " हिन्दी"]);
+        // Qwen2 splits the same texts at every mark.
+        let qwen2 = |t| split(PreTokenizer::Qwen2, t);
+        assert_eq!(
+            qwen2("e\u{301}t\u{301} "),
+            ["e", "\u{301}t", "\u{301}", " "]
+        );
+    }
+
+    #[test]
+    fn qwen35_otherwise_splits_as_qwen2() {
+        assert_eq!(
+            qwen35("a  b 123 4567!! ,x"),
+            ["a", " ", " b", " ", "1", "2", "3", " ", "4", "5", "6", "7", "!!", " ,", "x"]
+        );
+        assert_eq!(
+            qwen35("I'm (x) -> {y};"),
+            ["I", "'m", " (", "x", ")", " ->", " {", "y", "};"]
+        );
+        assert_eq!(
+            qwen35("x\n\n  y\r\nz"),
+            ["x", "\n\n", " ", " y", "\r\n", "z"]
+        );
+        assert_eq!(qwen35("中文 한국어"), ["中文", " 한국어"]);
+    }
+
+    #[test]
+    fn gemma4_splits_only_newline_runs() {
+        let gemma4 = |t| split(PreTokenizer::Gemma4, t);
+        assert_eq!(gemma4("a▁b,\n\nc▁\n"), ["a▁b,", "\n\n", "c▁", "\n"]);
+        assert_eq!(gemma4("\r\t x"), ["\r\t x"]);
+    }
+
     #[test]
     fn splits_always_cover_the_input() {
         let text = "Ünïcödé 中文 😀\t\r\n  x'LL 1,000.5 ...  ";
@@ -475,6 +530,10 @@ mod tests {
             PreTokenizer::Qwen2,
             PreTokenizer::Falcon,
             PreTokenizer::Gpt4o,
+            PreTokenizer::Qwen35,
+            PreTokenizer::DeepSeekLlm,
+            PreTokenizer::DeepSeekCoder,
+            PreTokenizer::Gemma4,
         ] {
             let w = split(pre, text);
             assert!(w.iter().all(|w| !w.is_empty()), "{pre:?}: {w:?}");

@@ -370,6 +370,41 @@ fn from_metadata_reads_tokenizer_keys() {
     assert!(err.to_string().contains("exotic-9"), "{err}");
 }
 
+/// Gemma 4's `gemma4` tokenizer model: BPE over raw UTF-8 with spaces as `▁` (the same
+/// vocabulary written to a GGUF gives these ids in llama.cpp).
+#[test]
+fn gemma4_is_bpe_over_escaped_utf8_with_byte_fallback() {
+    use gguf::{Array, Metadata, Value};
+    let mut tokens: Vec<String> = vec!["<pad>".into(), "<eos>".into(), "<bos>".into()];
+    tokens.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
+    tokens.extend(["a", "b", "▁", "▁b", "ab", "\n", "\n\n"].map(String::from));
+    let mut types = vec![3; 3];
+    types.extend([6; 256]);
+    types.resize(tokens.len(), 1);
+    let mut md = Metadata::new();
+    md.insert("tokenizer.ggml.model", Value::String("gemma4".into()));
+    md.insert("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)));
+    md.insert("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+    let merges = vec!["▁ b".to_string(), "a b".into()];
+    md.insert("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
+    md.insert("tokenizer.ggml.bos_token_id", Value::U32(2));
+    // llama.cpp adds BOS whatever the file says.
+    md.insert("tokenizer.ggml.add_bos_token", Value::Bool(false));
+    let t = Tokenizer::from_metadata(&md).expect("gemma4 metadata");
+    assert_eq!((t.bos_id(), t.eos_id(), t.add_bos()), (Some(2), None, true));
+
+    let ids = t.encode("ab b\n\n\né", true, false);
+    // A newline run that is a token stays whole; one that is not falls apart (no merges);
+    // `é` has no token and becomes its two UTF-8 bytes.
+    assert_eq!(
+        pieces(&t, &ids),
+        ["<bos>", "ab", "▁b", "\n", "\n", "\n", "<0xC3>", "<0xA9>"]
+    );
+    assert_eq!(pieces(&t, &t.encode("\n\n", false, false)), ["\n\n"]);
+    assert_eq!(t.decode(&ids, true), "ab b\n\n\né");
+    assert_eq!(t.token_bytes(t.token_to_id("▁b").expect("token")), b" b");
+}
+
 #[test]
 fn construction_rejects_inconsistent_vocabularies() {
     let mut v = spm_vocab(&[("a", -1.0)], &[], &[]);
@@ -426,6 +461,10 @@ fn pre_tokenizer_names_map_to_llama_cpp_behaviours() {
     assert_eq!(of("olmo"), PreTokenizer::Gpt2);
     assert_eq!(of("gpt-4o"), PreTokenizer::Gpt4o);
     assert_eq!(of("llama4"), PreTokenizer::Gpt4o);
+    assert_eq!(of("qwen35"), PreTokenizer::Qwen35);
+    assert_eq!(of("deepseek-llm"), PreTokenizer::DeepSeekLlm);
+    assert_eq!(of("deepseek-coder"), PreTokenizer::DeepSeekCoder);
+    assert_eq!(of("gemma4"), PreTokenizer::Gemma4);
     assert_eq!(
         PreTokenizer::from_gguf_name(None).expect("absent"),
         PreTokenizer::Default
@@ -435,17 +474,18 @@ fn pre_tokenizer_names_map_to_llama_cpp_behaviours() {
     assert!(!of("dbrx").ignores_merges() && !of("dbrx").adds_bos());
     assert!(!of("smollm").ignores_merges() && !of("smollm").adds_bos());
     assert!(!of("gpt-4o").ignores_merges() && !of("gpt-4o").adds_bos());
+    assert!(!of("deepseek-llm").ignores_merges() && !of("deepseek-llm").adds_bos());
+    assert!(of("gemma4").adds_bos() && of("gemma4").is_spm_style());
 }
 
 #[test]
 fn names_needing_another_pattern_are_refused_with_the_supported_list() {
     for name in [
-        "deepseek-llm",
         "deepseek-v3",
         "tekken",
         "tiny_aya",
         "granite-embed-multi-97m",
-        "qwen35",
+        "seed-coder",
         "bloom",
     ] {
         let err = PreTokenizer::from_gguf_name(Some(name)).expect_err("refused");

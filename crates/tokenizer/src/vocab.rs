@@ -20,14 +20,15 @@ pub enum VocabModel {
     /// SentencePiece-style: score-ordered merges over characters, `<0xXX>` byte fallback
     /// (`"llama"` in GGUF; used by LLaMA 1/2, Mistral, Gemma).
     Spm,
-    /// Byte-level BPE with ranked merges (`"gpt2"` in GGUF), split by a pre-tokenizer first.
+    /// BPE with ranked merges, split by a pre-tokenizer first: byte-level (`"gpt2"` in GGUF),
+    /// or SentencePiece-style over UTF-8 with [`PreTokenizer::Gemma4`] (`"gemma4"`).
     Bpe(PreTokenizer),
     /// WordPiece (`"bert"` in GGUF): lowercased, accent-free words cut into the longest pieces;
     /// BOS is BERT's `[CLS]`, and `[SEP]` ends the input.
     Wpm,
 }
 
-/// How byte-level BPE text is split into words before merging (`tokenizer.ggml.pre`).
+/// How BPE text is split into words before merging (`tokenizer.ggml.pre`).
 ///
 /// Each variant is one of llama.cpp's pre-tokenizer behaviours: a split pattern plus the flags
 /// llama.cpp ties to the name (whole-word vocabulary hits skip merging, BOS added by default).
@@ -48,6 +49,20 @@ pub enum PreTokenizer {
     Dbrx,
     /// The Qwen2 pattern (LLaMA 3's with single digits).
     Qwen2,
+    /// Qwen3.5: Qwen2's pattern with combining marks kept in words.
+    Qwen35,
+    /// DeepSeek LLM: newlines, a space with a run of (mostly Latin, Greek, Cyrillic) letters,
+    /// a space with a run of ASCII or full-width symbols, trailing white space, CJK runs and
+    /// digit runs, each a pass over the pieces of the previous one.
+    DeepSeekLlm,
+    /// DeepSeek Coder: newlines, a space with letters, a space with punctuation, CJK runs and
+    /// single digits, in passes as DeepSeek LLM's.
+    DeepSeekCoder,
+    /// Gemma 4 (`tokenizer.ggml.model = "gemma4"`): SentencePiece-style BPE. Spaces become `▁`,
+    /// merges run on raw UTF-8 (no byte alphabet) over whole lines (text is split only into
+    /// runs of newlines and runs of other chars), a run of newlines that is a token stays
+    /// whole, and a char no merge reaches falls back to its `<0xXX>` byte tokens.
+    Gemma4,
     /// Falcon: punctuation runs (with the backtick), the GPT-2 pattern, digit triples.
     Falcon,
     /// GPT-4o's o200k pattern (gpt-oss, Llama 4): words split at case changes, contractions
@@ -58,8 +73,8 @@ pub enum PreTokenizer {
 impl PreTokenizer {
     /// Every accepted `tokenizer.ggml.pre` value and its pre-tokenizer, as llama.cpp maps them
     /// (`src/llama-vocab.cpp`). Names llama.cpp knows but that need another split pattern or
-    /// flag (e.g. `deepseek-llm`, `deepseek-v3`, `tekken`, `seed-coder`, `chameleon`, `bloom`,
-    /// `qwen35`, `roberta-bpe`) are refused.
+    /// flag (e.g. `deepseek-v3`, `tekken`, `seed-coder`, `chameleon`, `bloom`, `roberta-bpe`)
+    /// are refused.
     pub const NAMES: &'static [(&'static str, PreTokenizer)] = &[
         ("default", Self::Default),
         ("gpt-2", Self::Gpt2),
@@ -99,6 +114,11 @@ impl PreTokenizer {
         ("stablelm2", Self::Qwen2),
         ("hunyuan", Self::Qwen2),
         ("solar-open", Self::Qwen2),
+        ("qwen35", Self::Qwen35),
+        ("deepseek-llm", Self::DeepSeekLlm),
+        ("deepseek-coder", Self::DeepSeekCoder),
+        ("gemma4", Self::Gemma4),
+        ("granite-embed-multi-311m", Self::Gemma4),
         ("gpt-4o", Self::Gpt4o),
         ("llama4", Self::Gpt4o),
         ("kanana2", Self::Gpt4o),
@@ -132,9 +152,16 @@ impl PreTokenizer {
         self == Self::Llama3
     }
 
-    /// Whether BOS is added by default (the file's `add_bos_token` overrides it).
+    /// Whether BOS is added by default (the file's `add_bos_token` overrides it, except for
+    /// Gemma 4, where llama.cpp always adds it).
     pub fn adds_bos(self) -> bool {
-        self == Self::Llama3
+        matches!(self, Self::Llama3 | Self::Gemma4)
+    }
+
+    /// Whether this is SentencePiece-style BPE (Gemma 4): spaces escaped as `▁`, pieces in raw
+    /// UTF-8 rather than GPT-2's byte alphabet, `<0xXX>` byte tokens.
+    pub fn is_spm_style(self) -> bool {
+        self == Self::Gemma4
     }
 }
 
