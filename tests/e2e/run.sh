@@ -15,7 +15,8 @@
 # default: the default model, fetched on first use), CARGO_TARGET_DIR (honoured). The tool-calling
 # tests (test_tools.py, test_anthropic.py's tools round trip) start servers of their own on
 # qwen2.5-coder-0.5b-instruct-q4_k_m.gguf and qwen2.5-coder-1.5b-instruct-q4_k_m.gguf from
-# TESSERA_MODELS_DIR, and fail when they are missing.
+# TESSERA_MODELS_DIR, and fail when they are missing; test_lora.py starts one on the 0.5B model
+# with a LoRA adapter it writes with `cargo run --example write_real_lora` (cargo on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"

@@ -110,6 +110,64 @@ pub fn tiny_lora_writer(
     Some(w)
 }
 
+/// Targets, rank and alpha of the adapter [`real_lora_gguf`] writes for a real model.
+pub const REAL_LORA_TARGETS: &[&str] = &["attn_q", "attn_v", "ffn_down"];
+pub const REAL_LORA_RANK: usize = 8;
+pub const REAL_LORA_ALPHA: f32 = 16.0;
+/// The seed and strength of the adapter of the Qwen2.5-Coder-0.5B LoRA goldens
+/// (`tests/goldens/qwen2.5-coder-0.5b_lora_greedy.json`, `scripts/oracle/qwen_lora_goldens.py`).
+pub const QWEN_LORA_SEED: u64 = 0;
+pub const QWEN_LORA_STRENGTH: f32 = 0.2;
+
+/// A random LoRA adapter for a real model, in llama.cpp's format: rank [`REAL_LORA_RANK`],
+/// alpha [`REAL_LORA_ALPHA`], on weight `t` of every layer for each `t` of
+/// [`REAL_LORA_TARGETS`] the model has (`blk.N.t.weight`, shapes read from `model`'s tensor
+/// table; nothing else of the model is read). `A` is uniform in ±1/sqrt(d_in) and `B` in
+/// ±`strength`/sqrt(rank), both F32 and drawn from `seed` by SplitMix64 with exactly rounded
+/// operations only, so the bytes (and their sha256, which the goldens record) are a pure
+/// function of the tensor table, `seed` and `strength`. For an input of RMS `r` the update
+/// `alpha / rank * B·A·x` has an RMS of about `2/3 * strength * r`.
+///
+/// `None` when the model has none of the targets.
+pub fn real_lora_gguf(model: &gguf::GgufFile, seed: u64, strength: f32) -> Option<Vec<u8>> {
+    let arch = model
+        .metadata()
+        .get_str("general.architecture")
+        .ok()
+        .flatten()?;
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", arch);
+    w.add_metadata("general.type", "adapter");
+    w.add_metadata(
+        "general.name",
+        format!("random rank-{REAL_LORA_RANK} LoRA (seed {seed}, strength {strength})"),
+    );
+    w.add_metadata("adapter.type", "lora");
+    w.add_metadata("adapter.lora.alpha", REAL_LORA_ALPHA);
+    let mut rng = SplitMix64(seed ^ 0x5265_614c);
+    let rank = REAL_LORA_RANK;
+    let mut n = 0;
+    for t in model.tensors() {
+        let parts: Vec<&str> = t.name.split('.').collect();
+        let [blk, layer, target, "weight"] = parts[..] else {
+            continue;
+        };
+        let targeted = REAL_LORA_TARGETS.contains(&target);
+        if blk != "blk" || layer.parse::<u32>().is_err() || !targeted || t.dims.len() != 2 {
+            continue;
+        }
+        let (Ok(d_in), Ok(d_out)) = (usize::try_from(t.dims[0]), usize::try_from(t.dims[1])) else {
+            continue;
+        };
+        let a = rng.fill(rank * d_in, 0.0, 1.0 / (d_in as f32).sqrt());
+        let b = rng.fill(d_out * rank, 0.0, strength / (rank as f32).sqrt());
+        add_f32(&mut w, &format!("{}.lora_a", t.name), &[d_in, rank], a);
+        add_f32(&mut w, &format!("{}.lora_b", t.name), &[rank, d_out], b);
+        n += 1;
+    }
+    (n > 0).then(|| w.write_to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

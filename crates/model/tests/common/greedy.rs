@@ -11,7 +11,7 @@
 //! of the distribution moves most with rounding).
 
 use model::sampler::{argmax, logprobs};
-use model::{LogitsWanted, Session, Transformer};
+use model::{LogitsWanted, LoraUse, Session, Transformer};
 use serde_json::Value;
 
 /// One generated step as llama.cpp computed it.
@@ -46,10 +46,26 @@ fn id(v: &Value) -> u32 {
 
 /// Reads a greedy golden (path relative to the workspace root).
 pub fn load_greedy(rel: &str) -> GreedyGolden {
+    let v = load_json(rel);
+    GreedyGolden {
+        model_sha256: v["model"]["sha256"]
+            .as_str()
+            .expect("model sha256")
+            .to_string(),
+        cases: parse_cases(&v["cases"]),
+    }
+}
+
+/// A golden JSON file (path relative to the workspace root).
+pub fn load_json(rel: &str) -> Value {
     let path = super::golden(rel);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (see scripts/oracle/README.md)", path.display()));
-    let v: Value = serde_json::from_str(&text).expect("golden file is JSON");
+    serde_json::from_str(&text).expect("golden file is JSON")
+}
+
+/// The cases of a greedy golden (its `cases` list).
+pub fn parse_cases(cases: &Value) -> Vec<GreedyCase> {
     let step = |s: &Value| GreedyStep {
         id: id(&s["id"]),
         top5: s["top5"]
@@ -60,7 +76,8 @@ pub fn load_greedy(rel: &str) -> GreedyGolden {
             .collect(),
         gap: s["gap"].as_f64().expect("gap"),
     };
-    let cases = v["cases"]
+    let ids = |v: &Value| -> Vec<u32> { v.as_array().expect("ids").iter().map(id).collect() };
+    cases
         .as_array()
         .expect("cases")
         .iter()
@@ -71,37 +88,19 @@ pub fn load_greedy(rel: &str) -> GreedyGolden {
                 .iter()
                 .map(step)
                 .collect();
-            let listed: Vec<u32> = c["generated_ids"]
-                .as_array()
-                .expect("generated_ids")
-                .iter()
-                .map(id)
-                .collect();
             assert_eq!(
-                listed,
+                ids(&c["generated_ids"]),
                 steps.iter().map(|s| s.id).collect::<Vec<_>>(),
                 "golden steps agree with generated_ids"
             );
             GreedyCase {
                 name: c["name"].as_str().expect("name").to_string(),
                 prompt: c["prompt"].as_str().expect("prompt").to_string(),
-                prompt_ids: c["prompt_ids"]
-                    .as_array()
-                    .expect("prompt_ids")
-                    .iter()
-                    .map(id)
-                    .collect(),
+                prompt_ids: ids(&c["prompt_ids"]),
                 steps,
             }
         })
-        .collect();
-    GreedyGolden {
-        model_sha256: v["model"]["sha256"]
-            .as_str()
-            .expect("model sha256")
-            .to_string(),
-        cases,
-    }
+        .collect()
 }
 
 /// Tolerances of the teacher-forced comparison.
@@ -132,11 +131,22 @@ pub struct TeacherForced {
 
 /// Runs `case` teacher-forced through `tf` and compares every step with the golden.
 pub fn teacher_force(tf: &mut Transformer, case: &GreedyCase, m: Margins) -> TeacherForced {
+    teacher_force_with(tf, case, m, &[])
+}
+
+/// [`teacher_force`] with the LoRA adapters `loras` applied to the sequence.
+pub fn teacher_force_with(
+    tf: &mut Transformer,
+    case: &GreedyCase,
+    m: Margins,
+    loras: &[LoraUse],
+) -> TeacherForced {
     let (prompt, n) = (&case.prompt_ids, case.steps.len());
     let (last, head) = prompt
         .split_last()
         .expect("a prompt has at least one token");
     let mut session = Session::new(tf, 1, prompt.len() + n, 16);
+    session.set_loras(0, loras);
     let mut logits = Vec::new();
     for piece in head.chunks(512) {
         session
