@@ -13,7 +13,7 @@
 #   DEST defaults to $TESSERA_PEERS_DIR/llama.cpp, or ./peers/llama.cpp.
 # Env:   LLAMA_CPP_PYTHON_VERSION (default 0.3.36), JOBS (default 2),
 #        BUILDS (default "native avx2": which of the two builds to make), NATIVE_AMX (see above).
-# Needs: pip (to download the sdist from PyPI), cmake, a C++ compiler. If cmake or g++ is
+# Needs: python3 (to download the sdist from PyPI), cmake, a C++ compiler. If cmake or g++ is
 #        missing: apt-get update && apt-get install -y cmake g++
 set -euo pipefail
 
@@ -24,16 +24,24 @@ DEST="${1:-${TESSERA_PEERS_DIR:-./peers}/llama.cpp}"
 mkdir -p "$DEST"
 DEST="$(cd "$DEST" && pwd)"
 
-for tool in cmake c++ pip; do
-  command -v "$tool" >/dev/null || { echo "error: $tool not found (apt-get install -y cmake g++; pip)" >&2; exit 1; }
+for tool in cmake c++ python3; do
+  command -v "$tool" >/dev/null || { echo "error: $tool not found (apt-get install -y cmake g++ python3)" >&2; exit 1; }
 done
 
 SRC_PARENT="$DEST/src"
 SRC="$SRC_PARENT/llama_cpp_python-$VERSION"
 if [[ ! -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ]]; then
   mkdir -p "$SRC_PARENT"
-  pip download --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$SRC_PARENT"
-  sdist="$(ls "$SRC_PARENT"/llama_cpp_python-"$VERSION".tar.gz)"
+  # Straight from PyPI's index, sha256-checked (`pip download --no-binary :all:` would build
+  # cmake from source first, just to read the sdist's metadata).
+  sdist="$SRC_PARENT/llama_cpp_python-$VERSION.tar.gz"
+  python3 - "$VERSION" "$sdist" "$(cd "$(dirname "$0")/.." && pwd)" <<'PYEOF'
+import sys
+sys.path.insert(0, sys.argv[3])
+from fetch_llama_cpp_files import sdist_bytes
+with open(sys.argv[2], "wb") as out:
+    out.write(sdist_bytes(f"llama-cpp-python=={sys.argv[1]}"))
+PYEOF
   tar -xzf "$sdist" -C "$SRC_PARENT"
 fi
 LLAMA="$SRC/vendor/llama.cpp"
