@@ -414,6 +414,9 @@ impl<R: Runner> Engine<R> {
                 return;
             }
         };
+        if let (Some(key), Some(tag)) = (lora_key, self.loras.tag(&req.loras)) {
+            self.tag_lora_root(key, tag);
+        }
         let arrival = self.next_arrival();
         let deadline = self.slo.deadline(self.clock.now());
         let seq = new_sequence(id, &req, arrival, self.context_length, (deadline, lora_key));

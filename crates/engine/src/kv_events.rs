@@ -25,7 +25,8 @@ use crate::tiles::PrefixKey;
 /// A full tile that holds a key: its KV group (and that group's sliding window, if its tiles
 /// out of the window are released), the key it is indexed under (the chain key mixed with the
 /// group, `tiles::group_key`), its parent's key in the same group (none for a sequence's
-/// first tile) and its token ids.
+/// first tile), its token ids, and the LoRA adapters it was computed with (none: the base
+/// model).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredTile {
     pub group: usize,
@@ -33,6 +34,18 @@ pub struct StoredTile {
     pub key: PrefixKey,
     pub parent: Option<PrefixKey>,
     pub tokens: Vec<u32>,
+    pub lora: Option<Arc<LoraTag>>,
+}
+
+/// The LoRA adapters a tile was computed with, as vLLM's `BlockStored` names them: `lora_id`,
+/// the adapter's number (1 for the first adapter registered, and so on, never reused; vLLM
+/// numbers its adapters from 1), and `lora_name`, the name requests use. A tile computed with
+/// several adapters, or with one at a scale other than 1, has no id and the name
+/// `NAME*SCALE+NAME*SCALE...` (sorted), which no single adapter can have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoraTag {
+    pub id: Option<u64>,
+    pub name: String,
 }
 
 /// One change of the prefix index.

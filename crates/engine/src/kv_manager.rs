@@ -19,9 +19,12 @@
 //! and link are, so two adapters (or an adapter and the base) never share a tile, whatever the
 //! keys.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use model::KvLayout;
 
-use crate::kv_events::{KvEvent, StoredTile};
+use crate::kv_events::{KvEvent, LoraTag, StoredTile};
 use crate::tiles::{chain_key, group_key, KeyFn, PrefixKey, TileAllocator, TileCounts, TileId};
 
 /// `grow` found fewer free or evictable tiles than it needs.
@@ -64,6 +67,10 @@ pub struct KvManager {
     tile_link: Vec<Link>,
     /// Each registered tile's root (see the module docs; 0 for none), checked on every hit.
     tile_root: Vec<PrefixKey>,
+    /// Each registered tile's LoRA adapters, as KV events name them (`tag_root`).
+    tile_lora: Vec<Option<Arc<LoraTag>>>,
+    /// How KV events name the adapters of each root (`tag_root`).
+    root_tags: HashMap<PrefixKey, Arc<LoraTag>>,
     /// Each registered tile's chain key, its parent's, and its group (what a KV tier stores it
     /// under), and whether a tier already has it.
     tile_chain: Vec<(PrefixKey, Option<PrefixKey>, u8)>,
@@ -154,6 +161,12 @@ impl KvManager {
             windows: layout.groups.iter().map(|g| g.window).collect(),
             tile_tokens,
             tile_link,
+            tile_lora: if prefix_caching {
+                vec![None; n_tiles]
+            } else {
+                Vec::new()
+            },
+            root_tags: HashMap::new(),
             tile_root,
             tile_chain,
             written: if prefix_caching {
@@ -554,6 +567,7 @@ impl KvManager {
         self.tile_tokens[i * ts..(i + 1) * ts].copy_from_slice(facts.block);
         self.tile_link[i] = link;
         self.tile_root[i] = facts.root.unwrap_or(0);
+        self.tile_lora[i] = facts.root.and_then(|r| self.root_tags.get(&r).cloned());
         self.tile_chain[i] = (facts.chain, facts.parent, facts.group as u8);
         self.written[i] = written;
         if let Some(events) = self.events.as_mut() {
@@ -563,8 +577,27 @@ impl KvManager {
                 key: group_key(facts.chain, facts.group),
                 parent: facts.parent.map(|p| group_key(p, facts.group)),
                 tokens: facts.block.to_vec(),
+                lora: self.tile_lora[i].clone(),
             }));
         }
+    }
+
+    /// Names the LoRA adapters whose key is `root` for the KV events of the tiles registered
+    /// under it from now on.
+    pub fn tag_root(&mut self, root: PrefixKey, tag: LoraTag) {
+        if self.caching() {
+            self.root_tags.entry(root).or_insert_with(|| Arc::new(tag));
+        }
+    }
+
+    /// Forgets the names of the roots `keep` refuses (tiles already registered keep theirs).
+    pub fn retain_root_tags(&mut self, keep: impl Fn(PrefixKey) -> bool) {
+        self.root_tags.retain(|&k, _| keep(k));
+    }
+
+    /// How many roots have names (`tag_root`).
+    pub fn root_tags(&self) -> usize {
+        self.root_tags.len()
     }
 
     /// Notes prefix index changes from now on (`take_events`), or stops. Events need the
@@ -594,6 +627,7 @@ impl KvManager {
                     key: group_key(chain, g),
                     parent: parent.map(|p| group_key(p, g)),
                     tokens: self.tile_tokens[i * ts..(i + 1) * ts].to_vec(),
+                    lora: self.tile_lora[i].clone(),
                 }
             })
             .collect()

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use model::{LoraId, LoraUse};
 use sha2::{Digest, Sha256};
 
+use crate::kv_events::LoraTag;
 use crate::request::EngineError;
 use crate::runner::Runner;
 use crate::tiles::PrefixKey;
@@ -38,6 +39,9 @@ pub struct LoraRequest {
 /// An adapter the registry knows, as listed (`Engine::loras`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoraInfo {
+    /// Its number: 1 for the first adapter registered, and so on, never reused (the `lora_id`
+    /// of its KV events).
+    pub id: u64,
     pub name: String,
     pub path: PathBuf,
     /// Whether the runner holds it now (an adapter not loaded is loaded again when used).
@@ -46,6 +50,8 @@ pub struct LoraInfo {
 
 /// A registered adapter.
 struct Adapter {
+    /// See `LoraInfo::id`.
+    id: u64,
     path: PathBuf,
     /// SHA-256 of the file as last loaded.
     hash: [u8; 32],
@@ -64,6 +70,8 @@ pub(crate) struct LoraRegistry {
     /// once no request does.
     retired: Vec<LoraId>,
     uses: u64,
+    /// Adapters registered so far (the last `Adapter::id`).
+    registered: u64,
 }
 
 /// SHA-256 of the file at `path`.
@@ -115,6 +123,7 @@ impl LoraRegistry {
             adapters: HashMap::new(),
             retired: Vec::new(),
             uses: 0,
+            registered: 0,
         }
     }
 
@@ -139,9 +148,11 @@ impl LoraRegistry {
         let (id, hash) = self.load(runner, path, in_use)?;
         self.uses += 1;
         let order = self.uses;
+        self.registered += 1;
         self.adapters.insert(
             name.to_string(),
             Adapter {
+                id: self.registered,
                 path: path.to_path_buf(),
                 hash,
                 loaded: Some(id),
@@ -204,6 +215,7 @@ impl LoraRegistry {
         v.sort_by_key(|(_, a)| a.order);
         v.into_iter()
             .map(|(name, a)| LoraInfo {
+                id: a.id,
                 name: name.clone(),
                 path: a.path.clone(),
                 loaded: a.loaded.is_some(),
@@ -286,6 +298,30 @@ impl LoraRegistry {
         Ok((uses, adapters_key(&keyed)))
     }
 
+    /// How KV events name the adapters of `asked` (entries of scale 0 left out; see
+    /// `LoraTag`); none for the base model.
+    pub(crate) fn tag(&self, asked: &[LoraRequest]) -> Option<LoraTag> {
+        let used: Vec<&LoraRequest> = asked.iter().filter(|l| l.scale != 0.0).collect();
+        match used[..] {
+            [] => None,
+            [l] if l.scale == 1.0 => Some(LoraTag {
+                id: self.adapters.get(&l.name).map(|a| a.id),
+                name: l.name.clone(),
+            }),
+            _ => {
+                let mut parts: Vec<String> = used
+                    .iter()
+                    .map(|l| format!("{}*{}", l.name, l.scale))
+                    .collect();
+                parts.sort();
+                Some(LoraTag {
+                    id: None,
+                    name: parts.join("+"),
+                })
+            }
+        }
+    }
+
     /// Loads the file at `path` into the runner (after making room) and hashes it.
     fn load<R: Runner>(
         &mut self,
@@ -343,6 +379,18 @@ impl<R: Runner> crate::engine::Engine<R> {
             .values()
             .flat_map(|r| r.loras.iter().map(|l| l.id))
             .collect()
+    }
+
+    /// Names the adapters of root `key` for KV events. The names of roots no request uses any
+    /// more are forgotten once there are many (tiles keep theirs): scales are the client's
+    /// choice, so the roots seen are unbounded.
+    pub(crate) fn tag_lora_root(&mut self, key: PrefixKey, tag: LoraTag) {
+        const ROOT_TAGS: usize = 256;
+        if self.sched.kv_mut().root_tags() >= ROOT_TAGS {
+            let live: HashSet<PrefixKey> = self.reqs.values().filter_map(|r| r.lora_key).collect();
+            self.sched.kv_mut().retain_root_tags(|k| live.contains(&k));
+        }
+        self.sched.kv_mut().tag_root(key, tag);
     }
 
     /// Drops the removed adapters no request uses any more.

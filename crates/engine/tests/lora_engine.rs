@@ -158,6 +158,25 @@ fn a_shared_system_prompt_is_never_served_from_another_adapters_tiles() {
     // Each adapter set computed the system prompt's tiles under a key of its own: the prefix
     // index (what KV events publish) holds the first block five times.
     assert_eq!(tiles_holding(&mut h, &system[..TS]), 5);
+    // ... each named as KV events name it: vLLM's lora_id and lora_name for one adapter at
+    // scale 1, a combined name and no id otherwise, nothing for the base model.
+    let mut names: Vec<Option<(Option<u64>, String)>> = h
+        .engine
+        .kv_index()
+        .tiles
+        .iter()
+        .filter(|t| t.group == 0 && t.tokens == system[..TS])
+        .map(|t| t.lora.as_ref().map(|l| (l.id, l.name.clone())))
+        .collect();
+    names.sort();
+    let expected = [
+        None,
+        Some((None, "a0*0.5".to_string())),
+        Some((None, "a0*1+a1*1".to_string())),
+        Some((Some(1), "a0".to_string())),
+        Some((Some(2), "a1".to_string())),
+    ];
+    assert_eq!(names, expected);
 }
 
 fn tier_dir(name: &str) -> PathBuf {

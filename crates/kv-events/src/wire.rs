@@ -7,7 +7,8 @@
 //! left out at their default (`omit_defaults=True`):
 //!
 //! - `BlockStored`: `block_hashes` (one), `parent_block_hash` (nil for a first tile),
-//!   `token_ids`, `block_size`, `lora_id` nil, `medium` nil, `lora_name` nil, then
+//!   `token_ids`, `block_size`, `lora_id`, `medium` nil, `lora_name` (`lora_id` and
+//!   `lora_name` nil for the base model; see `kv_events::LoraTag`), then
 //!   `extra_keys` (`[nil]`: no extra keys for the block), `group_idx` (the KV group),
 //!   `kv_cache_spec_kind` (`"full_attention"`, or `"sliding_window"` with
 //!   `kv_cache_spec_sliding_window`, the window in tokens, for a group whose out-of-window
@@ -100,9 +101,17 @@ fn encode_stored(out: &mut Vec<u8>, t: &StoredTile, tile_size: usize) {
     }
     key(out, "block_size");
     uint(out, tile_size as u64);
-    for absent in ["lora_id", "medium", "lora_name"] {
-        key(out, absent);
-        nil(out);
+    key(out, "lora_id");
+    match t.lora.as_ref().and_then(|l| l.id) {
+        Some(id) => uint(out, id),
+        None => nil(out),
+    }
+    key(out, "medium");
+    nil(out);
+    key(out, "lora_name");
+    match &t.lora {
+        Some(l) => ok(write_str(out, &l.name)),
+        None => nil(out),
     }
     key(out, "extra_keys");
     ok(write_array_len(out, 1));
@@ -123,6 +132,7 @@ fn encode_stored(out: &mut Vec<u8>, t: &StoredTile, tile_size: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engine::kv_events::LoraTag;
 
     /// A msgpack fixstr (under 32 bytes): 0xa0 | length, then the bytes.
     fn s(text: &str) -> Vec<u8> {
@@ -157,6 +167,7 @@ mod tests {
             key: 0xdead_beef_0000_0000_fedc_ba98_7654_3210,
             parent: None,
             tokens: vec![1, 300],
+            lora: None,
         };
         let mut e = vec![0x8b]; // a map of 11 entries
         e.extend(s("type"));
@@ -193,6 +204,7 @@ mod tests {
             key: 7,
             parent: Some(200),
             tokens: vec![5],
+            lora: None,
         };
         let bytes = encode_batch(&batch(vec![KvEvent::Stored(tile)]), 1);
         assert_eq!(bytes[11], 0x8c, "12 entries");
@@ -208,6 +220,38 @@ mod tests {
         parent.push(0xcc); // uint8 200
         parent.push(200);
         assert!(bytes.windows(parent.len()).any(|w| w == parent));
+    }
+
+    #[test]
+    fn a_block_computed_with_an_adapter_names_it() {
+        let tagged = |id, name: &str| StoredTile {
+            group: 0,
+            window: None,
+            key: 7,
+            parent: None,
+            tokens: vec![5],
+            lora: Some(std::sync::Arc::new(LoraTag {
+                id,
+                name: name.into(),
+            })),
+        };
+        let bytes = encode_batch(&batch(vec![KvEvent::Stored(tagged(Some(3), "sql"))]), 1);
+        let mut fields = s("lora_id");
+        fields.push(0x03);
+        fields.extend(s("medium"));
+        fields.push(0xc0);
+        fields.extend(s("lora_name"));
+        fields.extend(s("sql"));
+        assert!(bytes.windows(fields.len()).any(|w| w == fields));
+
+        let bytes = encode_batch(&batch(vec![KvEvent::Stored(tagged(None, "a*0.5"))]), 1);
+        let mut fields = s("lora_id");
+        fields.push(0xc0);
+        fields.extend(s("medium"));
+        fields.push(0xc0);
+        fields.extend(s("lora_name"));
+        fields.extend(s("a*0.5"));
+        assert!(bytes.windows(fields.len()).any(|w| w == fields));
     }
 
     #[test]

@@ -91,6 +91,46 @@ async fn adapters_are_chosen_by_model_name_or_by_lora_ids() {
     assert_eq!(card["parent"], model_id(&state));
 }
 
+/// The text and the reported model of a greedy reply to "hi" on `route` (chat, messages or
+/// responses) with `model`.
+async fn reply(app: &axum::Router, route: &str, model: &str) -> (String, String) {
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let body = match route {
+        "/v1/responses" => json!({"model": model, "input": user, "max_output_tokens": 8,
+            "temperature": 0, "store": false}),
+        _ => json!({"model": model, "messages": user, "max_tokens": 8, "temperature": 0}),
+    };
+    let (s, b) = post(app, route, &body).await;
+    assert_eq!(s, StatusCode::OK, "{route}: {b}");
+    let text = match route {
+        "/v1/chat/completions" => b["choices"][0]["message"]["content"].clone(),
+        "/v1/messages" => b["content"][0]["text"].clone(),
+        _ => b["output"][0]["content"][0]["text"].clone(),
+    };
+    let model = b["model"].as_str().expect("model").to_string();
+    (text.as_str().unwrap_or_default().to_string(), model)
+}
+
+#[tokio::test]
+async fn every_generating_route_computes_with_the_adapter_model_names_and_reports_it() {
+    let state = lora_state(ServerConfig::default());
+    let app = server::router(state.clone());
+    let served = model_id(&state);
+    for route in ["/v1/chat/completions", "/v1/messages", "/v1/responses"] {
+        let (base, base_model) = reply(&app, route, &served).await;
+        let (sql, sql_model) = reply(&app, route, "sql").await;
+        assert_ne!(sql, base, "{route}: the adapter changes the reply");
+        assert_eq!(
+            (base_model.as_str(), sql_model.as_str()),
+            (served.as_str(), "sql")
+        );
+    }
+    let body = json!({"model": "poet", "prompt": "hi", "max_tokens": 2});
+    let (s, b) = post(&app, "/v1/completions", &body).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["model"], "poet");
+}
+
 #[tokio::test]
 async fn global_scales_apply_to_requests_that_name_no_adapter() {
     let app = server::router(lora_state(ServerConfig::default()));

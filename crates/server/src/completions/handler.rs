@@ -16,6 +16,7 @@ use crate::base::{body_bytes, ApiError};
 use crate::protocol::logprobs::Legacy;
 use crate::protocol::request::CommonParams;
 use crate::protocol::response::{Body, Head, UsageTotals};
+use crate::serving::lora::served_as;
 use crate::serving::run::{self, Outcome};
 use crate::serving::sse::{self};
 use crate::serving::state::AppState;
@@ -46,10 +47,11 @@ pub async fn handle(
     let bytes = body_bytes(body, state.config().body_limit)?;
     let (req, common): (CompletionRequest, CommonParams) = openai_body(&bytes, COMPLETIONS)?;
     let asked = structured::constraint(&common)?;
+    let model = served_as(common.model.as_deref(), m);
     let mut job = completion_job(req, common, m, state.config())?;
     serving::constrain(&mut job, asked, m).await?;
     let tok = m.engine.tokenizer().clone();
-    let head = serving::head("cmpl", &m.model_id);
+    let head = serving::head("cmpl", &model);
     let choices = serving::submit(&job, &m.engine).await?;
     if job.stream {
         let n = choices.len();

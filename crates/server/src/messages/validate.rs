@@ -5,6 +5,7 @@
 
 use crate::base::{new_id, ApiError};
 use crate::protocol::request::{CommonParams, Stop};
+use crate::serving::lora::served_as;
 use crate::serving::reasoning::Reasoning;
 use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::structured::{self, Asked};
@@ -70,6 +71,7 @@ pub fn prepare(req: MessagesRequest, m: &Loaded, cfg: &ServerConfig) -> Result<P
         top_k: req.top_k,
         stop: req.stop_sequences.map(Stop::Many),
         stream: req.stream,
+        model: req.model.clone(),
         ..CommonParams::default()
     };
     let mut request = common_request(&common, m).map_err(stop_path)?;
@@ -83,7 +85,7 @@ pub fn prepare(req: MessagesRequest, m: &Loaded, cfg: &ServerConfig) -> Result<P
         job,
         asked,
         id: new_id("msg_"),
-        model: m.model_id.clone(),
+        model: served_as(req.model.as_deref(), m),
         prompt_tokens,
         stops,
     })

@@ -32,6 +32,7 @@ use crate::base::ApiError;
 use crate::protocol::request::{CommonParams, ContentPart};
 use crate::responses::request::{InputItem, ItemContent, ResponsesInput, ResponsesRequest};
 use crate::serving::chat_template::Message;
+use crate::serving::lora::served_as;
 use crate::serving::state::{Loaded, ServerConfig};
 use crate::serving::structured::{self, Asked};
 use crate::serving::tools::Family;
@@ -104,6 +105,7 @@ pub fn prepare(
         temperature: req.temperature,
         top_p: req.top_p,
         stream: req.stream,
+        model: req.model.clone(),
         ..CommonParams::default()
     };
     let mut request = common_request(&common, m)?;
@@ -122,7 +124,7 @@ pub fn prepare(
         incomplete_details: None,
         instructions: req.instructions,
         max_output_tokens: explicit,
-        model: m.model_id.clone(),
+        model: served_as(req.model.as_deref(), m),
         output: Vec::new(),
         parallel_tool_calls: req.parallel_tool_calls.unwrap_or(true),
         previous_response_id: req.previous_response_id,

@@ -35,6 +35,10 @@ struct KvBlock {
     token_ids: Vec<u32>,
     /// The sliding window of the tile's layer group (`null`: full attention).
     kv_cache_spec_sliding_window: Option<usize>,
+    /// The LoRA adapters the tile was computed with, as its `BlockStored` named them (`null`:
+    /// the base model, or several adapters for the id).
+    lora_id: Option<u64>,
+    lora_name: Option<String>,
 }
 
 /// `GET /debug/kv_index`.
@@ -56,6 +60,8 @@ pub async fn kv_index(State(state): State<AppState>) -> Result<Response, ApiErro
             parent_block_hash: t.parent.map(external_hash),
             token_ids: t.tokens.clone(),
             kv_cache_spec_sliding_window: t.window,
+            lora_id: t.lora.as_ref().and_then(|l| l.id),
+            lora_name: t.lora.as_ref().map(|l| l.name.clone()),
         })
         .collect();
     let body = KvIndex {

@@ -133,6 +133,15 @@ fn scale(s: f64, param: &str) -> Result<f32, ApiError> {
     Ok(f)
 }
 
+/// The model name a reply reports: the adapter's name when `model` names an adapter (as vLLM
+/// answers), else the served model's.
+pub fn served_as(model: Option<&str>, m: &Loaded) -> String {
+    match model {
+        Some(name) if m.loras.by_name(name).is_some() => name.to_string(),
+        _ => m.model_id.clone(),
+    }
+}
+
 /// The adapters a request computes with: the one `model` names if it is an adapter's name,
 /// those `lora` lists, or, when it names none, the global scales. Errors name the field.
 pub fn request_loras(
