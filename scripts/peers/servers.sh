@@ -1,7 +1,8 @@
 # Shared by the benchmark scripts that start servers in turn (bench_goodput.sh,
-# bench_embeddings.sh); sourced, not run. Needs OUT (log directory), URL (the server's base URL)
-# and STARTUP_TIMEOUT (seconds). Sets CPU and ISA (the CPU's name and its vector extensions, for
-# the tables), and traps EXIT to stop the server and the bench still running.
+# bench_embeddings.sh, bench_lora.sh); sourced, not run. Needs OUT (log directory), URL (the
+# server's base URL) and STARTUP_TIMEOUT (seconds). Sets CPU and ISA (the CPU's name and its
+# vector extensions, for the tables), and traps EXIT to stop the server and the bench still
+# running.
 
 SERVER_PGID=""
 BENCH_PID=""

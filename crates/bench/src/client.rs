@@ -12,7 +12,10 @@
 //! Invariants: `itl.len() == token_chunks - 1` for a request with at least one token chunk; a request is
 //! `ok` only with a 2xx status, no error event, and a stream that ended with `[DONE]` or a finish reason.
 
-use std::time::{Duration, Instant};
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
 
@@ -21,6 +24,7 @@ use futures_util::StreamExt as _;
 use serde_json::{json, Value};
 
 use crate::{
+    adapters::Adapters,
     config::{BenchConfig, Endpoint},
     sse::{interpret, timed_events, StreamEvent},
 };
@@ -47,6 +51,8 @@ pub struct Outcome {
     /// When the request arrived (open loop: its scheduled time; closed loop: when it was sent),
     /// seconds from the start of the run; set by the runner.
     pub arrived_s: Option<f64>,
+    /// The LoRA adapter it asked for (its slot in `--lora-names` / `--lora-ids`), if any.
+    pub adapter: Option<usize>,
 }
 
 impl Outcome {
@@ -74,6 +80,7 @@ pub struct Client {
     endpoint: Endpoint,
     temperature: f32,
     top_p: Option<f32>,
+    adapters: Option<Arc<Adapters>>,
 }
 
 impl Client {
@@ -87,11 +94,13 @@ impl Client {
             endpoint: cfg.endpoint,
             temperature: cfg.temperature,
             top_p: cfg.top_p,
+            adapters: cfg.adapters.clone().map(Arc::new),
         })
     }
 
-    /// The JSON body of a request for `prompt` and `max_tokens`.
-    pub fn body(&self, prompt: &str, max_tokens: u32) -> Value {
+    /// The JSON body of request `index` (which picks its adapter, if the run spreads requests
+    /// over adapters) for `prompt` and `max_tokens`.
+    pub fn body(&self, index: u64, prompt: &str, max_tokens: u32) -> Value {
         let mut body = json!({
             "model": self.model,
             "max_tokens": max_tokens,
@@ -111,12 +120,15 @@ impl Client {
                 obj.insert("top_p".to_string(), json!(p));
             }
         }
+        if let Some(a) = &self.adapters {
+            a.apply(index, &mut body);
+        }
         body
     }
 
-    /// Sends one streaming request and times it.
-    pub async fn stream(&self, prompt: &str, max_tokens: u32) -> Outcome {
-        let body = self.body(prompt, max_tokens).to_string();
+    /// Sends request `index` (see [`Client::body`]) as one streaming request and times it.
+    pub async fn stream(&self, index: u64, prompt: &str, max_tokens: u32) -> Outcome {
+        let body = self.body(index, prompt, max_tokens).to_string();
         let mut req = self
             .http
             .post(&self.url)
@@ -354,9 +366,9 @@ mod tests {
                 .expect("valid config");
             Client::new(&cfg, "m".into()).expect("client")
         };
-        let body = client(&["--top-p", "0.9"]).body("hi", 4);
+        let body = client(&["--top-p", "0.9"]).body(0, "hi", 4);
         assert_eq!(body["top_p"].as_f64().map(|p| p as f32), Some(0.9));
-        assert!(client(&[]).body("hi", 4).get("top_p").is_none());
+        assert!(client(&[]).body(0, "hi", 4).get("top_p").is_none());
     }
 
     #[test]

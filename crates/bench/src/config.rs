@@ -12,6 +12,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use crate::{
+    adapters::{AdapterArgs, Adapters},
     capacity::CapacityArgs,
     embed::{EmbedWorkload, Span, DEFAULT_TEXTS, DEFAULT_TEXT_TOKENS, MAX_TEXTS},
     goodput::{SloTarget, SloTargets},
@@ -214,6 +215,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N|MIN-MAX")]
     pub text_tokens: Option<Span>,
     #[command(flatten)]
+    pub adapters: AdapterArgs,
+    #[command(flatten)]
     pub capacity: CapacityArgs,
 }
 
@@ -274,6 +277,8 @@ pub struct BenchConfig {
     pub cutoff: Option<Duration>,
     /// The texts of an embeddings run (`Some` exactly when `endpoint` is embeddings).
     pub embed: Option<EmbedWorkload>,
+    /// LoRA adapters the requests are spread over (`--lora-names` / `--lora-ids`).
+    pub adapters: Option<Adapters>,
 }
 
 impl BenchConfig {
@@ -403,6 +408,7 @@ impl BenchArgs {
             label: self.label.clone(),
             cutoff: None,
             embed,
+            adapters: self.adapters.validate(self.model.as_deref())?,
         })
     }
 
@@ -430,6 +436,8 @@ impl BenchArgs {
             (self.shared_prefix_tokens > 0, "--shared-prefix-tokens"),
             (self.capacity.find_capacity, "--find-capacity"),
             (self.chart.is_some(), "--chart"),
+            (!self.adapters.lora_names.is_empty(), "--lora-names"),
+            (self.adapters.lora_ids.is_some(), "--lora-ids"),
         ];
         if let Some((_, flag)) = unsupported.iter().find(|(given, _)| *given) {
             return invalid(format!(

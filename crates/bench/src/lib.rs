@@ -11,14 +11,19 @@
 //! `--plot` draws several such searches on one chart. A mixed-load mode adds a long prompt every
 //! few seconds and reports the decoders separately from it. Results: a table on stdout, a JSON file,
 //! an SVG chart. `--endpoint embeddings` is its own closed loop (`embed`): batches of texts to
-//! `/v1/embeddings`, reported as requests, embeddings and tokens per second. Works against tessera, llama.cpp's `llama-server` and vLLM alike (plain HTTP).
+//! `/v1/embeddings`, reported as requests, embeddings and tokens per second. `--lora-names` /
+//! `--lora-ids` spread the requests over LoRA adapters (`adapters`), by name as vLLM and Tessera
+//! take them or by id as llama-server does. Works against tessera, llama.cpp's `llama-server` and
+//! vLLM alike (plain HTTP).
 //!
 //! Modules, in the order a run uses them: `config` (flags → validated config), `workload` (request
-//! lengths, traces), `sampling` / `arrivals` (seeded distributions, the arrival schedule), `prompt`
-//! (deterministic prompts), `client` (one timed streaming request), `sse` (stream parsing),
-//! `runner` (the client pool), `goodput` (targets), `stats` / `report` (summaries), `chart`
-//! (SVG); for capacity: `search` (the pure search), `capacity` (probes, report), `capacity_chart`.
+//! lengths, traces), `adapters` (the LoRA adapter of each request), `sampling` / `arrivals`
+//! (seeded distributions, the arrival schedule), `prompt` (deterministic prompts), `client` (one
+//! timed streaming request), `sse` (stream parsing), `runner` (the client pool), `goodput`
+//! (targets), `stats` / `report` (summaries), `chart` (SVG); for capacity: `search` (the pure
+//! search), `capacity` (probes, report), `capacity_chart`.
 
+pub mod adapters;
 pub mod arrivals;
 pub mod capacity;
 pub mod capacity_chart;

@@ -12,6 +12,7 @@ use std::{collections::BTreeMap, fmt::Write as _};
 use serde::Serialize;
 
 use crate::{
+    adapters::{per_adapter, table_lines, AdapterResults, AdaptersEcho},
     client::Outcome,
     config::{BenchConfig, Endpoint, LongPrompts},
     goodput::{tpot_s, GoodputResults},
@@ -52,6 +53,9 @@ pub struct ConfigEcho {
     pub top_p: Option<f32>,
     pub warmup_requests: u32,
     pub long_prompts: Option<LongPrompts>,
+    /// LoRA adapters the requests were spread over (request `i` got the `i mod n`-th).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapters: Option<AdaptersEcho>,
 }
 
 /// One error message and how often it occurred.
@@ -83,6 +87,9 @@ pub struct Results {
     pub goodput: Option<GoodputResults>,
     /// ITL p99 / p50: how much the tail stretches (issue 5's mixed-load goal is <= 2.5).
     pub itl_p99_over_p50: Option<f64>,
+    /// With adapters: each adapter's requests and output throughput, in the order given.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_adapter: Vec<AdapterResults>,
     pub errors: Vec<ErrorCount>,
 }
 
@@ -159,6 +166,10 @@ impl Report {
                 .map(|t| GoodputResults::new(t, &run.decoders, wall)),
             itl_p99_over_p50: ratio(itl_ms.p99, itl_ms.p50),
             itl_ms,
+            per_adapter: cfg
+                .adapters
+                .as_ref()
+                .map_or_else(Vec::new, |a| per_adapter(a, &run.decoders, wall)),
             errors: count_errors(&run.decoders),
         };
         let long_prompts = cfg.long_prompts.map(|_| long_results(run));
@@ -203,6 +214,15 @@ impl Report {
             "  {lengths} (shared prefix {} x {}), seed {}",
             c.shared_prefix_tokens, c.prefixes, c.seed
         );
+        if let Some(a) = &c.adapters {
+            let _ = writeln!(
+                s,
+                "  LoRA adapters by `{}`, request i gets the (i mod {})-th: {}",
+                a.by,
+                a.names.len(),
+                a.names.join(", ")
+            );
+        }
         let _ = writeln!(
             s,
             "{:<22}{} ok, {} failed",
@@ -211,6 +231,7 @@ impl Report {
         let _ = writeln!(s, "{:<22}{:.2} s", "wall time", r.wall_time_s);
         let _ = writeln!(s, "{:<22}{:.2}", "output tok/s", r.output_tokens_per_s);
         let _ = writeln!(s, "{:<22}{:.3}", "requests/s", r.requests_per_s);
+        table_lines(&mut s, &r.per_adapter);
         let _ = writeln!(
             s,
             "{:<22}{}",
@@ -303,6 +324,7 @@ fn echo(cfg: &BenchConfig, model: &str) -> ConfigEcho {
         top_p: cfg.top_p,
         warmup_requests: cfg.warmup,
         long_prompts: cfg.long_prompts,
+        adapters: cfg.adapters.as_ref().map(|a| a.echo()),
     }
 }
 

@@ -34,6 +34,7 @@ use tokio::{
 };
 
 use crate::{
+    adapters::Adapters,
     arrivals::Arrivals,
     client::{Client, Outcome},
     config::{Arrival, BenchConfig, LongPrompts},
@@ -89,6 +90,7 @@ struct Shared {
     /// Requests still running then are cut and reported as failed.
     cutoff: Option<Instant>,
     stop: Stop,
+    adapters: Option<Arc<Adapters>>,
 }
 
 impl Shared {
@@ -100,7 +102,7 @@ impl Shared {
     async fn request(&self, index: u64, arrived_s: f64) -> Outcome {
         let spec = self.workload.spec(index);
         let prompt = self.prompts.prompt_with_len(index, spec.prompt_tokens);
-        let stream = self.client.stream(&prompt, spec.output_tokens);
+        let stream = self.client.stream(index, &prompt, spec.output_tokens);
         let mut outcome = match self.cutoff {
             None => stream.await,
             Some(at) => tokio::time::timeout_at(at.into(), stream)
@@ -112,6 +114,7 @@ impl Shared {
                 }),
         };
         outcome.arrived_s = Some(arrived_s);
+        outcome.adapter = self.adapters.as_ref().map(|a| a.slot(index));
         self.progress.record(&outcome);
         outcome
     }
@@ -146,6 +149,7 @@ pub async fn execute(
         deadline: cfg.duration.map(|d| start + d),
         cutoff: cfg.cutoff.map(|d| start + d),
         stop,
+        adapters: cfg.adapters.clone().map(Arc::new),
     };
     let (stop_tx, stop_rx) = oneshot::channel();
     let long_task = cfg
@@ -192,7 +196,9 @@ async fn warm_up(client: &Client, prompts: &PromptBuilder, cfg: &BenchConfig) {
     for i in 0..u64::from(cfg.warmup) {
         let spec = cfg.workload.spec(u64::MAX - i);
         let prompt = prompts.prompt_with_len(u64::MAX - i, spec.prompt_tokens);
-        let outcome = client.stream(&prompt, spec.output_tokens).await;
+        let outcome = client
+            .stream(u64::MAX - i, &prompt, spec.output_tokens)
+            .await;
         failed += usize::from(!outcome.ok);
     }
     if failed > 0 {
@@ -294,7 +300,7 @@ async fn long_prompt_loop(
             _ = tokio::time::sleep_until(at.into()) => {}
         }
         let (c, prompt) = (client.clone(), prompts.long_prompt(k, lp.tokens));
-        set.spawn(async move { c.stream(&prompt, 1).await });
+        set.spawn(async move { c.stream(k, &prompt, 1).await });
         // Collect finished ones as we go so the set stays small on long runs.
         while let Some(Ok(o)) = set.try_join_next() {
             done.push(o);
