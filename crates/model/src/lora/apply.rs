@@ -234,10 +234,10 @@ pub(crate) fn add_deltas(
     });
     let d_len = plan_stage_b(&cx, b, th.n());
     let d = sized(&mut b.d, d_len);
-    run_jobs(th, &b.mm, &b.jobs_b, d, &|j, out, mm| {
+    run_jobs(th, &b.mm, &b.jobs_b, d, &|j, out, _| {
         let (p, m) = (cx.job_pair(j), groups[j.group].rows.len());
         let input = &b.t[j.src..j.src + m * p.rank];
-        matmul(th, &p.b_weights(j.part.clone()), input, m, out, mm);
+        p.t_times_bt(input, m, j.part.clone(), out);
     });
     add_rows(&cx, b, outs);
 }

@@ -232,13 +232,13 @@ fn read_pair(
         let want = format!("[{rank}, {d_out}] (rank {rank} from lora_a)");
         return Err((b_name, format!("shape {b_dims:?}, expected {want}")));
     }
-    Ok(LoraPair {
+    Ok(LoraPair::new(
         rank,
         d_in,
         d_out,
-        a: dequantize(&a).map_err(|p| (a_name, p))?,
-        b: dequantize(&b).map_err(|p| (b_name, p))?,
-    })
+        dequantize(&a).map_err(|p| (a_name, p))?,
+        dequantize(&b).map_err(|p| (b_name, p))?,
+    ))
 }
 
 /// A tensor's values as f32 (rows are whole blocks, so the data is one run of blocks).
@@ -261,9 +261,11 @@ fn split_rows(p: &LoraPair, rows: Range<usize>) -> Option<LoraPair> {
     if rows.end > p.d_out {
         return None;
     }
-    Some(LoraPair {
-        d_out: rows.len(),
-        b: p.b[rows.start * p.rank..rows.end * p.rank].to_vec(),
-        ..p.clone()
-    })
+    Some(LoraPair::new(
+        p.rank,
+        p.d_in,
+        rows.len(),
+        p.a.clone(),
+        p.b[rows.start * p.rank..rows.end * p.rank].to_vec(),
+    ))
 }

@@ -154,15 +154,15 @@ mod tests {
             cols,
             layout: Layout::RowMajor,
         };
-        let p = LoraPair {
+        let p = LoraPair::new(
             rank,
-            d_in: cols,
-            d_out: rows,
-            a: (0..rank * cols)
+            cols,
+            rows,
+            (0..rank * cols)
                 .map(|i| (i % 7) as f32 / 7.0 - 0.5)
                 .collect(),
-            b: (0..rows * rank).map(|i| (i % 3) as f32 - 1.0).collect(),
-        };
+            (0..rows * rank).map(|i| (i % 3) as f32 - 1.0).collect(),
+        );
         let merged = merge_matrix(&m, &p, 0.5).expect("merges");
         assert_eq!(merged.ty, GgmlType::Q8_0);
         let mut got = vec![0.0; rows * cols];

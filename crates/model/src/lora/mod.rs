@@ -25,6 +25,7 @@ mod load;
 mod merge;
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 
 use kernels::{plain_bytes, Layout, Weights};
@@ -78,7 +79,10 @@ impl Target {
     }
 }
 
-/// One weight's low-rank update: `A` (`[rank][d_in]`) and `B` (`[d_out][rank]`), f32.
+/// One weight's low-rank update: `A` (`[rank][d_in]`) and `B` (`[d_out][rank]`), f32, and `B`
+/// transposed (`[rank][d_out]`), which `t·Bᵀ` reads: a rank of 8 to 64 is too short a dot
+/// product to pay for a horizontal sum per output, so that stage adds `rank` scaled rows of `Bᵀ`
+/// instead.
 #[derive(Clone, Debug)]
 pub struct LoraPair {
     pub rank: usize,
@@ -86,18 +90,50 @@ pub struct LoraPair {
     pub d_out: usize,
     pub a: Vec<f32>,
     pub b: Vec<f32>,
+    bt: Vec<f32>,
 }
 
 impl LoraPair {
+    /// The pair of `a` (`[rank][d_in]`) and `b` (`[d_out][rank]`).
+    pub fn new(rank: usize, d_in: usize, d_out: usize, a: Vec<f32>, b: Vec<f32>) -> LoraPair {
+        debug_assert_eq!((a.len(), b.len()), (rank * d_in, d_out * rank));
+        let mut bt = vec![0.0; rank * d_out];
+        for (o, row) in b.chunks_exact(rank.max(1)).enumerate() {
+            for (k, &v) in row.iter().enumerate() {
+                bt[k * d_out + o] = v;
+            }
+        }
+        LoraPair {
+            rank,
+            d_in,
+            d_out,
+            a,
+            b,
+            bt,
+        }
+    }
+
+    /// `out[i][c] = Σ_k t[i][k] · Bᵀ[k][cols.start + c]` for the `m` rows of `t` (`[m][rank]`),
+    /// `out` being `[m][cols.len()]`: per output, the products added in order of `k`, whatever
+    /// the rows beside it.
+    pub(crate) fn t_times_bt(&self, t: &[f32], m: usize, cols: Range<usize>, out: &mut [f32]) {
+        let w = cols.len();
+        for (i, dst) in out.chunks_exact_mut(w).take(m).enumerate() {
+            let ti = &t[i * self.rank..(i + 1) * self.rank];
+            for (k, &tk) in ti.iter().enumerate() {
+                let src = &self.bt[k * self.d_out + cols.start..k * self.d_out + cols.end];
+                if k == 0 {
+                    dst.iter_mut().zip(src).for_each(|(d, &b)| *d = tk * b);
+                } else {
+                    dst.iter_mut().zip(src).for_each(|(d, &b)| *d += tk * b);
+                }
+            }
+        }
+    }
+
     /// `A` as a matrix for the kernels' matmul (`x·Aᵀ`: `[m][rank]` from `[m][d_in]`).
     pub(crate) fn a_weights(&self) -> Weights<'_> {
         float_weights(&self.a, self.rank, self.d_in)
-    }
-
-    /// Rows `r` of `B` as a matrix (`t·Bᵀ` restricted to those outputs).
-    pub(crate) fn b_weights(&self, r: std::ops::Range<usize>) -> Weights<'_> {
-        let rows = &self.b[r.start * self.rank..r.end * self.rank];
-        float_weights(rows, r.len(), self.rank)
     }
 
     /// The factor of `B·A·x` at user scale `user`: llama.cpp's `user * alpha / rank`, or `user`
@@ -208,5 +244,27 @@ impl Loras {
 
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t_times_bt_is_t_times_b_transposed_on_any_columns() {
+        let (rank, d_out, m) = (3, 7, 2);
+        let b: Vec<f32> = (0..d_out * rank).map(|i| i as f32 * 0.25 - 2.0).collect();
+        let p = LoraPair::new(rank, 1, d_out, vec![1.0; rank], b.clone());
+        let t = [1.0, -2.0, 0.5, 3.0, 0.0, -1.0];
+        let cols = 2..6;
+        let mut out = vec![f32::NAN; m * cols.len()];
+        p.t_times_bt(&t, m, cols.clone(), &mut out);
+        for i in 0..m {
+            for (c, o) in cols.clone().enumerate() {
+                let want: f32 = (0..rank).map(|k| t[i * rank + k] * b[o * rank + k]).sum();
+                assert_eq!(out[i * cols.len() + c], want, "row {i} output {o}");
+            }
+        }
     }
 }
