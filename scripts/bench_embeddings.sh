@@ -30,17 +30,11 @@ set -euo pipefail
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 [[ $# -le 2 && "${1:-}" != -h && "${1:-}" != --help ]] || usage
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-GGUF="${1:-${TESSERA_MODELS_DIR:-$REPO/models}/nomic-embed-text-v1.5.f16.gguf}"
-[[ -f "$GGUF" ]] || { echo "error: no such model file: $GGUF" >&2; exit 1; }
-GGUF="$(cd "$(dirname "$GGUF")" && pwd)/$(basename "$GGUF")"
-STEM="$(basename "$GGUF" .gguf)"
-OUT="${2:-./embeddings-$STEM}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+# shellcheck source=scripts/peers/servers.sh
+source "$REPO/scripts/peers/servers.sh"
+model_and_out "${1:-${TESSERA_MODELS_DIR:-$REPO/models}/nomic-embed-text-v1.5.f16.gguf}" \
+  "${2:-}" embeddings
 
-BIN="${TESSERA_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/tessera}"
-PEERS="${TESSERA_PEERS_DIR:-./peers}"
-LLAMA_DIR="${LLAMA_CPP_DIR:-$PEERS/llama.cpp/native}"
 SERVERS="${SERVERS:-tessera llama-np16}"
 PORT="${PORT:-8712}"
 CLIENTS="${CLIENTS:-64}"
@@ -50,17 +44,7 @@ TOKENS="${TOKENS:-10-500}"
 CTX_PER_SLOT="${CTX_PER_SLOT:-2048}"
 STARTUP_TIMEOUT="${STARTUP_TIMEOUT:-300}"
 
-if ! [[ "$PORT" =~ ^[0-9]+$ ]] || ((PORT < 8700 || PORT > 8799)); then
-  echo "error: PORT must be in 8700-8799, got $PORT" >&2; exit 1
-fi
-[[ -x "$BIN" ]] || { echo "error: no tessera binary at $BIN (set TESSERA_BIN)" >&2; exit 1; }
-URL="http://127.0.0.1:$PORT"
-if curl -s -o /dev/null "$URL/health"; then
-  echo "error: something already listens on $URL" >&2; exit 1
-fi
-
-# shellcheck source=scripts/peers/servers.sh
-source "$REPO/scripts/peers/servers.sh"
+check_port_and_bin
 
 BENCH=(--url "$URL" --endpoint embeddings -c "$CLIENTS" -n "$REQUESTS"
        --texts-per-request "$TEXTS" --text-tokens "$TOKENS" --warmup 2)

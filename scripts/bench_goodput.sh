@@ -36,18 +36,11 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 [[ $# -ge 1 && $# -le 2 && "$1" != -h && "$1" != --help ]] || usage
-GGUF="$1"
-[[ -f "$GGUF" ]] || { echo "error: no such model file: $GGUF" >&2; exit 1; }
-GGUF="$(cd "$(dirname "$GGUF")" && pwd)/$(basename "$GGUF")"
-STEM="$(basename "$GGUF" .gguf)"
-OUT="${2:-./goodput-$STEM}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
-
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-BIN="${TESSERA_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/tessera}"
-PEERS="${TESSERA_PEERS_DIR:-./peers}"
-LLAMA_DIR="${LLAMA_CPP_DIR:-$PEERS/llama.cpp/native}"
+# shellcheck source=scripts/peers/servers.sh
+source "$REPO/scripts/peers/servers.sh"
+model_and_out "$1" "${2:-}" goodput
+
 VENV="${VLLM_VENV:-$PEERS/vllm}"
 BF16="${BF16_DIR:-$PEERS/bf16/$STEM}"
 SERVERS="${SERVERS:-tessera-slo tessera llama-np16 llama-np32 vllm}"
@@ -61,17 +54,7 @@ STARTUP_TIMEOUT="${STARTUP_TIMEOUT:-900}"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-4}"
 export VLLM_CPU_OMP_THREADS_BIND="${VLLM_CPU_OMP_THREADS_BIND:-0-1}"
 
-if ! [[ "$PORT" =~ ^[0-9]+$ ]] || ((PORT < 8700 || PORT > 8799)); then
-  echo "error: PORT must be in 8700-8799, got $PORT" >&2; exit 1
-fi
-[[ -x "$BIN" ]] || { echo "error: no tessera binary at $BIN (set TESSERA_BIN)" >&2; exit 1; }
-URL="http://127.0.0.1:$PORT"
-if curl -s -o /dev/null "$URL/health"; then
-  echo "error: something already listens on $URL" >&2; exit 1
-fi
-
-# shellcheck source=scripts/peers/servers.sh
-source "$REPO/scripts/peers/servers.sh"
+check_port_and_bin
 
 BENCH=(--url "$URL" --endpoint completions --dataset chat
        --goodput "ttft:$TTFT_MS" "tpot:$TPOT_MS" --find-capacity)

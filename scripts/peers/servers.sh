@@ -1,8 +1,37 @@
 # Shared by the benchmark scripts that start servers in turn (bench_goodput.sh,
-# bench_embeddings.sh, bench_lora.sh); sourced, not run. Needs OUT (log directory), URL (the
-# server's base URL) and STARTUP_TIMEOUT (seconds). Sets CPU and ISA (the CPU's name and its
-# vector extensions, for the tables), and traps EXIT to stop the server and the bench still
-# running.
+# bench_embeddings.sh, bench_lora.sh); sourced, not run, after REPO (the repository) is set.
+# Sets BIN, PEERS and LLAMA_DIR from the environment, CPU and ISA (the CPU's name and its vector
+# extensions, for the tables), and traps EXIT to stop the server and the bench still running.
+# model_and_out sets GGUF, STEM and OUT; check_port_and_bin sets URL. start_server needs OUT, URL
+# and STARTUP_TIMEOUT (seconds).
+
+BIN="${TESSERA_BIN:-${CARGO_TARGET_DIR:-$REPO/target}/release/tessera}"
+PEERS="${TESSERA_PEERS_DIR:-./peers}"
+LLAMA_DIR="${LLAMA_CPP_DIR:-$PEERS/llama.cpp/native}"
+
+# model_and_out FILE DIR PREFIX: GGUF (FILE made absolute; an error if it is no file), STEM (its
+# name without .gguf) and OUT (DIR, or ./PREFIX-STEM when DIR is empty; created, made absolute).
+model_and_out() {
+  [[ -f "$1" ]] || { echo "error: no such model file: $1" >&2; exit 1; }
+  GGUF="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+  STEM="$(basename "$GGUF" .gguf)"
+  OUT="${2:-./$3-$STEM}"
+  mkdir -p "$OUT"
+  OUT="$(cd "$OUT" && pwd)"
+}
+
+# check_port_and_bin: PORT in 8700-8799, an executable tessera at BIN, and nothing listening on
+# the port yet; sets URL.
+check_port_and_bin() {
+  if ! [[ "$PORT" =~ ^[0-9]+$ ]] || ((PORT < 8700 || PORT > 8799)); then
+    echo "error: PORT must be in 8700-8799, got $PORT" >&2; exit 1
+  fi
+  [[ -x "$BIN" ]] || { echo "error: no tessera binary at $BIN (set TESSERA_BIN)" >&2; exit 1; }
+  URL="http://127.0.0.1:$PORT"
+  if curl -s -o /dev/null "$URL/health"; then
+    echo "error: something already listens on $URL" >&2; exit 1
+  fi
+}
 
 SERVER_PGID=""
 BENCH_PID=""
