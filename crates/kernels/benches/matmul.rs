@@ -4,9 +4,13 @@
 //! benchmarks, at m = 1 and 16 (decode of one and of sixteen sequences).
 //! Throughput is reported in multiply-accumulates per second (elements = rows * cols * m).
 //!
+//! Also nomic-embed-text's F16 `ffn_up` at an encoder step of 512 tokens, in f32 and in BF16
+//! numerics (`kernels::bf16dot`).
+//!
 //! `TESSERA_BENCH_THREADS` overrides the thread count.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kernels::bf16dot::{matmul_bf16, Bf16Path, Bf16Rows, Bf16Scratch};
 use kernels::{matmul, Format, GgmlType, MatmulScratch, Threads, Weights};
 use std::time::Duration;
 
@@ -79,6 +83,26 @@ fn bench_shape(
     group.finish();
 }
 
+/// The BF16 matmul (`kernels::bf16dot`) of F16 weights, on this CPU's fastest path.
+fn bench_bf16(c: &mut Criterion, threads: &Threads, rows: usize, cols: usize, ms: &[usize]) {
+    let data = weights(GgmlType::F16, rows, cols);
+    let w = Bf16Rows::from_float(GgmlType::F16, &data, rows, cols).expect("bf16 shape");
+    let path = Bf16Path::detect();
+    let mut group = c.benchmark_group(format!("matmul_bf16/{path:?}/{rows}x{cols}"));
+    let mut scratch = Bf16Scratch::default();
+    for &m in ms {
+        let x: Vec<f32> = (0..m * cols)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let mut out = vec![0f32; m * rows];
+        group.throughput(Throughput::Elements((rows * cols * m) as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(format!("m{m}")), &m, |b, &m| {
+            b.iter(|| matmul_bf16(threads, &w, &x, m, &mut out, &mut scratch));
+        });
+    }
+    group.finish();
+}
+
 /// Packed (x16) weights where the format allows and the CPU has AVX2, as the model loads them;
 /// `TESSERA_BENCH_PACK=0` benches the row-major kernels instead. `TESSERA_ISA=avx2` selects the
 /// AVX2 kernels (packed or not) on an AVX-512 machine.
@@ -116,6 +140,9 @@ fn matmuls(c: &mut Criterion) {
     bench_shape(c, &threads, GgmlType::Q4_K, 1536, 8960, &[1, 16]);
     bench_shape(c, &threads, GgmlType::Q4_K, 1536, 1536, &[1, 16]);
     bench_shape(c, &threads, GgmlType::F32, 640, 2048, &[1, 16]);
+    // nomic-embed-text-v1.5 (F16): ffn_up / ffn_gate over an encoder step of 512 tokens.
+    bench_shape(c, &threads, GgmlType::F16, 3072, 768, &[512]);
+    bench_bf16(c, &threads, 3072, 768, &[16, 512]);
     // Tied output projection (vocabulary 262144), the largest matmul of the default model.
     bench_shape(c, &threads, GgmlType::Q8_0, 262_144, 640, &[1, 16, 64]);
 }

@@ -7,6 +7,7 @@
 //!   [`Threads`] pool, with SIMD kernels chosen at run time ([`isa`]).
 //! - [`packed`]: Q8_0/Q5_0/Q4_0/Q4_1/Q5_1/Q4_K/Q6_K weights repacked sixteen rows per block for
 //!   the AVX-512 VNNI and AVX2 batched kernels.
+//! - [`bf16dot`]: float weights multiplied in BF16 numerics (`vdpbf16ps` where the CPU has it).
 //! - [`ops`]: norms, activations, softmax and f16 helpers for attention.
 //! - [`attn`]: the inner loops of paged attention (blocked dots, f16-rounded softmax, V sums).
 //! - [`shares`]: a mutable buffer cut into disjoint parts lent to the pool's calls.
@@ -15,6 +16,7 @@
 
 mod act;
 pub mod attn;
+pub mod bf16dot;
 pub mod dtype;
 pub mod error;
 pub mod hugebuf;
@@ -36,6 +38,6 @@ pub use ops::{
     layer_norm_rows_in_place, mul, rms_norm, rms_norm_in_place, rms_norm_rows,
     rms_norm_rows_in_place, scale, silu, silu_mul, softmax, swiglu_oai,
 };
-pub use packed::{pack, packable, Layout, PackedBytes};
+pub use packed::{pack, pack_stacked, packable, Layout, PackedBytes};
 pub use shares::Shares;
 pub use threads::Threads;

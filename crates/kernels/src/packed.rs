@@ -222,22 +222,37 @@ fn unsigned_quants_0(format: Format, block: &[u8]) -> ([u8; 2], [u8; QK8_0]) {
 /// Repacks a row-major matrix into the x16 layout, or `None` if the type or shape is not
 /// packable (see [`packable`]). `data` must hold exactly `rows` rows of `cols` elements.
 pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<PackedBytes> {
-    if !packable(ty, rows, cols) {
+    pack_stacked(ty, data, 1, rows, cols)
+}
+
+/// Repacks `n` row-major matrices stacked in `data` (a mixture of experts' 3-D tensor) into one
+/// buffer of `n` x16 matrices, matrix `e` at `e * packed_len(ty, rows, cols)`; `None` as for
+/// [`pack`], or if `data` does not hold exactly `n` matrices.
+pub fn pack_stacked(
+    ty: GgmlType,
+    data: &[u8],
+    n: usize,
+    rows: usize,
+    cols: usize,
+) -> Option<PackedBytes> {
+    if !packable(ty, rows, cols) || n == 0 {
         return None;
     }
     let format = Format::from_ggml(ty).ok()?;
     let unit = block_elems(format)?;
     let bb = format.row_bytes(ty, unit).ok()?;
     let blocks = cols / unit;
-    if data.len() != rows * blocks * bb {
+    let per = rows * blocks * bb;
+    if data.len() != n * per {
         return None;
     }
     let rec = record_bytes(format);
     let len = packed_len(ty, rows, cols)?;
-    let mut buf = HugeBuf::<u8>::zeroed(len);
+    let mut buf = HugeBuf::<u8>::zeroed(n * len);
     let out: &mut [u8] = &mut buf;
     let group_bytes = blocks * rec;
-    let groups = rows / PACK_ROWS;
+    let per_matrix = rows / PACK_ROWS;
+    let groups = n * per_matrix;
     // Groups are independent: split them over the cores (packing runs once, at load).
     let n_threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -247,7 +262,10 @@ pub fn pack(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Packe
         for (t, part) in out.chunks_mut(per_thread * group_bytes).enumerate() {
             scope.spawn(move || {
                 for (k, dst) in part.chunks_exact_mut(group_bytes).enumerate() {
-                    pack_group(format, data, bb, blocks, t * per_thread + k, dst);
+                    let g = t * per_thread + k;
+                    let (e, local) = (g / per_matrix, g % per_matrix);
+                    let matrix = &data[e * per..(e + 1) * per];
+                    pack_group(format, matrix, bb, blocks, local, dst);
                 }
             });
         }

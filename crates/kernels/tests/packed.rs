@@ -6,7 +6,8 @@ mod common;
 
 use common::{random_weights, Rng};
 use kernels::{
-    detect_isa, matmul_with_isa, pack, packable, GgmlType, Isa, MatmulScratch, Threads, Weights,
+    detect_isa, matmul_with_isa, pack, pack_stacked, packable, GgmlType, Isa, MatmulScratch,
+    Threads, Weights,
 };
 
 const PACKABLE: [GgmlType; 7] = [
@@ -116,6 +117,39 @@ fn packed_outputs_do_not_depend_on_the_batch_or_the_pool() {
                 }
             }
         }
+    }
+}
+
+/// A mixture of experts' stacked matrices pack to each matrix's own packing, one after another.
+#[test]
+fn stacked_matrices_pack_as_each_alone_in_order() {
+    let mut rng = Rng::new(71);
+    for ty in PACKABLE {
+        let (rows, cols) = shapes(ty)[1];
+        let n = 5;
+        let mats: Vec<Vec<u8>> = (0..n)
+            .map(|_| random_weights(&mut rng, ty, rows, cols))
+            .collect();
+        let stacked = pack_stacked(ty, &mats.concat(), n, rows, cols).expect("packable");
+        let each: Vec<u8> = mats
+            .iter()
+            .flat_map(|m| {
+                pack(ty, m, rows, cols)
+                    .expect("packable")
+                    .as_bytes()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(stacked.as_bytes(), &each[..], "{ty:?}");
+        let all = mats.concat();
+        assert!(
+            pack_stacked(ty, &all[1..], n, rows, cols).is_none(),
+            "{ty:?} short"
+        );
+        assert!(
+            pack_stacked(ty, &all, n + 1, rows, cols).is_none(),
+            "{ty:?} count"
+        );
     }
 }
 

@@ -55,7 +55,10 @@ unsafe fn tile<D: Decode, const R: usize, const N: usize>(
         let mut acc = [[_mm512_setzero_ps(); N]; R];
         let mut k = 0;
         while k + 16 <= n {
-            let wv: [__m512; R] = std::array::from_fn(|r| D::load16(w[r], k));
+            let mut wv = [_mm512_setzero_ps(); R];
+            for r in 0..R {
+                wv[r] = D::load16(w[r], k);
+            }
             for j in 0..N {
                 let xv = _mm512_loadu_ps(a[j][k..k + 16].as_ptr());
                 for r in 0..R {
@@ -64,10 +67,18 @@ unsafe fn tile<D: Decode, const R: usize, const N: usize>(
             }
             k += 16;
         }
-        let lo_of = |v: __m512| _mm512_castps512_ps256(v);
-        let hi_of = |v: __m512| _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-        let mut lo = acc.map(|row| row.map(lo_of));
-        let hi = acc.map(|row| row.map(hi_of));
+        // Plain loops, not `array::map` with closures: a closure is not compiled with this
+        // function's target features, so the intrinsics in it would be calls (profiled: half
+        // of an F16 matmul's time went to them).
+        let mut lo = [[_mm256_setzero_ps(); N]; R];
+        let mut hi = [[_mm256_setzero_ps(); N]; R];
+        for r in 0..R {
+            for j in 0..N {
+                let v = acc[r][j];
+                lo[r][j] = _mm512_castps512_ps256(v);
+                hi[r][j] = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+            }
+        }
         let tail8 = k + 8 <= n;
         if tail8 {
             for r in 0..R {
@@ -93,12 +104,17 @@ unsafe fn tile<D: Decode, const R: usize, const N: usize>(
     }
 }
 
-/// Weight rows `r..r + R` against all activation rows, four at a time, then the rest.
+/// Weight rows `r..r + R` against activation rows `acts`, four at a time, then the rest.
 ///
 /// # Safety
-/// As [`tile`]; the job is validated, `r + R <= rows`, and no other thread writes these rows.
+/// As [`tile`]; the job is validated, `r + R <= rows`, `acts` lies in `0..m`, and no other
+/// thread writes these rows.
 #[inline(always)]
-unsafe fn weight_rows<D: Decode, const R: usize>(job: &RowsJob<D::W, f32>, r: usize) {
+unsafe fn weight_rows<D: Decode, const R: usize>(
+    job: &RowsJob<D::W, f32>,
+    r: usize,
+    acts: Range<usize>,
+) {
     let n = job.per_row;
     let w: [&[D::W]; R] = std::array::from_fn(|q| &job.w[(r + q) * n..(r + q + 1) * n]);
     let act = |i: usize| &job.acts[i * job.act_stride..(i + 1) * job.act_stride];
@@ -109,18 +125,18 @@ unsafe fn weight_rows<D: Decode, const R: usize>(job: &RowsJob<D::W, f32>, r: us
             unsafe { *job.out.add(i * job.rows + r + q) = x };
         }
     };
-    let mut i = 0;
-    // SAFETY: every tile below takes activation rows i..i + N within 0..m (the loop bounds); the
-    // features and the rest are this function's contract.
+    let mut i = acts.start;
+    // SAFETY: every tile below takes activation rows i..i + N inside `acts` (the loop bounds);
+    // the features and the rest are this function's contract.
     unsafe {
-        while i + 4 <= job.m {
+        while i + 4 <= acts.end {
             let t = tile::<D, R, 4>(n, w, std::array::from_fn(|j| act(i + j)));
             for j in 0..4 {
                 store(i + j, &std::array::from_fn::<f32, R, _>(|q| t[q][j]));
             }
             i += 4;
         }
-        for i in i..job.m {
+        for i in i..acts.end {
             let t = tile::<D, R, 1>(n, w, [act(i)]);
             store(i, &std::array::from_fn::<f32, R, _>(|q| t[q][0]));
         }
@@ -133,19 +149,33 @@ unsafe fn weight_rows<D: Decode, const R: usize>(job: &RowsJob<D::W, f32>, r: us
 /// `act_len == job.per_row`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn rows_tiled<D: Decode>(job: &RowsJob<D::W, f32>, range: Range<usize>) {
-    let mut r = range.start;
-    // SAFETY: this function's features are those `tile` needs; rows stay within `range`, which
-    // the caller guarantees lies in 0..rows and is written by this thread only.
-    unsafe {
-        while r + 4 <= range.end {
-            weight_rows::<D, 4>(job, r);
-            r += 4;
+    // Blocks of activation rows that stay in L2 while the thread's weight rows pass over them
+    // (streaming all of a long batch's rows from L3 per four weight rows halved the speed).
+    let block = act_block_rows(job.per_row);
+    let mut i = 0;
+    while i < job.m {
+        let acts = i..(i + block).min(job.m);
+        let mut r = range.start;
+        // SAFETY: this function's features are those `tile` needs; rows stay within `range`,
+        // which the caller guarantees lies in 0..rows and is written by this thread only, and
+        // `acts` lies in 0..m.
+        unsafe {
+            while r + 4 <= range.end {
+                weight_rows::<D, 4>(job, r, acts.clone());
+                r += 4;
+            }
+            while r < range.end {
+                weight_rows::<D, 1>(job, r, acts.clone());
+                r += 1;
+            }
         }
-        while r < range.end {
-            weight_rows::<D, 1>(job, r);
-            r += 1;
-        }
+        i = acts.end;
     }
+}
+
+/// Activation rows per block: about 128 KiB of f32 rows, a multiple of four (one tile's rows).
+fn act_block_rows(cols: usize) -> usize {
+    ((128 * 1024) / (4 * cols.max(1))).max(4) / 4 * 4
 }
 
 /// The tiled float kernel; only constructed after AVX-512 detection (see the parent module).

@@ -39,6 +39,7 @@ use crate::quant::{
 
 pub(crate) mod amx;
 pub(crate) mod attn;
+pub(crate) mod bf16dot;
 mod float;
 mod float512;
 mod float_tiled;

@@ -1,0 +1,277 @@
+//! Float weights multiplied in bfloat16: weights and activations rounded to BF16, products summed
+//! in f32 — the numerics of AVX-512 BF16's `vdpbf16ps`, which does twice the multiply-adds of an
+//! f32 FMA per instruction. An opt-in precision for float (F32 / F16 / BF16) weights, as vLLM's
+//! `--dtype bfloat16`; the f32 path ([`crate::matmul()`]) stays the exact one.
+//!
+//! Numerics (every path gives these bits):
+//! - A weight or activation is rounded to the nearest BF16 (ties to even); NaNs stay NaN, and a
+//!   value under 2^-64 in magnitude becomes a signed zero. With no BF16 input that small, no
+//!   partial sum can be a subnormal (a non-zero one is a multiple of at least 2^-102), so the
+//!   instruction's flushing of subnormals never applies and a plain fused multiply-add is exact
+//!   emulation.
+//! - Each (weight row, activation row) output has sixteen f32 lanes; lane `j` takes, for every
+//!   block of 32 columns in order, `fma(x[2j + 1], w[2j + 1], acc)` and then
+//!   `fma(x[2j], w[2j], acc)` (what `vdpbf16ps` does per lane; checked against the instruction
+//!   in the tests). The lanes are then summed: `t[j] = lane[j] + lane[j + 8]`, `u[i] = t[i] +
+//!   t[i + 4]`, `(u[0] + u[2]) + (u[1] + u[3])`.
+//! - Nothing depends on the batch, the tile or the thread, so the results are batch invariant.
+//!
+//! Paths: AVX-512 BF16 (`vdpbf16ps`, tiles of four weight rows by four activation rows), AVX2 /
+//! FMA (each 16-column half split into odd and even BF16 lanes with a mask and a shift), and a
+//! scalar reference.
+
+use crate::dtype::GgmlType;
+use crate::quant::float::{dequantize_bf16, dequantize_f16, dequantize_f32};
+use crate::threads::Threads;
+
+/// Columns per block: one 512-bit vector of BF16 values.
+pub const BLOCK: usize = 32;
+
+/// Which code computes a BF16 matmul (all give the same bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Bf16Path {
+    Scalar,
+    /// AVX2 + FMA, emulating the BF16 products with f32 fused multiply-adds.
+    Avx2,
+    /// AVX-512 BF16 (`vdpbf16ps`).
+    Avx512Bf16,
+}
+
+impl Bf16Path {
+    /// The fastest path this CPU runs, within the `TESSERA_ISA` cap ([`crate::isa`]).
+    pub fn detect() -> Bf16Path {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::Isa;
+            let isa = crate::isa();
+            if isa >= Isa::Avx512Vnni && crate::kernel::x86::bf16dot::avx512bf16_available() {
+                return Bf16Path::Avx512Bf16;
+            }
+            if isa >= Isa::Avx2 {
+                return Bf16Path::Avx2;
+            }
+        }
+        Bf16Path::Scalar
+    }
+}
+
+/// Whether this CPU multiplies BF16 natively (`vdpbf16ps`), which is where BF16 pays: twice the
+/// multiply-adds per instruction of the f32 path. Elsewhere the emulation is no faster than f32.
+pub fn native_bf16() -> bool {
+    Bf16Path::detect() == Bf16Path::Avx512Bf16
+}
+
+/// A weight matrix rounded to BF16, row-major: `rows` rows of `cols` values, `cols` a multiple
+/// of [`BLOCK`].
+#[derive(Debug, Clone)]
+pub struct Bf16Rows {
+    pub(crate) data: Vec<u16>,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Bf16Rows {
+    /// Rounds a float matrix (F32, F16 or BF16 rows in ggml's layout) to BF16. `None` for any
+    /// other type, a column count that is not a multiple of [`BLOCK`], or data of another size.
+    pub fn from_float(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Bf16Rows> {
+        let width = match ty {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            _ => return None,
+        };
+        if cols == 0 || !cols.is_multiple_of(BLOCK) || data.len() != rows * cols * width {
+            return None;
+        }
+        let mut out = vec![0u16; rows * cols];
+        let mut row = vec![0f32; cols];
+        for (src, dst) in data
+            .chunks_exact(cols * width)
+            .zip(out.chunks_exact_mut(cols))
+        {
+            match ty {
+                GgmlType::F32 => dequantize_f32(src, &mut row),
+                GgmlType::F16 => dequantize_f16(src, &mut row),
+                _ => dequantize_bf16(src, &mut row),
+            }
+            round_row(&row, dst);
+        }
+        Some(Bf16Rows {
+            data: out,
+            rows,
+            cols,
+        })
+    }
+
+    /// The BF16 values of row `r`.
+    pub fn row(&self, r: usize) -> &[u16] {
+        &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+/// `v` rounded to BF16 as this module defines it (see the module docs).
+#[inline(always)]
+pub fn to_bf16(v: f32) -> u16 {
+    let b = v.to_bits();
+    let rounded = (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16;
+    let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
+    let tiny = (b >> 23) & 0xff < 127 - 64;
+    let sign = ((b >> 16) & 0x8000) as u16;
+    if nan {
+        ((b >> 16) as u16) | 0x40
+    } else if tiny {
+        sign
+    } else {
+        rounded
+    }
+}
+
+/// A BF16 value as f32 (exact).
+#[inline(always)]
+pub fn from_bf16(v: u16) -> f32 {
+    f32::from_bits(u32::from(v) << 16)
+}
+
+fn round_row(src: &[f32], dst: &mut [u16]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = to_bf16(s);
+    }
+}
+
+/// The sixteen lanes of one output summed in the module's order.
+#[inline(always)]
+pub(crate) fn sum_lanes(l: &[f32; 16]) -> f32 {
+    let t: [f32; 8] = std::array::from_fn(|j| l[j] + l[j + 8]);
+    let u: [f32; 4] = std::array::from_fn(|i| t[i] + t[i + 4]);
+    (u[0] + u[2]) + (u[1] + u[3])
+}
+
+/// The scalar reference: one output.
+pub fn dot_scalar(w: &[u16], x: &[u16]) -> f32 {
+    let mut lanes = [0f32; 16];
+    for (wb, xb) in w.chunks_exact(BLOCK).zip(x.chunks_exact(BLOCK)) {
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            let odd = from_bf16(xb[2 * j + 1]).mul_add(from_bf16(wb[2 * j + 1]), *lane);
+            *lane = from_bf16(xb[2 * j]).mul_add(from_bf16(wb[2 * j]), odd);
+        }
+    }
+    sum_lanes(&lanes)
+}
+
+/// Reusable buffer of BF16 activations.
+#[derive(Debug, Default)]
+pub struct Bf16Scratch {
+    acts: Vec<u16>,
+}
+
+/// One call's operands, shared with the pool's threads.
+pub(crate) struct Bf16Job<'a> {
+    pub w: &'a Bf16Rows,
+    /// `m` rows of `w.cols` BF16 activations.
+    pub x: &'a [u16],
+    pub m: usize,
+    /// `m * w.rows` outputs; each thread writes the columns of its own weight rows.
+    pub out: *mut f32,
+}
+
+// SAFETY: the job holds shared slices of plain data and an output pointer whose weight rows are
+// split between threads (each row range is claimed by exactly one thread), and `Threads` joins
+// every thread before the `&mut` output it came from is used again.
+unsafe impl Sync for Bf16Job<'_> {}
+
+impl Bf16Job<'_> {
+    /// Writes output (activation row `i`, weight row `r`).
+    ///
+    /// # Safety
+    /// `i < m`, `r < w.rows`, and no other thread writes weight row `r`'s outputs.
+    #[inline(always)]
+    pub(crate) unsafe fn store(&self, i: usize, r: usize, v: f32) {
+        // SAFETY: in bounds of the `m * rows` output by the contract; exclusive per row.
+        unsafe { *self.out.add(i * self.w.rows + r) = v };
+    }
+
+    /// Activation row `i`.
+    pub(crate) fn act(&self, i: usize) -> &[u16] {
+        &self.x[i * self.w.cols..(i + 1) * self.w.cols]
+    }
+}
+
+/// `out[i * rows + r] = Σ x[i]·w[r]` in BF16 numerics, on the fastest path of this CPU.
+///
+/// Panics if `x` or `out` do not match the shapes (a caller bug).
+pub fn matmul_bf16(
+    th: &Threads,
+    w: &Bf16Rows,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+    scratch: &mut Bf16Scratch,
+) {
+    matmul_bf16_on(Bf16Path::detect(), th, w, x, m, out, scratch);
+}
+
+/// [`matmul_bf16`] on `path` (capped at what this CPU runs); for tests and benchmarks.
+pub fn matmul_bf16_on(
+    path: Bf16Path,
+    th: &Threads,
+    w: &Bf16Rows,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+    scratch: &mut Bf16Scratch,
+) {
+    let cols = w.cols;
+    assert_eq!(x.len(), m * cols, "matmul_bf16: x is not m * cols");
+    assert_eq!(out.len(), m * w.rows, "matmul_bf16: out is not m * rows");
+    if m == 0 || w.rows == 0 {
+        return;
+    }
+    let path = path.min(Bf16Path::detect());
+    scratch.acts.resize(m * cols, 0);
+    {
+        let parts: Vec<std::ops::Range<usize>> = (0..m).map(|i| i * cols..(i + 1) * cols).collect();
+        let shares = crate::Shares::new(&mut scratch.acts[..m * cols], &parts);
+        th.for_each_range(m, 16, &|_, rows| {
+            for i in rows {
+                round_row(&x[i * cols..(i + 1) * cols], shares.take(i));
+            }
+        });
+    }
+    let job = Bf16Job {
+        w,
+        x: &scratch.acts[..m * cols],
+        m,
+        out: out.as_mut_ptr(),
+    };
+    let chunk = if th.n() == 1 {
+        w.rows
+    } else {
+        w.rows.div_ceil(th.n() * 8).max(16).next_multiple_of(4)
+    };
+    th.for_each_range(w.rows, chunk, &|_, range| match path {
+        #[cfg(target_arch = "x86_64")]
+        Bf16Path::Avx512Bf16 => {
+            // SAFETY: `path` is capped by detection, so AVX-512 BF16 is present; the range is
+            // this call's alone.
+            unsafe { crate::kernel::x86::bf16dot::rows_avx512(&job, range) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Bf16Path::Avx2 => {
+            // SAFETY: as above, AVX2 and FMA are present.
+            unsafe { crate::kernel::x86::bf16dot::rows_avx2(&job, range) }
+        }
+        _ => {
+            for r in range {
+                for i in 0..m {
+                    let v = dot_scalar(w.row(r), job.act(i));
+                    // SAFETY: i < m, r in this call's range of rows.
+                    unsafe { job.store(i, r, v) };
+                }
+            }
+        }
+    });
+}
+
+/// Activation rows per block of the SIMD paths: about 128 KiB of BF16 rows, a multiple of four.
+pub(crate) fn act_block_rows(cols: usize) -> usize {
+    ((128 * 1024) / (2 * cols.max(1))).max(4) / 4 * 4
+}
