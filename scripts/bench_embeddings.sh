@@ -6,8 +6,9 @@
 # the same requests. Then a Markdown table gives each server's embeddings/s, prompt tokens/s and
 # latency percentiles, and the ratios to llama-server.
 #
-# Both servers run the GGUF file's own weights (nomic-embed-text-v1.5: F16), 2 threads, the
-# file's pooling, L2-normalised vectors.
+# Both servers read the GGUF file's own weights (nomic-embed-text-v1.5: F16), 2 threads, the
+# file's pooling, L2-normalised vectors. llama.cpp multiplies them with f16-rounded activations;
+# Tessera as its --dtype says.
 #
 # Usage: scripts/bench_embeddings.sh [GGUF] [OUT_DIR]
 #   GGUF defaults to models/nomic-embed-text-v1.5.f16.gguf (`tessera fetch-model
@@ -17,7 +18,9 @@
 #   TESSERA_BIN        tessera binary (default target/release/tessera, under CARGO_TARGET_DIR if set)
 #   TESSERA_PEERS_DIR  where scripts/peers/ built the peers (default ./peers)
 #   LLAMA_CPP_DIR      directory holding llama-server (default $TESSERA_PEERS_DIR/llama.cpp/native)
-#   SERVERS            which to run, in order (default "tessera llama-np16")
+#   SERVERS            which to run, in order (default "tessera llama-np16"): tessera (its default
+#                      --dtype auto: BF16 arithmetic where the CPU has AVX-512 BF16),
+#                      tessera-f32 / tessera-bf16 (--dtype float32 / bfloat16), llama-npN
 #   PORT               loopback port, 8700-8799 (default 8712)
 #   CLIENTS            concurrent clients (default 64)
 #   REQUESTS           requests per server (default 192)
@@ -78,6 +81,9 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'): $STEM on $CPU ($(nproc) cores; $ISA)"
 for s in $SERVERS; do
   case "$s" in
     tessera) run tessera "$BIN" serve --model "$GGUF" --host 127.0.0.1 --port "$PORT" ;;
+    tessera-f32|tessera-bf16)
+      run "$s" "$BIN" serve --model "$GGUF" --dtype "$([[ $s == *f32 ]] && echo float32 || echo bfloat16)" \
+        --host 127.0.0.1 --port "$PORT" ;;
     llama-np*)
       np="${s#llama-np}"
       [[ -x "$LLAMA_DIR/llama-server" ]] || {
@@ -86,7 +92,7 @@ for s in $SERVERS; do
       run "$s" "$LLAMA_DIR/llama-server" -m "$GGUF" --embeddings -t 2 -np "$np" \
         -c "$((np * CTX_PER_SLOT))" -b "$CTX_PER_SLOT" -ub "$CTX_PER_SLOT" \
         --host 127.0.0.1 --port "$PORT" ;;
-    *) echo "error: unknown server '$s' (tessera, llama-npN)" >&2; exit 1 ;;
+    *) echo "error: unknown server '$s' (tessera, tessera-f32, tessera-bf16, llama-npN)" >&2; exit 1 ;;
   esac
 done
 

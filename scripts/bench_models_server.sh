@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # 16 concurrent clients on every model: `tessera serve` and `llama-server -np 16` in turn, driven
 # by the same `tessera bench` load (closed loop, ~250-token prompts, 128 output tokens, streaming,
-# 32 requests, 2 warm-ups). Prints each server's summary line per model.
+# 32 requests, 2 warm-ups). Prints each server's summary line per model and its peak resident
+# memory (the server process's VmHWM, what `/usr/bin/time -f %M` reports, read before it stops).
 #
 # Usage: scripts/bench_models_server.sh LLAMA_SERVER [MODELS_DIR]
-# Environment: TESSERA_BIN (default target/release/tessera); MODELS (file stems).
+# Environment: TESSERA_BIN (default target/release/tessera); MODELS (file stems); LLAMA_CTX
+# (llama-server -c, default 16384).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_SERVER="$1"
@@ -29,11 +31,12 @@ run() { # NAME, then the server command
     wait_up
     echo "== $name $(cut -d' ' -f1-3 /proc/loadavg)"
     "$BIN" bench --url "http://127.0.0.1:$PORT" "${LOAD[@]}" 2>&1 | tail -n 12
+    echo "peak RSS $(awk '/^VmHWM/ {printf "%.0f MiB", $2 / 1024}' "/proc/$pid/status")"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC')"
 for m in $MODELS; do
     run "tessera-$m" "$BIN" serve --model "$DIR/$m.gguf" --port "$PORT"
-    run "llama-$m" "$LLAMA_SERVER" -m "$DIR/$m.gguf" -t 2 -np 16 -c 16384 --port "$PORT"
+    run "llama-$m" "$LLAMA_SERVER" -m "$DIR/$m.gguf" -t 2 -np 16 -c "${LLAMA_CTX:-16384}" --port "$PORT"
 done

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use engine::{CpuModel, DraftLoader, LoadError, StartError};
-use model::{Pooling, Tokenizer};
+use model::{Dtype, Pooling, Tokenizer};
 
 /// Whether the file is an embedding model (an encoder, or a decoder converted as one).
 pub fn is_embedding_model(path: &Path) -> bool {
@@ -15,15 +15,26 @@ pub fn is_embedding_model(path: &Path) -> bool {
 
 /// The served model on the CPU: an embedding model when the file is one or `pooling` asks
 /// (a decoder read as an embedder, vLLM's `--task embed`), else a decoder that generates,
-/// with the LoRA adapters `merged` added into its weights (scale 1; `--lora-merge`).
+/// with the LoRA adapters `merged` added into its weights (scale 1; `--lora-merge`). `dtype` is
+/// an encoder's arithmetic (`--dtype`); any but `Auto` on a generating model is an error.
 pub fn cpu_model(
     path: PathBuf,
     threads: usize,
     pooling: Option<Pooling>,
+    dtype: Dtype,
     merged: Vec<PathBuf>,
 ) -> impl FnOnce() -> Result<(CpuModel, Tokenizer), LoadError> + Send + 'static {
     move || {
         let embeds = pooling.is_some() || is_embedding_model(&path);
+        if !embeds && dtype != Dtype::Auto {
+            return Err(format!(
+                "--dtype {}: applies to embedding encoders (nomic-bert, bert); {} is a \
+                 generating model, which computes in its own block formats",
+                dtype.name(),
+                path.display()
+            )
+            .into());
+        }
         if embeds && !merged.is_empty() {
             return Err(
                 "--lora-merge: LoRA adapters apply to generating models, and this \
@@ -37,7 +48,7 @@ pub fn cpu_model(
             return Ok((CpuModel::Decoder(Box::new(m.transformer)), m.tokenizer));
         }
         if embeds {
-            let m = model::load_embedder(&path, threads)?;
+            let m = model::load_embedder(&path, threads, dtype)?;
             let pooling = pooling.unwrap_or(m.embedder.pooling());
             let model = CpuModel::Embedder {
                 embedder: m.embedder,
@@ -91,7 +102,8 @@ mod tests {
         let adapter = dir.join("a.gguf");
         let bytes = model::testing::lora::tiny_lora_gguf("llama", 40);
         std::fs::write(&adapter, bytes).expect("write");
-        let load = |merged: Vec<PathBuf>| cpu_model(path.clone(), 1, None, merged)();
+        let load =
+            |merged: Vec<PathBuf>| cpu_model(path.clone(), 1, None, model::Dtype::Auto, merged)();
         let prompts: Vec<Vec<u32>> = (0..8).map(|i| vec![1, 40 + i, 50 + i, 60]).collect();
         let (base, _) = load(Vec::new()).expect("base loads");
         let (merged, _) = load(vec![adapter.clone()]).expect("merged loads");
@@ -103,6 +115,26 @@ mod tests {
         let missing = dir.join("missing.gguf");
         let err = load(vec![missing]).err().expect("refused").to_string();
         assert!(err.contains("missing.gguf"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_encoder_dtype_on_a_generating_model_is_refused_naming_the_flag() {
+        let dir = std::env::temp_dir().join(format!("tessera-dtype-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("tiny.gguf");
+        std::fs::write(&path, model::testing::tiny_model_gguf("llama", 7)).expect("write");
+        for dtype in [model::Dtype::Float32, model::Dtype::Bfloat16] {
+            let err = cpu_model(path.clone(), 1, None, dtype, Vec::new())()
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(
+                err.contains("--dtype") && err.contains(dtype.name()) && err.contains("tiny.gguf"),
+                "{err}"
+            );
+        }
+        assert!(cpu_model(path.clone(), 1, None, model::Dtype::Auto, Vec::new())().is_ok());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

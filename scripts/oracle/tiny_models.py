@@ -41,7 +41,7 @@ from llama_cpp import Llama
 ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "phi3"]
 # Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS, written from their own seeds,
 # model::testing::tiny_seed, chosen away from routing near-ties); read by llama_family.rs.
-MOE_ARCHS = ["qwen3moe", "qwen2moe", "granitemoe", "gpt-oss"]
+MOE_ARCHS = ["qwen3moe", "qwen2moe", "granitemoe", "gpt-oss", "olmoe"]
 N_PROMPT = 24
 N_CONTINUATION = 16
 N_CTX = 256
@@ -274,12 +274,13 @@ def reference_logits(path, tokens, adjust=None):
         else:
             q, k, v = (h @ w(f"attn_{c}.weight").T + (w(f"attn_{c}.bias") if w(f"attn_{c}.bias") is not None else 0)
                        for c in "qkv")
-        if arch == "olmo2":
+        whole_qk_norm = arch in ("olmo2", "olmoe")
+        if whole_qk_norm:
             # One norm over all of Q and all of K, before the split into heads.
             q, k = rms_norm(q, w("attn_q_norm.weight"), eps), rms_norm(k, w("attn_k_norm.weight"), eps)
         q, k, v = q.reshape(len(tokens), n_heads, head_dim), k.reshape(len(tokens), n_kv, head_dim), \
             v.reshape(len(tokens), n_kv, head_dim)
-        if w("attn_q_norm.weight") is not None and arch != "olmo2":
+        if w("attn_q_norm.weight") is not None and not whole_qk_norm:
             q, k = rms_norm(q, w("attn_q_norm.weight"), eps), rms_norm(k, w("attn_k_norm.weight"), eps)
         # Gemma 3: five sliding-window layers with RoPE base 10k to each global one; Gemma 2
         # and gpt-oss: every even layer slides, with the global base.

@@ -1,5 +1,5 @@
-//! GGUF model files: a validating header parser, zero-copy tensor views over an mmap, and a
-//! writer for tests.
+//! GGUF model files: a validating header parser, zero-copy tensor views over an mmap, a
+//! writer for tests, and a streaming writer for files too large to hold in memory.
 //!
 //! Design: [`parse`] is a pure function over a byte slice that checks everything up front
 //! (see its module for the hostile-input rules). [`GgufFile::open`] maps the file and runs
@@ -11,6 +11,7 @@
 
 mod error;
 mod parse;
+mod stream;
 mod types;
 mod value;
 mod writer;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{GgufError, ParseError, ParseErrorKind};
 pub use parse::{parse, Parsed};
+pub use stream::{GgufStreamWriter, StreamTensor};
 pub use types::GgmlType;
 pub use value::{Array, Metadata, Value};
 pub use writer::GgufWriter;

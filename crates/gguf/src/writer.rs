@@ -4,6 +4,7 @@
 //! tests can also produce inconsistent files on purpose. Tensor data is laid out in insertion
 //! order, each tensor starting at the next multiple of the alignment, which is
 //! `general.alignment` when that is set to a power-of-two u32-sized integer, 32 otherwise.
+//! [`crate::GgufStreamWriter`] writes the same bytes without holding the tensor data.
 
 use std::io;
 use std::path::Path;
@@ -95,36 +96,16 @@ impl GgufWriter {
         self
     }
 
-    fn alignment(&self) -> usize {
-        match self.metadata.get_u32(ALIGNMENT_KEY) {
-            Ok(Some(a)) if a.is_power_of_two() => a as usize,
-            _ => DEFAULT_ALIGNMENT,
-        }
-    }
-
     /// Serialises the whole file.
     pub fn write_to_vec(&self) -> Vec<u8> {
-        let align = self.alignment();
-        let mut out = Vec::new();
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (key, value) in self.metadata.iter() {
-            put_str(&mut out, key);
-            put_value(&mut out, value);
-        }
-        let mut offset = 0usize;
-        for t in &self.tensors {
-            put_str(&mut out, &t.name);
-            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
-            for d in &t.dims {
-                out.extend_from_slice(&d.to_le_bytes());
-            }
-            out.extend_from_slice(&(t.ty as u32).to_le_bytes());
-            out.extend_from_slice(&(offset as u64).to_le_bytes());
-            offset = (offset + t.bytes.len()).next_multiple_of(align);
-        }
+        let align = alignment(&self.metadata);
+        let infos = self.tensors.iter().map(|t| HeaderTensor {
+            name: &t.name,
+            dims: &t.dims,
+            ty: t.ty,
+            n_bytes: t.bytes.len(),
+        });
+        let mut out = header(self.version, &self.metadata, infos, align);
         for t in &self.tensors {
             out.resize(out.len().next_multiple_of(align), 0);
             out.extend_from_slice(&t.bytes);
@@ -136,6 +117,54 @@ impl GgufWriter {
     pub fn write_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
         std::fs::write(path, self.write_to_vec())
     }
+}
+
+/// The alignment of a file with `metadata`: `general.alignment` when that is a power-of-two
+/// u32-sized integer, 32 otherwise.
+pub(crate) fn alignment(metadata: &Metadata) -> usize {
+    match metadata.get_u32(ALIGNMENT_KEY) {
+        Ok(Some(a)) if a.is_power_of_two() => a as usize,
+        _ => DEFAULT_ALIGNMENT,
+    }
+}
+
+/// What the header says of one tensor (its data is `n_bytes` long).
+pub(crate) struct HeaderTensor<'a> {
+    pub name: &'a str,
+    pub dims: &'a [u64],
+    pub ty: GgmlType,
+    pub n_bytes: usize,
+}
+
+/// Magic, version, counts, metadata and tensor infos (each tensor's offset the previous one's
+/// end rounded up to `align`), without the padding that follows them.
+pub(crate) fn header<'a>(
+    version: u32,
+    metadata: &Metadata,
+    tensors: impl ExactSizeIterator<Item = HeaderTensor<'a>>,
+    align: usize,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (key, value) in metadata.iter() {
+        put_str(&mut out, key);
+        put_value(&mut out, value);
+    }
+    let mut offset = 0usize;
+    for t in tensors {
+        put_str(&mut out, t.name);
+        out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for d in t.dims {
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        out.extend_from_slice(&(t.ty as u32).to_le_bytes());
+        out.extend_from_slice(&(offset as u64).to_le_bytes());
+        offset = (offset + t.n_bytes).next_multiple_of(align);
+    }
+    out
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {

@@ -1,7 +1,7 @@
 //! Encoder forward-pass timing (no server): `Encoder::embed_batch` over synthetic inputs.
 //!
 //! `cargo run --release -p tessera-model --example encoder_speed -- MODEL.gguf [--threads 2]
-//!  [--inputs 16] [--tokens 128] [--rounds 3]`
+//!  [--inputs 16] [--tokens 128] [--rounds 3] [--dtype auto|float32|bfloat16]`
 //!
 //! Each round embeds `--inputs` inputs of `--tokens` token ids (deterministic ids spread over
 //! the vocabulary, [CLS] first) in one call and prints its wall time and tokens per second; the
@@ -11,12 +11,13 @@
 
 use std::time::Instant;
 
-use model::{load_encoder, Pooling};
+use model::{load_encoder, Dtype, Pooling};
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut model = None;
     let (mut threads, mut inputs, mut tokens, mut rounds) = (2usize, 16usize, 128usize, 3usize);
+    let mut dtype = Dtype::Auto;
     while let Some(a) = args.next() {
         let mut num = |what: &str| -> usize {
             args.next()
@@ -28,6 +29,11 @@ fn main() {
             "--inputs" => inputs = num("--inputs"),
             "--tokens" => tokens = num("--tokens"),
             "--rounds" => rounds = num("--rounds"),
+            "--dtype" => {
+                let v = args.next().unwrap_or_default();
+                dtype = Dtype::from_name(&v)
+                    .unwrap_or_else(|| panic!("--dtype takes auto, float32 or bfloat16"));
+            }
             _ => model = Some(a),
         }
     }
@@ -35,9 +41,10 @@ fn main() {
         return matmul_only(threads, inputs * tokens, rounds);
     }
     let model = model.expect(
-        "usage: encoder_speed MODEL.gguf [--threads N] [--inputs N] [--tokens N] [--rounds N]",
+        "usage: encoder_speed MODEL.gguf [--threads N] [--inputs N] [--tokens N] [--rounds N] \
+         [--dtype D]",
     );
-    let mut m = load_encoder(std::path::Path::new(&model), threads)
+    let mut m = load_encoder(std::path::Path::new(&model), threads, dtype)
         .unwrap_or_else(|e| panic!("{model}: {e}"));
     let vocab = m.encoder.config().vocab_size as u64;
     let ids: Vec<Vec<u32>> = (0..inputs as u64)

@@ -28,6 +28,9 @@ pub enum Arch {
     /// OLMo 2: norms after attention and the MLP only (none before), and QK-norm over the
     /// whole of Q and of K rather than per head.
     Olmo2,
+    /// OLMoE: Llama-style pre-norms, OLMo 2's QK-norm over the whole of Q and of K, and a
+    /// mixture-of-experts FFN (softmax over all experts, top-k not renormalised) in every layer.
+    Olmoe,
     /// Granite (3.x): Llama with four multipliers (embeddings, attention, residual, logits).
     Granite,
     /// Granite MoE: Granite's multipliers over a mixture-of-experts FFN (top-k renormalised).
@@ -49,6 +52,7 @@ impl Arch {
         "granitemoe",
         "llama",
         "olmo2",
+        "olmoe",
         "phi3",
         "qwen2",
         "qwen2moe",
@@ -63,6 +67,7 @@ impl Arch {
             "gpt-oss" => Some(Arch::GptOss),
             "llama" => Some(Arch::Llama),
             "olmo2" => Some(Arch::Olmo2),
+            "olmoe" => Some(Arch::Olmoe),
             "granite" => Some(Arch::Granite),
             "granitemoe" => Some(Arch::GraniteMoe),
             "phi3" => Some(Arch::Phi3),
@@ -81,6 +86,7 @@ impl Arch {
             Arch::GptOss => "gpt-oss",
             Arch::Llama => "llama",
             Arch::Olmo2 => "olmo2",
+            Arch::Olmoe => "olmoe",
             Arch::Granite => "granite",
             Arch::GraniteMoe => "granitemoe",
             Arch::Phi3 => "phi3",
@@ -166,16 +172,19 @@ impl MoeSpec {
     ) -> Result<MoeSpec, ModelError> {
         let n_expert = md.require_u32(&key("expert_count"))? as usize;
         let n_used = md.require_u32(&key("expert_used_count"))? as usize;
-        let d_ff_exp = match width {
-            Some(w) => w,
-            None => md.require_u32(&key("expert_feed_forward_length"))? as usize,
+        // Granite MoE and OLMoE give the experts' width as `feed_forward_length`.
+        let (d_ff_exp, width_key) = match width {
+            Some(w) => (w, key("feed_forward_length")),
+            None => {
+                let k = key("expert_feed_forward_length");
+                (md.require_u32(&k)? as usize, k)
+            }
         };
         if n_expert == 0 || n_used == 0 || d_ff_exp == 0 {
             return Err(ModelError::invalid(format!(
-                "{}, {} and {} must be positive",
+                "{}, {} and {width_key} must be positive",
                 key("expert_count"),
                 key("expert_used_count"),
-                key("expert_feed_forward_length")
             )));
         }
         if n_used > n_expert {
@@ -231,7 +240,7 @@ pub struct ModelConfig {
     pub post_norms: bool,
     /// Gemma, Qwen 3: RMS-norm over each head of Q and K before RoPE.
     pub qk_norm: bool,
-    /// OLMo 2: the QK-norm spans all of Q and all of K (its weights are that wide).
+    /// OLMo 2, OLMoE: the QK-norm spans all of Q and all of K (its weights are that wide).
     pub qk_norm_whole: bool,
     /// RMS-norms before attention and before the MLP (all but OLMo 2).
     pub pre_norms: bool,
@@ -454,6 +463,16 @@ impl ModelConfig {
                 self.qk_norm = true;
                 self.qk_norm_whole = true;
                 self.apply_swa_pattern(md, key, None, 4, false)?;
+            }
+            Arch::Olmoe => {
+                self.qk_norm = true;
+                self.qk_norm_whole = true;
+                // llama.cpp sizes OLMoE's experts by `feed_forward_length` (its converter
+                // writes the experts' width there) and never renormalises the picked weights
+                // (OLMoE's `norm_topk_prob` is false, and llama.cpp neither reads nor writes
+                // it for this architecture).
+                let width = std::mem::take(&mut self.d_ff);
+                self.moe = Some(MoeSpec::from_metadata(md, key, false, false, Some(width))?);
             }
             Arch::Qwen2 => self.qkv_bias = true,
             Arch::Qwen3 => self.qk_norm = true,

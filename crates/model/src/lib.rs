@@ -25,8 +25,8 @@ use std::path::Path;
 
 pub use config::{Arch, ModelConfig};
 pub use encoder::{
-    load_embedder, load_encoder, model_kind, DecoderEmbedder, Embedder, Encoder, LoadedEmbedder,
-    LoadedEncoder, ModelKind, Pooling,
+    load_embedder, load_encoder, model_kind, DecoderEmbedder, Dtype, Embedder, Encoder,
+    LoadedEmbedder, LoadedEncoder, ModelKind, Pooling,
 };
 pub use forward::Transformer;
 pub use kernels::Threads;

@@ -1,5 +1,5 @@
-//! The mixture-of-experts FFN (Qwen 3 MoE, Qwen 2 MoE, Granite MoE, gpt-oss), grouped by
-//! expert.
+//! The mixture-of-experts FFN (Qwen 3 MoE, Qwen 2 MoE, Granite MoE, OLMoE, gpt-oss), grouped
+//! by expert.
 //!
 //! Per token, a router matrix gives one logit per expert; their softmax is taken over all
 //! experts, the `n_used` largest probabilities pick the experts (ties to the lower index), and,
@@ -18,9 +18,10 @@
 //! combined per token afterwards.
 //!
 //! Invariants:
-//! - Expert weights are never copied: `Experts` views the file's 3-D tensor, and expert `e` is
-//!   the byte range `e * per_expert .. (e + 1) * per_expert` (GGUF stores each expert's rows
-//!   contiguously), used row-major as it is in the file.
+//! - Expert weights are held once: `Experts` views the file's 3-D tensor (GGUF stores each
+//!   expert's rows contiguously), or, where the CPU has the batched kernels, the same tensor
+//!   repacked at load into x16 records expert after expert, its file pages then released. Expert
+//!   `e` is the byte range `e * per_expert .. (e + 1) * per_expert` of either.
 //! - A token's output depends only on its own row: the kernels are batch-invariant, routing is
 //!   per row, and the combination order is fixed by the token's picks, so a sequence's logits
 //!   are the same alone or batched with others.
@@ -31,7 +32,8 @@ use kernels::{matmul, matmul_shared, Layout, MatmulScratch, Threads, Weights};
 use crate::config::{Activation, MoeSpec};
 use crate::weights::Matrix;
 
-/// `n_expert` matrices of `[rows][cols]`, stacked in one tensor of the mapped file.
+/// `n_expert` matrices of `[rows][cols]`, stacked in one tensor of the mapped file, or repacked
+/// into the kernels' x16 layout (one buffer, expert after expert).
 #[derive(Clone, Copy, Debug)]
 pub struct Experts {
     pub ty: GgmlType,
@@ -39,10 +41,11 @@ pub struct Experts {
     pub n_expert: usize,
     pub rows: usize,
     pub cols: usize,
+    pub layout: Layout,
 }
 
 impl Experts {
-    /// Expert `e`'s matrix, a view of its bytes in the file. `e < n_expert`.
+    /// Expert `e`'s matrix, a view of its bytes. `e < n_expert`.
     pub fn expert(&self, e: usize) -> Weights<'static> {
         let per = self.data.len() / self.n_expert;
         Weights {
@@ -50,7 +53,24 @@ impl Experts {
             data: &self.data[e * per..(e + 1) * per],
             rows: self.rows,
             cols: self.cols,
-            layout: Layout::RowMajor,
+            layout: self.layout,
+        }
+    }
+
+    /// These experts repacked for the batched kernels (`kernels::pack_stacked`), each expert's
+    /// rows in the x16 records of the dense matrices, or themselves if their type or shape is not
+    /// packable. The buffer is leaked like the file it came from.
+    pub(crate) fn packed(self) -> Experts {
+        if self.layout != Layout::RowMajor {
+            return self;
+        }
+        match kernels::pack_stacked(self.ty, self.data, self.n_expert, self.rows, self.cols) {
+            Some(p) => Experts {
+                data: p.leak(),
+                layout: Layout::X16,
+                ..self
+            },
+            None => self,
         }
     }
 }

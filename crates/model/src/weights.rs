@@ -154,8 +154,8 @@ impl ModelWeights {
         let embed = l.matrix("token_embd.weight", cfg.vocab_size, cfg.d_model)?;
         let output = match file.tensor("output.weight") {
             Some(_) => l.matrix("output.weight", cfg.vocab_size, cfg.d_model)?,
-            // llama.cpp ties no gpt-oss output to the embeddings.
-            None if cfg.arch == Arch::GptOss => {
+            // llama.cpp ties no gpt-oss or OLMoE output to the embeddings.
+            None if matches!(cfg.arch, Arch::GptOss | Arch::Olmoe) => {
                 return Err(ModelError::MissingTensor {
                     path: l.path(),
                     name: "output.weight".into(),
@@ -207,9 +207,15 @@ impl ModelWeights {
                         one(m);
                     }
                 }
-                // Experts stay in the file's pages, read in place.
                 Ffn::Moe(m) => {
                     one(&mut m.router);
+                    for e in [&mut m.gate, &mut m.up, &mut m.down] {
+                        let packed = e.packed();
+                        if packed.layout == Layout::X16 {
+                            file.release_pages(e.data);
+                        }
+                        *e = packed;
+                    }
                     if let Some(sh) = &mut m.shared {
                         for m in [&mut sh.gate, &mut sh.up, &mut sh.down] {
                             one(m);
@@ -421,6 +427,7 @@ impl Loader {
             n_expert,
             rows,
             cols,
+            layout: Layout::RowMajor,
         })
     }
 

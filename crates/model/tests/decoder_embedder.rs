@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use model::testing::{tiny_model_gguf, tiny_qwen3_embedding_gguf, tiny_vocab_size, TINY_SEED};
-use model::{load_embedder, LoadedEmbedder, ModelKind, Pooling};
+use model::{load_embedder, Dtype, LoadedEmbedder, ModelKind, Pooling};
 
 /// Writes `bytes` to a fresh file (tests run in parallel) and runs `f` on its path.
 fn with_file<T>(bytes: &[u8], f: impl FnOnce(&std::path::Path) -> T) -> T {
@@ -23,7 +23,7 @@ fn with_file<T>(bytes: &[u8], f: impl FnOnce(&std::path::Path) -> T) -> T {
 
 fn tiny(threads: usize) -> LoadedEmbedder {
     with_file(&tiny_qwen3_embedding_gguf(TINY_SEED), |p| {
-        load_embedder(p, threads).expect("tiny qwen3 embedder loads")
+        load_embedder(p, threads, Dtype::Auto).expect("tiny qwen3 embedder loads")
     })
 }
 
@@ -70,9 +70,24 @@ fn a_pooling_type_makes_a_decoder_an_embedding_model() {
     assert!(!m.embedder.is_reranker());
     // A generative file read as an embedder pools its last token by default.
     let plain = with_file(&tiny_model_gguf("qwen3", TINY_SEED), |p| {
-        load_embedder(p, 1)
+        load_embedder(p, 1, Dtype::Auto)
     });
     assert_eq!(plain.expect("loads").embedder.pooling(), Pooling::Last);
+}
+
+#[test]
+fn a_decoder_refuses_an_encoder_dtype_naming_the_file() {
+    for dtype in [Dtype::Float32, Dtype::Bfloat16] {
+        let err = with_file(&tiny_qwen3_embedding_gguf(TINY_SEED), |p| {
+            load_embedder(p, 1, dtype).map(|_| ())
+        })
+        .expect_err("refused");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(".gguf") && msg.contains(dtype.name()) && msg.contains("decoder"),
+            "{msg}"
+        );
+    }
 }
 
 #[test]

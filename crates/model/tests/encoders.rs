@@ -9,18 +9,28 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use model::testing::encoders::{
     tiny_encoder_gguf, tiny_encoder_vocab_size, tiny_encoder_writer, TINY_CLS, TINY_SEP,
 };
-use model::{load_encoder, LoadedEncoder, ModelError, Pooling};
+use model::{load_encoder, Dtype, LoadedEncoder, ModelError, Pooling};
 
 const SEED: u64 = model::testing::TINY_SEED;
 
-/// Writes `bytes` to a fresh file (tests run in parallel) and loads it with `threads` workers.
+/// Writes `bytes` to a fresh file (tests run in parallel) and loads it with `threads` workers,
+/// in f32.
 fn load_bytes(name: &str, bytes: &[u8], threads: usize) -> Result<LoadedEncoder, ModelError> {
+    load_bytes_as(name, bytes, threads, Dtype::Float32)
+}
+
+fn load_bytes_as(
+    name: &str,
+    bytes: &[u8],
+    threads: usize,
+    dtype: Dtype,
+) -> Result<LoadedEncoder, ModelError> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("{name}-{}-{n}.gguf", std::process::id()));
     std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let loaded = load_encoder(&path, threads);
+    let loaded = load_encoder(&path, threads, dtype);
     if cfg!(unix) {
         let _ = std::fs::remove_file(&path);
     }
@@ -28,7 +38,18 @@ fn load_bytes(name: &str, bytes: &[u8], threads: usize) -> Result<LoadedEncoder,
 }
 
 fn tiny(arch: &str, threads: usize) -> LoadedEncoder {
-    load_bytes(arch, &tiny_encoder_gguf(arch, SEED), threads).expect("tiny encoder loads")
+    tiny_as(arch, threads, Dtype::Float32)
+}
+
+fn tiny_as(arch: &str, threads: usize, dtype: Dtype) -> LoadedEncoder {
+    let m = load_bytes_as(arch, &tiny_encoder_gguf(arch, SEED), threads, dtype)
+        .expect("tiny encoder loads");
+    assert_eq!(
+        m.encoder.bf16(),
+        dtype == Dtype::Bfloat16,
+        "{arch} {dtype:?}"
+    );
+    m
 }
 
 /// Inputs of assorted lengths, [CLS] ... [SEP], ids from the whole vocabulary.
@@ -68,10 +89,15 @@ fn facts_of_the_tiny_files() {
 
 #[test]
 fn an_input_gets_the_same_bits_alone_or_in_any_batch() {
-    for arch in ["bert", "nomic-bert"] {
+    for (arch, dtype) in [
+        ("bert", Dtype::Float32),
+        ("nomic-bert", Dtype::Float32),
+        ("bert", Dtype::Bfloat16),
+        ("nomic-bert", Dtype::Bfloat16),
+    ] {
         for pooling in [Pooling::Mean, Pooling::None, Pooling::Cls, Pooling::Last] {
-            let mut one = tiny(arch, 1);
-            let mut two = tiny(arch, 2);
+            let mut one = tiny_as(arch, 1, dtype);
+            let mut two = tiny_as(arch, 2, dtype);
             let ins = inputs();
             let refs: Vec<&[u32]> = ins.iter().map(Vec::as_slice).collect();
             let batched = two
@@ -89,7 +115,10 @@ fn an_input_gets_the_same_bits_alone_or_in_any_batch() {
                     .encoder
                     .embed_batch(&[input], pooling, true)
                     .expect("one");
-                assert_eq!(alone[0], batched[i], "{arch} {pooling:?} input {i}");
+                assert_eq!(
+                    alone[0], batched[i],
+                    "{arch} {dtype:?} {pooling:?} input {i}"
+                );
                 assert_eq!(
                     rev[refs.len() - 1 - i],
                     batched[i],
@@ -262,9 +291,23 @@ fn check_bytes(arch: &str, g: &serde_json::Value) {
 
 #[test]
 fn tiny_bert_reranker_scores_match_llama_cpp() {
+    rerank_against_llama_cpp(Dtype::Float32, 1e-4);
+}
+
+/// In BF16 the scores move by BF16's rounding of the activations (2^-9 relative, over every
+/// projection of every layer).
+#[test]
+fn tiny_bert_reranker_bf16_scores_match_llama_cpp() {
+    rerank_against_llama_cpp(Dtype::Bfloat16, RERANK_BF16_TOL);
+}
+
+/// The BF16 reranker's relative tolerance against llama.cpp's f32 scores.
+const RERANK_BF16_TOL: f32 = 1e-2;
+
+fn rerank_against_llama_cpp(dtype: Dtype, tol: f32) {
     let g = golden();
     check_bytes("bert", &g);
-    let mut m = tiny("bert", 2);
+    let mut m = tiny_as("bert", 2, dtype);
     for case in g["bert"]["tokenize"].as_array().expect("tokenize") {
         let text = case["text"].as_str().expect("text");
         assert_eq!(
@@ -298,18 +341,27 @@ fn tiny_bert_reranker_scores_match_llama_cpp() {
         let want = p["score"].as_f64().expect("score") as f32;
         worst = worst.max((s[0] - want).abs());
         assert!(
-            (s[0] - want).abs() <= 1e-4 * want.abs().max(1.0),
-            "{s:?} vs {want}"
+            (s[0] - want).abs() <= tol * want.abs().max(1.0),
+            "{dtype:?}: {s:?} vs {want}"
         );
     }
-    eprintln!("largest score difference from llama.cpp: {worst:e}");
+    eprintln!("{dtype:?}: largest score difference from llama.cpp: {worst:e}");
 }
 
 #[test]
 fn tiny_nomic_bert_embeddings_match_llama_cpp() {
+    embed_against_llama_cpp(Dtype::Float32);
+}
+
+#[test]
+fn tiny_nomic_bert_bf16_embeddings_match_llama_cpp() {
+    embed_against_llama_cpp(Dtype::Bfloat16);
+}
+
+fn embed_against_llama_cpp(dtype: Dtype) {
     let g = golden();
     check_bytes("nomic-bert", &g);
-    let mut m = tiny("nomic-bert", 2);
+    let mut m = tiny_as("nomic-bert", 2, dtype);
     let cases = g["nomic-bert"]["embeddings"]
         .as_array()
         .expect("embeddings");
@@ -333,7 +385,7 @@ fn tiny_nomic_bert_embeddings_match_llama_cpp() {
         let want = floats_of(&c["embedding"]);
         let cos: f32 = e.iter().zip(&want).map(|(a, b)| a * b).sum();
         worst = worst.min(cos);
-        assert!(cos >= 0.9999, "{:?}: cosine {cos}", c["text"]);
+        assert!(cos >= 0.9999, "{dtype:?} {:?}: cosine {cos}", c["text"]);
     }
-    eprintln!("smallest cosine with llama.cpp: {worst}");
+    eprintln!("{dtype:?}: smallest cosine with llama.cpp: {worst}");
 }

@@ -1,24 +1,26 @@
-//! The mixture-of-experts architectures (`qwen3moe`, `qwen2moe`) on tiny random-weight models
-//! the test writes itself (`model::testing::tiny_model_gguf(arch, seed)`: 3 layers, 8 experts
-//! of width 32, 2 per token, one F16 and one Q8_0 expert tensor; qwen2moe adds a shared expert of width 64).
+//! The mixture-of-experts architectures (`qwen3moe`, `qwen2moe`, `olmoe`) on tiny random-weight
+//! models the test writes itself (`model::testing::tiny_model_gguf(arch, seed)`: 3 layers, 8
+//! experts of width 32, 2 per token, one F16 and one Q8_0 expert tensor; qwen2moe adds a shared
+//! expert of width 64; olmoe has 64 experts, 8 per token).
 //!
-//! Design: llama.cpp goldens for these models do not exist yet, so the forward pass is checked
+//! Design: besides the llama.cpp goldens (`llama_family.rs`), the forward pass is checked
 //! against a float64 re-implementation written here from the definitions (Qwen 3 attention with
-//! QK-norm, or Qwen 2 attention with QKV bias, NeoX RoPE; per token, softmax over all experts'
-//! router logits, the top 2, renormalised for qwen3moe only, SwiGLU experts, weighted sum;
-//! qwen2moe adds its shared expert times the sigmoid of its gate). The reference reads the
-//! tensors straight from the GGUF bytes and runs token by token, one expert at a time, sharing
-//! no code with the grouped forward pass.
+//! per-head QK-norm, Qwen 2 attention with QKV bias, or OLMoE attention with one QK-norm over
+//! all of Q and all of K; NeoX RoPE; per token, softmax over all experts' router logits, the
+//! top k, renormalised for qwen3moe only, SwiGLU experts, weighted sum; qwen2moe adds its shared
+//! expert times the sigmoid of its gate). The reference reads the tensors straight from the
+//! GGUF bytes and runs token by token, one expert at a time, sharing no code with the grouped
+//! forward pass.
 //!
 //! Tolerance: Tessera keeps K and V in f16 and sums in f32, and its Q8_0 matmul (layer 2's down
 //! experts) rounds the activations to 8 bits as llama.cpp does; the float64 reference does
 //! neither. On logits spanning about +-13, the largest |ours - reference| measured (2026-12,
-//! x86-64 AVX-512, `--nocapture` prints it) was 4.8e-2 qwen3moe and 2.9e-2 qwen2moe; with every
-//! expert in F32/F16 it was 1.0e-2 and 9.1e-3, the f16-cache floor of the dense tiny models
+//! x86-64 AVX-512, `--nocapture` prints it) was 4.8e-2 qwen3moe, 2.9e-2 qwen2moe (olmoe:
+//! 1.3e-2, AMD EPYC Zen 4 with AVX-512); with every expert in F32/F16 it was 1.0e-2 and 9.1e-3, the f16-cache floor of the dense tiny models
 //! (`llama_family.rs`). The bound, 0.1, is about twice the worst. The test also checks that the
-//! reference run with the other top-k normalisation (renormalised for qwen2moe, not for
-//! qwen3moe: a plausible mistake) moves the logits by more than ten times the bound (it moves
-//! them by about 5), so the bound can see a routing error.
+//! reference run with the other top-k normalisation (renormalised for qwen2moe and olmoe, not
+//! for qwen3moe: a plausible mistake) moves the logits by more than ten times the bound (it
+//! moves them by about 5; olmoe's by 4.0), so the bound can see a routing error.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,7 +32,7 @@ use model::{LoadedModel, LogitsWanted, ModelError, Session};
 const SEED: u64 = 7;
 /// The architectures the float64 reference below implements (Granite MoE's multipliers are
 /// checked against llama.cpp in `llama_family.rs`).
-const QWEN_MOE_ARCHS: [&str; 2] = ["qwen3moe", "qwen2moe"];
+const REFERENCE_ARCHS: [&str; 3] = ["qwen3moe", "qwen2moe", "olmoe"];
 /// Largest accepted |ours - float64 reference| on any logit (see the header).
 const LOGIT_TOL: f64 = 0.1;
 const TILE: usize = 4;
@@ -96,7 +98,11 @@ impl Reference {
             hd,
             n_expert: u("expert_count"),
             k: u("expert_used_count"),
-            ff: u("expert_feed_forward_length"),
+            // OLMoE gives the experts' width as `feed_forward_length` only.
+            ff: match md.get_u32(&format!("{arch}.expert_feed_forward_length")) {
+                Ok(Some(v)) => v as usize,
+                _ => u("feed_forward_length"),
+            },
             eps: f("attention.layer_norm_rms_epsilon"),
             base: f("rope.freq_base"),
             arch,
@@ -188,11 +194,17 @@ impl Reference {
             }
             y
         };
+        // OLMoE: one norm over the whole projection, then RoPE per head.
+        let whole = self.arch == "olmoe";
         let head_prep = |v: Vec<f64>, norm: &Option<Vec<f64>>, pos: usize| -> Vec<f64> {
+            let v = match norm {
+                Some(w) if whole => rms(&v, w, self.eps),
+                _ => v,
+            };
             v.chunks_exact(hd)
                 .flat_map(|head| match norm {
-                    Some(w) => rope(&rms(head, w, self.eps), pos, self.base),
-                    None => rope(head, pos, self.base),
+                    Some(w) if !whole => rope(&rms(head, w, self.eps), pos, self.base),
+                    _ => rope(head, pos, self.base),
                 })
                 .collect::<Vec<_>>()
         };
@@ -347,16 +359,17 @@ const PROMPT: &[u32] = &[
 
 #[test]
 fn tiny_moe_models_load_with_their_expert_layout() {
-    for (arch, norm_topk, shared_ff, qk_norm) in [
-        ("qwen3moe", true, None, true),
-        ("qwen2moe", false, Some(64), false),
+    for (arch, experts, norm_topk, shared_ff, qk_norm) in [
+        ("qwen3moe", (8, 2), true, None, true),
+        ("qwen2moe", (8, 2), false, Some(64), false),
+        ("olmoe", (64, 8), false, None, true),
     ] {
         let m = load_bytes("moe-load", &tiny_model_gguf(arch, SEED)).expect("loads");
         let cfg = m.transformer.config();
         let spec = cfg.moe.unwrap_or_else(|| panic!("{arch} has no MoE spec"));
         assert_eq!(
             (spec.n_expert, spec.n_used, spec.d_ff_exp),
-            (8, 2, 32),
+            (experts.0, experts.1, 32),
             "{arch}"
         );
         assert_eq!(
@@ -365,12 +378,13 @@ fn tiny_moe_models_load_with_their_expert_layout() {
             "{arch}"
         );
         assert_eq!((cfg.qk_norm, cfg.qkv_bias), (qk_norm, !qk_norm), "{arch}");
+        assert_eq!(cfg.qk_norm_whole, arch == "olmoe", "{arch}");
     }
 }
 
 #[test]
 fn prompt_logits_match_a_float64_per_token_reference() {
-    for arch in QWEN_MOE_ARCHS {
+    for arch in REFERENCE_ARCHS {
         let bytes = tiny_model_gguf(arch, SEED);
         let reference = Reference::new(bytes.clone());
         let mut m = load_bytes("moe-ref", &bytes).expect("loads");
@@ -395,7 +409,7 @@ fn prompt_logits_match_a_float64_per_token_reference() {
 
 #[test]
 fn logits_are_bit_identical_alone_and_batched_with_other_lengths() {
-    for arch in QWEN_MOE_ARCHS {
+    for arch in REFERENCE_ARCHS {
         batch_invariance(arch);
     }
 }
@@ -527,4 +541,32 @@ fn an_expert_tensor_of_the_wrong_shape_is_refused_naming_it() {
     );
     let msg = load_error(&w);
     assert!(msg.contains("blk.1.ffn_up_exps.weight"), "{msg}");
+}
+
+/// OLMoE: an expert count the tensors do not have (fewer or more), a missing
+/// `feed_forward_length` (its experts' width), a missing output projection (llama.cpp ties
+/// none to the embeddings) and a tensor its layout would not apply are refused, each naming
+/// what is wrong.
+#[test]
+fn olmoe_files_that_disagree_with_their_layout_are_refused_naming_why() {
+    let olmoe = || tiny_model_writer("olmoe", SEED).expect("olmoe is a tiny arch");
+    for count in [32u32, 65, 128] {
+        let mut w = olmoe();
+        w.add_metadata("olmoe.expert_count", count);
+        let msg = load_error(&w);
+        assert!(msg.contains("blk.0.ffn_gate_inp.weight"), "{count}: {msg}");
+    }
+    let mut w = olmoe();
+    assert!(w.remove_metadata("olmoe.feed_forward_length"));
+    let msg = load_error(&w);
+    assert!(msg.contains("olmoe.feed_forward_length"), "{msg}");
+    let mut w = olmoe();
+    assert!(w.remove_tensor("output.weight"));
+    let msg = load_error(&w);
+    assert!(msg.contains("output.weight"), "{msg}");
+    let mut w = olmoe();
+    let bias = [0.5f32; 64].iter().flat_map(|v| v.to_le_bytes()).collect();
+    w.add_tensor("blk.2.ffn_gate_inp.bias", &[64], GgmlType::F32, bias);
+    let msg = load_error(&w);
+    assert!(msg.contains("blk.2.ffn_gate_inp.bias"), "{msg}");
 }

@@ -39,7 +39,9 @@ fn encoder_state(arch: &str) -> AppState {
 /// The tiny encoder itself, to compute the expected rows.
 fn encoder(arch: &str) -> Encoder {
     let path = write_tiny(arch);
-    let e = model::load_encoder(&path, 1).expect("loads").encoder;
+    let e = model::load_encoder(&path, 1, model::Dtype::Auto)
+        .expect("loads")
+        .encoder;
     let _ = std::fs::remove_file(&path);
     e
 }
@@ -313,7 +315,7 @@ fn decoder_state(bytes: &[u8], pooling: Option<Pooling>) -> (AppState, model::Lo
     ));
     std::fs::write(&path, bytes).expect("write temp model");
     let loaded = common::load_cpu(&path, engine_config(), None, pooling);
-    let reference = model::load_embedder(&path, 1).expect("loads");
+    let reference = model::load_embedder(&path, 1, model::Dtype::Auto).expect("loads");
     let _ = std::fs::remove_file(&path);
     let state = AppState::with_model(ServerConfig::default(), loaded.expect("the decoder loads"));
     (state, reference)

@@ -127,9 +127,12 @@ async fn tiles_in_use(state: &server::AppState) -> u64 {
         .load(std::sync::atomic::Ordering::Relaxed)
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_gives_its_tiles_back() {
-    let state = tiny_state();
+    // The runner lets one step through at a time, so the request (190 steps long) is held in
+    // the engine for as long as the test needs, however fast or loaded the machine is.
+    let gate = common::gate::Gate::default();
+    let state = common::tiny_gated_state(&gate);
     let addr = spawn_server(state.clone()).await;
     let prompt: Vec<u32> = (0..60).map(|i| 40 + i % 50).collect();
     let aborted = || {
@@ -141,23 +144,49 @@ async fn a_client_that_disconnects_gives_its_tiles_back() {
         let req =
             json!({"prompt": prompt, "max_tokens": 190, "ignore_eos": true, "stream": stream});
         let mut sock = open_post(addr, "/v1/completions", &req).await;
-        // Wait until the request holds tiles, then hang up.
-        let mut held = false;
-        for _ in 0..500 {
-            if tiles_in_use(&state).await > 0 {
-                held = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        assert!(held, "the request never held tiles (stream: {stream})");
+        // One step (the prefill and the first token), then the engine waits at the next one.
+        let started = gate.started() + 1;
+        gate.permit(1);
+        let g = gate.clone();
+        let blocked = tokio::task::spawn_blocking(move || g.wait_blocked(started, || false))
+            .await
+            .expect("join");
+        assert!(
+            blocked,
+            "the engine never reached its second step (stream: {stream})"
+        );
+        assert!(
+            tiles_in_use(&state).await > 0,
+            "the request holds no tiles (stream: {stream})"
+        );
         if stream {
             let mut buf = [0u8; 256];
             let _ = sock.read(&mut buf).await;
         }
         drop(sock);
+        // Let steps through one at a time until the engine sees the client gone; the request
+        // needs 189 more, so it cannot end any other way.
+        for _ in 0..150 {
+            if aborted() > aborted_before {
+                break;
+            }
+            let started = gate.started() + 1;
+            gate.permit(1);
+            let g = gate.clone();
+            let st = state.clone();
+            let stats = move || {
+                let e = st.loaded().expect("loaded").engine.stats();
+                e.finished_abort.load(std::sync::atomic::Ordering::Relaxed) > aborted_before
+            };
+            tokio::task::spawn_blocking(move || g.wait_blocked(started, stats))
+                .await
+                .expect("join");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(aborted(), aborted_before + 1, "stream: {stream}");
+        // The engine publishes its tile counts after the step that freed them.
         let mut freed = false;
-        for _ in 0..200 {
+        for _ in 0..6000 {
             if tiles_in_use(&state).await == 0 {
                 freed = true;
                 break;
@@ -168,6 +197,5 @@ async fn a_client_that_disconnects_gives_its_tiles_back() {
             freed,
             "tiles still in use after the client left (stream: {stream})"
         );
-        assert_eq!(aborted(), aborted_before + 1, "stream: {stream}");
     }
 }

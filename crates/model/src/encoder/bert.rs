@@ -9,6 +9,7 @@
 //! at load by name.
 
 use gguf::GgufFile;
+use kernels::bf16dot::{matmul_bf16, Bf16Rows, Bf16Scratch};
 use kernels::{matmul, MatmulScratch, Threads};
 
 use super::config::{EncoderArch, EncoderConfig};
@@ -38,17 +39,43 @@ impl Norm {
 pub(crate) struct Linear {
     pub w: Matrix,
     pub b: Option<Vec<f32>>,
+    /// The weights rounded to BF16 when the encoder multiplies in BF16 (`Dtype::Bfloat16`);
+    /// then `w`'s file pages are released and only these are read.
+    pub bf16: Option<Bf16Rows>,
+}
+
+/// Scratch of the two matmul paths.
+#[derive(Default)]
+pub(crate) struct LinScratch {
+    pub mm: MatmulScratch,
+    pub bf16: Bf16Scratch,
 }
 
 impl Linear {
-    fn load(l: &Loader, name: &str, rows: usize, cols: usize) -> Result<Linear, ModelError> {
+    fn load(
+        l: &Loader,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        bf16: bool,
+    ) -> Result<Linear, ModelError> {
         let bias = format!("{name}.bias");
+        let w = l.matrix(&format!("{name}.weight"), rows, cols)?;
+        let rounded = if bf16 {
+            Bf16Rows::from_float(w.ty, w.data, rows, cols)
+        } else {
+            None
+        };
+        if rounded.is_some() {
+            l.file.release_pages(w.data);
+        }
         Ok(Linear {
-            w: l.matrix(&format!("{name}.weight"), rows, cols)?.packed(),
+            w: if rounded.is_some() { w } else { w.packed() },
             b: match l.file.tensor(&bias) {
                 Some(_) => Some(l.vector(&bias, rows)?),
                 None => None,
             },
+            bf16: rounded,
         })
     }
 
@@ -57,23 +84,20 @@ impl Linear {
         name: &str,
         rows: usize,
         cols: usize,
+        bf16: bool,
     ) -> Result<Option<Linear>, ModelError> {
         match l.file.tensor(&format!("{name}.weight")) {
-            Some(_) => Linear::load(l, name, rows, cols).map(Some),
+            Some(_) => Linear::load(l, name, rows, cols, bf16).map(Some),
             None => Ok(None),
         }
     }
 
     /// `out = x · Wᵀ + b` over the `n` rows of `x`.
-    pub fn apply(
-        &self,
-        th: &Threads,
-        x: &[f32],
-        n: usize,
-        out: &mut [f32],
-        mm: &mut MatmulScratch,
-    ) {
-        matmul(th, &self.w.weights(), x, n, out, mm);
+    pub fn apply(&self, th: &Threads, x: &[f32], n: usize, out: &mut [f32], s: &mut LinScratch) {
+        match &self.bf16 {
+            Some(w) => matmul_bf16(th, w, x, n, out, &mut s.bf16),
+            None => matmul(th, &self.w.weights(), x, n, out, &mut s.mm),
+        }
         if let Some(b) = &self.b {
             out.chunks_exact_mut(b.len())
                 .for_each(|r| kernels::add(r, b));
@@ -84,7 +108,7 @@ impl Linear {
 /// Q, K and V: one fused `[3d][d]` projection or three.
 pub(crate) enum Qkv {
     Fused(Linear),
-    Split([Linear; 3]),
+    Split(Box<[Linear; 3]>),
 }
 
 pub(crate) struct Layer {
@@ -154,7 +178,11 @@ const GLOBAL_TENSORS: &[&str] = &[
 ];
 
 impl BertWeights {
-    pub fn load(file: GgufFile, cfg: &EncoderConfig) -> Result<BertWeights, ModelError> {
+    pub fn load(
+        file: GgufFile,
+        cfg: &EncoderConfig,
+        bf16: bool,
+    ) -> Result<BertWeights, ModelError> {
         let file: &'static GgufFile = Box::leak(Box::new(file));
         let l = Loader { file };
         refuse_unknown_tensors(&l, cfg.n_layers)?;
@@ -177,15 +205,15 @@ impl BertWeights {
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for i in 0..cfg.n_layers {
             let n = |s: &str| format!("blk.{i}.{s}");
-            let qkv = match Linear::try_load(&l, &n("attn_qkv"), 3 * d, d)? {
+            let qkv = match Linear::try_load(&l, &n("attn_qkv"), 3 * d, d, bf16)? {
                 Some(fused) => Qkv::Fused(fused),
-                None => Qkv::Split([
-                    Linear::load(&l, &n("attn_q"), d, d)?,
-                    Linear::load(&l, &n("attn_k"), d, d)?,
-                    Linear::load(&l, &n("attn_v"), d, d)?,
-                ]),
+                None => Qkv::Split(Box::new([
+                    Linear::load(&l, &n("attn_q"), d, d, bf16)?,
+                    Linear::load(&l, &n("attn_k"), d, d, bf16)?,
+                    Linear::load(&l, &n("attn_v"), d, d, bf16)?,
+                ])),
             };
-            let gate = Linear::try_load(&l, &n("ffn_gate"), ff, d)?;
+            let gate = Linear::try_load(&l, &n("ffn_gate"), ff, d, bf16)?;
             match (cfg.arch, &gate) {
                 (EncoderArch::Bert, Some(_)) => {
                     return Err(bad(
@@ -204,11 +232,11 @@ impl BertWeights {
             }
             layers.push(Layer {
                 qkv,
-                out: Linear::load(&l, &n("attn_output"), d, d)?,
+                out: Linear::load(&l, &n("attn_output"), d, d, bf16)?,
                 attn_norm: Norm::load(&l, &n("attn_output_norm"), d)?,
-                up: Linear::load(&l, &n("ffn_up"), ff, d)?,
+                up: Linear::load(&l, &n("ffn_up"), ff, d, bf16)?,
                 gate,
-                down: Linear::load(&l, &n("ffn_down"), d, ff)?,
+                down: Linear::load(&l, &n("ffn_down"), d, ff, bf16)?,
                 out_norm: Norm::load(&l, &n("layer_output_norm"), d)?,
             });
         }
@@ -256,12 +284,12 @@ fn refuse_unknown_tensors(l: &Loader, n_layers: usize) -> Result<(), ModelError>
 /// `cls` is `[d][d]` (then tanh); `cls.output` is `[n_out][d]` (or `[n_out][d]` straight on
 /// the pooled state when `cls` is absent).
 fn load_classifier(l: &Loader, d: usize) -> Result<Option<Classifier>, ModelError> {
-    let dense = Linear::try_load(l, "cls", d, d)?;
+    let dense = Linear::try_load(l, "cls", d, d, false)?;
     let out = match l.file.tensor("cls.output.weight") {
         None => None,
         Some(t) => {
             let n_out = t.info.n_elements() as usize / d.max(1);
-            Some(Linear::load(l, "cls.output", n_out.max(1), d)?)
+            Some(Linear::load(l, "cls.output", n_out.max(1), d, false)?)
         }
     };
     let n_out = match (&dense, &out) {

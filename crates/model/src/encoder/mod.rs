@@ -21,14 +21,14 @@ mod embedder;
 use std::ops::Range;
 use std::path::Path;
 
-use kernels::{MatmulScratch, Threads};
+use kernels::Threads;
 
-pub use config::{model_kind, EncoderArch, EncoderConfig, ModelKind, Pooling};
+pub use config::{model_kind, Dtype, EncoderArch, EncoderConfig, ModelKind, Pooling};
 pub use decoder::DecoderEmbedder;
 pub use embedder::Embedder;
 
 use attention::{AttnScratch, Shape};
-use bert::{BertWeights, Qkv};
+use bert::{BertWeights, LinScratch, Qkv};
 
 use crate::ModelError;
 
@@ -48,7 +48,7 @@ struct Workspace {
     pos_row: Vec<f32>,
     rope: Vec<(f32, f32)>,
     attn: AttnScratch,
-    mm: MatmulScratch,
+    mm: LinScratch,
 }
 
 fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -67,9 +67,14 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// Builds the encoder of an opened GGUF file (weights stay views of its mmap). Anything
-    /// but a supported, non-causal BERT-family file is an error naming the file and the problem.
-    pub fn load(file: gguf::GgufFile, threads: Threads) -> Result<Encoder, ModelError> {
+    /// Builds the encoder of an opened GGUF file (weights stay views of its mmap, or are
+    /// rounded to BF16 as `dtype` says). Anything but a supported, non-causal BERT-family file
+    /// is an error naming the file and the problem.
+    pub fn load(
+        file: gguf::GgufFile,
+        threads: Threads,
+        dtype: Dtype,
+    ) -> Result<Encoder, ModelError> {
         let path = file.path().display().to_string();
         let in_file = |e: ModelError| match e {
             e @ (ModelError::InFile { .. }
@@ -81,7 +86,7 @@ impl Encoder {
             },
         };
         let cfg = EncoderConfig::from_metadata(file.metadata()).map_err(in_file)?;
-        let w = BertWeights::load(file, &cfg).map_err(in_file)?;
+        let w = BertWeights::load(file, &cfg, dtype.bf16()).map_err(in_file)?;
         Ok(Encoder {
             cfg,
             w,
@@ -117,6 +122,22 @@ impl Encoder {
     /// Scores per input under rank pooling (0 without a classifier head).
     pub fn n_scores(&self) -> usize {
         self.w.cls.as_ref().map_or(0, |c| c.n_out)
+    }
+
+    /// Whether every projection of every layer computes in BF16 (`Dtype::Bfloat16`, or `Auto`
+    /// on a CPU with AVX-512 BF16); a float matrix whose columns are not a multiple of 32 stays
+    /// f32, and so do quantized ones.
+    pub fn bf16(&self) -> bool {
+        self.w.layers.iter().all(|l| {
+            let qkv = match &l.qkv {
+                Qkv::Fused(f) => f.bf16.is_some(),
+                Qkv::Split(s) => s.iter().all(|p| p.bf16.is_some()),
+            };
+            qkv && l.out.bf16.is_some()
+                && l.up.bf16.is_some()
+                && l.down.bf16.is_some()
+                && l.gate.as_ref().is_none_or(|g| g.bf16.is_some())
+        })
     }
 
     /// The pool the encoder runs on.
@@ -243,7 +264,8 @@ impl Encoder {
                     v[r * d..(r + 1) * d].copy_from_slice(&row[2 * d..]);
                 }
             }
-            Qkv::Split([wq, wk, wv]) => {
+            Qkv::Split(split) => {
+                let [wq, wk, wv] = &**split;
                 wq.apply(th, x, n, q, mm);
                 wk.apply(th, x, n, k, mm);
                 wv.apply(th, x, n, v, mm);
@@ -386,12 +408,18 @@ pub struct LoadedEmbedder {
 
 /// Opens `path` and loads it as an embedding model on `threads` workers: an encoder, or a
 /// decoder whose hidden states are pooled (its `pooling()` is the file's
-/// `<arch>.pooling_type`, else last-token, as Qwen3-Embedding's).
-pub fn load_embedder(path: &Path, threads: usize) -> Result<LoadedEmbedder, ModelError> {
+/// `<arch>.pooling_type`, else last-token, as Qwen3-Embedding's). `dtype` is the encoder's
+/// arithmetic; a decoder computes in its own block formats, so any `dtype` but `Auto` on one
+/// is an error.
+pub fn load_embedder(
+    path: &Path,
+    threads: usize,
+    dtype: Dtype,
+) -> Result<LoadedEmbedder, ModelError> {
     let file = gguf::GgufFile::open(path)?;
     if model_kind(file.metadata())? == ModelKind::Encoder {
         drop(file);
-        let m = load_encoder(path, threads)?;
+        let m = load_encoder(path, threads, dtype)?;
         return Ok(LoadedEmbedder {
             tokenizer: m.tokenizer,
             embedder: Box::new(m.encoder),
@@ -401,6 +429,16 @@ pub fn load_embedder(path: &Path, threads: usize) -> Result<LoadedEmbedder, Mode
         .metadata()
         .require_str("general.architecture")?
         .to_string();
+    if dtype != Dtype::Auto {
+        return Err(ModelError::InFile {
+            path: path.display().to_string(),
+            source: Box::new(ModelError::Invalid(format!(
+                "dtype {} applies to encoders (nomic-bert, bert); this is a {arch} decoder, \
+                 which computes in its own block formats",
+                dtype.name()
+            ))),
+        });
+    }
     let from_file = file
         .metadata()
         .get_u32(&format!("{arch}.pooling_type"))?
@@ -421,14 +459,19 @@ pub struct LoadedEncoder {
     pub encoder: Encoder,
 }
 
-/// Opens `path` and loads its tokenizer and encoder on `threads` workers.
-pub fn load_encoder(path: &Path, threads: usize) -> Result<LoadedEncoder, ModelError> {
+/// Opens `path` and loads its tokenizer and encoder on `threads` workers, its float projections
+/// computing as `dtype` says.
+pub fn load_encoder(
+    path: &Path,
+    threads: usize,
+    dtype: Dtype,
+) -> Result<LoadedEncoder, ModelError> {
     let file = gguf::GgufFile::open(path)?;
     let tokenizer =
         tokenizer::Tokenizer::from_metadata(file.metadata()).map_err(|e| ModelError::InFile {
             path: path.display().to_string(),
             source: Box::new(e.into()),
         })?;
-    let encoder = Encoder::load(file, Threads::new(threads.max(1)))?;
+    let encoder = Encoder::load(file, Threads::new(threads.max(1)), dtype)?;
     Ok(LoadedEncoder { tokenizer, encoder })
 }

@@ -34,6 +34,9 @@ pub(super) struct TinyMoe {
     pub n_used: usize,
     pub ff: usize,
     pub shared_ff: Option<usize>,
+    /// Write the width as `expert_feed_forward_length` too (OLMoE's converter writes it only
+    /// as `feed_forward_length`, which is what llama.cpp reads for OLMoE).
+    pub ff_key: bool,
 }
 
 /// Eight experts of width 32, two per token, no shared expert.
@@ -42,6 +45,7 @@ const EIGHT_EXPERTS: TinyMoe = TinyMoe {
     n_used: 2,
     ff: 32,
     shared_ff: None,
+    ff_key: true,
 };
 
 /// The tiny gpt-oss's `rope.scaling.factor` and `rope.scaling.original_context_length`.
@@ -76,10 +80,8 @@ impl TinySpec {
                 qkv_bias: true,
                 untied_output: true,
                 moe: Some(TinyMoe {
-                    n_expert: 8,
-                    n_used: 2,
-                    ff: 32,
                     shared_ff: Some(64),
+                    ..EIGHT_EXPERTS
                 }),
                 ..b
             },
@@ -107,17 +109,39 @@ impl TinySpec {
                 sliding_window: Some(8),
                 gpt_oss: true,
                 moe: Some(TinyMoe {
-                    n_expert: 8,
                     n_used: 4,
-                    ff: 32,
-                    shared_ff: None,
+                    ..EIGHT_EXPERTS
                 }),
+                ..b
+            },
+            // OLMoE-1B-7B's layout in small: pre-norms, one QK-norm over all of Q and of K
+            // (as wide as d_model: llama.cpp's OLMoE has as many KV heads as query heads),
+            // untied output, RMS epsilon 1e-5 and RoPE base 10000 as its converter writes
+            // them; 64 experts of width 32 (the width as `feed_forward_length`), 8 per token,
+            // not renormalised.
+            "olmoe" => TinySpec {
+                arch: "olmoe",
+                n_kv_heads: 4,
+                d_ff: 32,
+                untied_output: true,
+                qk_norm: true,
+                qk_norm_whole: true,
+                moe: Some(OLMOE_EXPERTS),
                 ..b
             },
             _ => return None,
         })
     }
 }
+
+/// The tiny OLMoE's experts: OLMoE-1B-7B's count and top-k (64, 8).
+const OLMOE_EXPERTS: TinyMoe = TinyMoe {
+    n_expert: 64,
+    n_used: 8,
+    ff: 32,
+    shared_ff: None,
+    ff_key: false,
+};
 
 /// gpt-oss's YaRN keys.
 pub(super) fn write_gpt_oss_hparams(w: &mut GgufWriter, s: &TinySpec) {

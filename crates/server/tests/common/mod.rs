@@ -11,6 +11,8 @@ use serde_json::Value;
 use server::{AppState, ServerConfig};
 use tower::ServiceExt;
 
+pub mod gate;
+
 /// A Jinja chat template for the tiny model (which has none of its own).
 pub const TEST_TEMPLATE: &str = "{{ bos_token }}{% for m in messages %}{{ m.role }}: \
     {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}";
@@ -28,7 +30,7 @@ pub fn load_cpu(
         let embeds = gguf::GgufFile::open(&file)
             .is_ok_and(|f| model::model_kind(f.metadata()).is_ok_and(model::ModelKind::embeds));
         if pooling.is_some() || embeds {
-            let m = model::load_embedder(&file, 1)?;
+            let m = model::load_embedder(&file, 1, model::Dtype::Auto)?;
             let pooling = pooling.unwrap_or(m.embedder.pooling());
             let embedder = m.embedder;
             Ok((
@@ -60,6 +62,34 @@ pub fn tiny_loaded(cfg: EngineConfig, template: Option<&str>) -> server::Loaded 
 
 /// Like `tiny_loaded`, for another tiny architecture (see `model::testing::TINY_ARCHS`).
 pub fn tiny_loaded_arch(arch: &str, cfg: EngineConfig, template: Option<&str>) -> server::Loaded {
+    with_tiny_file(arch, |path| {
+        load_cpu(path, cfg, template.map(str::to_string), None)
+    })
+}
+
+/// The tiny state, its runner's steps let through by `gate` (see `gate::Gate`).
+pub fn tiny_gated_state(gate: &gate::Gate) -> AppState {
+    let gate = gate.clone();
+    let loaded = with_tiny_file("llama", |path| {
+        let file = path.to_path_buf();
+        server::load_model(
+            path,
+            engine_config(),
+            Some(TEST_TEMPLATE.into()),
+            move || {
+                let m = model::load(&file, 1)?;
+                Ok((gate.wrap(m.transformer), m.tokenizer))
+            },
+        )
+    });
+    AppState::with_model(ServerConfig::default(), loaded)
+}
+
+/// Writes the tiny model of `arch` to a temp file, runs `load` on it and removes the file.
+fn with_tiny_file(
+    arch: &str,
+    load: impl FnOnce(&std::path::Path) -> Result<server::Loaded, String>,
+) -> server::Loaded {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let path = std::env::temp_dir().join(format!(
         "tessera-server-test-{}-{}.gguf",
@@ -67,7 +97,7 @@ pub fn tiny_loaded_arch(arch: &str, cfg: EngineConfig, template: Option<&str>) -
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::write(&path, model::testing::tiny_model_gguf(arch, 7)).expect("write temp model");
-    let loaded = load_cpu(&path, cfg, template.map(str::to_string), None);
+    let loaded = load(&path);
     let _ = std::fs::remove_file(&path);
     loaded.expect("the tiny model loads")
 }
