@@ -25,7 +25,7 @@ fn shapes(ty: GgmlType) -> [(usize, usize); 3] {
     if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
         [(16, 256), (48, 512), (64, 1024)]
     } else {
-        [(16, 32), (48, 64), (64, 640)]
+        [(16, 32), (48, 64), (64, 736)]
     }
 }
 

@@ -1,5 +1,6 @@
-//! AMX-INT8 passes for x16-packed Q4_K / Q6_K weights over sixteen activation rows (layout in
-//! `crate::packed`), beside the AVX-512 VNNI passes of `packed512`, whose helpers they share.
+//! AMX-INT8 passes for x16-packed weights over sixteen activation rows (layout in
+//! `crate::packed`), beside the AVX-512 VNNI passes of `packed512`, whose helpers they share:
+//! Q4_K / Q6_K, and the legacy formats (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1).
 //!
 //! Why: over sixteen activation rows the VNNI passes are bound by port 0, which runs every
 //! 512-bit integer multiply (`dpbusd`, the scales' `mullo`, `madd`). One `tdpbsud` multiplies a
@@ -10,16 +11,27 @@
 //! and the activation operand is loaded straight from the Q8_K blocks (one tile row per
 //! activation row, stride one activation row).
 //!
-//! Per record: every sub-block's quants are unpacked (as in `packed512`) into a 64-byte aligned
-//! buffer, then each sub-block is multiplied in tiles and its 16 x 16 i32 sums stored; then per
-//! activation row the sums are scaled by the sub-block scales and added in the VNNI passes'
-//! order. Unpacking all sub-blocks before the first tile load, and rotating four sum tiles, keeps
-//! the tile loads off the stores just made and several products in flight: with one sum tile
-//! and each sub-block unpacked just before its product, the passes were slower than VNNI's. The sums are exact
-//! integers, the same as `dot_chunks` forms, and the float steps are the VNNI passes', so the
-//! outputs have the same bits as the scalar reference (`tests/packed.rs`).
+//! K-quants, per record: every sub-block's quants are unpacked (as in `packed512`) into a 64-byte
+//! aligned buffer, then each sub-block is multiplied in tiles and its 16 x 16 i32 sums stored;
+//! then per activation row the sums are scaled by the sub-block scales and added in the VNNI
+//! passes' order. Unpacking all sub-blocks before the first tile load, and rotating four sum
+//! tiles, keeps the tile loads off the stores just made and several products in flight: with one
+//! sum tile and each sub-block unpacked just before its product, the passes were slower than
+//! VNNI's. The sums are exact integers, the same as `dot_chunks` forms, and the float steps are
+//! the VNNI passes', so the outputs have the same bits as the scalar reference (`tests/packed.rs`).
 //!
-//! Tiles: 0-3 hold sums (sub-block `sb` uses `sb % 4`), 4-5 activations and 6-7 weights
+//! Legacy formats: a weight group's records are unpacked once into tiles of *signed* quants (the
+//! stored value less the format's offset; Q4_1 / Q5_1 stay unsigned, they have no offset), so one
+//! `tdpbssd` per record and sixteen activation rows (`Q8_0` activation blocks, a tile row each)
+//! gives each block's whole integer sum, the VNNI pass's `-offset * sum(x)` included; then the
+//! VNNI pass's float steps per activation row, records in order. Products of four records are
+//! issued before the previous four's sums are scaled. Measured (Q5_0 2048x640, one thread,
+//! minimums of 50 runs, `kquant_speed -- 1 50 Q5_0:128` against `TESSERA_ISA=avx512`, a loaded
+//! machine): 815-839 against 1172-1176 us at 128 rows, 110-112 against 133 us at 16. The tile
+//! products alone take about two thirds of that time, the float steps alone half: tile loads and
+//! stores of 32-quant blocks cost about as much as the multiplies they save.
+//!
+//! Tiles: 0-3 hold sums (sub-block or record `s` uses `s % 4`), 4-5 activations and 6-7 weights
 //! (alternating). The configuration is loaded at the start of each call into a thread's share of
 //! row groups and the tiles released at its end (an idle thread then carries no tile state).
 //!
@@ -41,7 +53,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::packed512::{self, merge6, pick, unpack, widen_u8};
-use super::{prefetch_record, Pass, Q4};
+use super::{legacy_format, prefetch_record, Pass, Q4, Q41, Q5, Q51, Q8};
 
 /// How many records ahead the AMX Q4_K / Q6_K passes prefetch (a burst of the whole record at
 /// its start). On the 1.5B Qwen's matmuls (980 MB of Q4_K / Q6_K records per token, 2 threads,
@@ -52,10 +64,10 @@ use super::{prefetch_record, Pass, Q4};
 const KQUANT_PREFETCH_RECORDS: usize = 1;
 use crate::dtype::Format;
 use crate::packed::{
-    record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
-    Q6K_HIGH, Q6K_LOW, Q6K_SCALES,
+    offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS,
+    Q4K_QUANTS, Q4K_SCALES, Q6K_HIGH, Q6K_LOW, Q6K_SCALES,
 };
-use crate::quant::BlockQ8K;
+use crate::quant::{ActQ8_0, BlockQ8K};
 
 /// Activation rows of an AMX pass (the tiles' 16 rows).
 const ROWS: usize = 16;
@@ -386,6 +398,200 @@ unsafe fn pass_q6k(job: &PackedJob, g: usize, i: usize) {
     }
 }
 
+/// Records a legacy pass multiplies on the tile unit before it scales their sums: one sum tile
+/// each, so their products overlap and the sums are read back well after their stores.
+const LEGACY_BATCH: usize = 4;
+
+/// One record's quants as a weight tile (eight 64-byte rows).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct TileQuants([u8; 512]);
+
+/// `tilezero tmm{C}`; `tileloadd` activations into `tmm{A}` (rows `stride` apart) and weights
+/// into `tmm{A + 2}` (64-byte rows); `tdpbssd` (both signed); `tilestored` the sums to `out`.
+///
+/// # Safety
+/// As [`tile_product`].
+#[inline(always)]
+unsafe fn tile_product_signed<const C: u8, const A: u8>(
+    x: *const i8,
+    stride: usize,
+    w: *const u8,
+    out: *mut i32,
+) {
+    // SAFETY: per the contract; the instructions touch only the memory named.
+    unsafe {
+        asm!(
+            "tilezero tmm{c}",
+            "tileloadd tmm{a}, [{x} + {s}*1]",
+            "tileloadd tmm{b}, [{w} + {s64}*1]",
+            "tdpbssd tmm{c}, tmm{a}, tmm{b}",
+            "tilestored [{out} + {s64}*1], tmm{c}",
+            c = const C,
+            a = const A,
+            b = const A + 2,
+            x = in(reg) x,
+            s = in(reg) stride,
+            w = in(reg) w,
+            s64 = in(reg) 64usize,
+            out = in(reg) out,
+            options(nostack),
+        );
+    }
+}
+
+/// Group `g`'s quants of a legacy format `F`, record by record, as weight tiles: signed (`q`,
+/// the stored value less the format's offset) where the format has an offset, so the tile
+/// product is the block's whole integer sum; unsigned where it has a minimum (Q4_1, Q5_1).
+///
+/// # Safety
+/// The CPU must support AVX-512 F/BW; `job` is a job of format `legacy_format(F)` whose shapes
+/// agree, `g < job.rows / 16`, and `out` holds `job.blocks` tiles.
+#[inline(always)]
+unsafe fn unpack_group<const F: u8>(job: &PackedJob, g: usize, out: &mut [TileQuants]) {
+    let format = legacy_format(F);
+    let rec = record_bytes(format);
+    let with_min = F == Q41 || F == Q51;
+    // SAFETY: the records of group g lie in `data` (the job's shapes); each store writes one
+    // 64-byte row of a 64-byte aligned tile of `out`, which holds `blocks` of them; AVX-512 F/BW
+    // per the contract.
+    unsafe {
+        // The offset as a byte: Q8_0's 128 wraps to -128, and `u - 128` wraps alike.
+        let off = _mm512_set1_epi8(offset(format).unwrap_or(0) as i8);
+        let base = job.data.as_ptr().add(g * job.blocks * rec);
+        for (b, t) in out.iter_mut().enumerate().take(job.blocks) {
+            let w = unpack::<F>(base.add(b * rec + quants_at(format)));
+            for k in 0..8 {
+                let v = if with_min {
+                    w[k]
+                } else {
+                    _mm512_sub_epi8(w[k], off)
+                };
+                _mm512_store_si512(t.0.as_mut_ptr().add(64 * k).cast(), v);
+            }
+        }
+    }
+}
+
+/// Legacy rows `16g..16g + 16` (format `F`: Q8_0, Q5_0, Q4_0, Q4_1, Q5_1) for activation rows
+/// `i..i + 16`, the group's quants unpacked in `wq` ([`unpack_group`]): per record one tile
+/// product of the sixteen activation rows' quants by the record's, then the VNNI pass's float
+/// steps per activation row, records in order. The integer sums are the VNNI pass's (there the
+/// offset's term `-offset * sum(x)` is added to the unsigned quants' sum), so are the outputs.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VNNI and AMX-INT8 with the OS's permission
+/// ([`available`]), and this thread's tiles must be configured by `TileConfig::for_subblock(32)`
+/// ([`legacy_groups`] does both). `job` is a job of format `legacy_format(F)` whose shapes agree
+/// (as `packed512::groups` states); `g < job.rows / 16`, `i + 16 <= job.m`, `wq` holds group
+/// `g`'s tiles, and no other thread writes group `g`'s outputs.
+#[inline(always)]
+unsafe fn pass_legacy<const F: u8>(job: &PackedJob, g: usize, i: usize, wq: &[TileQuants]) {
+    let format = legacy_format(F);
+    let rec = record_bytes(format);
+    let with_min = F == Q41 || F == Q51;
+    let blocks = job.blocks;
+    let PackedActs::Q8_0(all) = job.acts else {
+        unreachable!("legacy packed kernel with Q8_K activations")
+    };
+    let stride = blocks * std::mem::size_of::<ActQ8_0>();
+    let mut scratch = Scratch::new();
+    let sums = scratch.sums();
+    // SAFETY: records of group g lie in `data` and activation rows i..i + 16 hold `blocks`
+    // blocks each, so the 16 tile rows of 32 quants `stride` apart from a block of row i are
+    // readable; `wq` holds `blocks` tiles; the stores hit group g's outputs of rows i..i + 16
+    // (this function's contract); `scratch` holds the LEGACY_BATCH sum tiles written here; the
+    // instruction sets and the tile configuration per the contract.
+    unsafe {
+        let base = job.data.as_ptr().add(g * blocks * rec);
+        let acts = all.as_ptr().add(i * blocks);
+        let mut acc = [_mm512_setzero_ps(); ROWS];
+        // Batch k's sums go to half k % 2 of the scratch: the next batch's products are issued
+        // before this batch's sums are read, so the tile unit works while they are scaled.
+        let products = |b: usize, half: usize| {
+            for s in 0..LEGACY_BATCH.min(blocks - b) {
+                let w = wq[b + s].0.as_ptr();
+                let x = (*acts.add(b + s)).qs.as_ptr();
+                let out = sums.add(1024 * (LEGACY_BATCH * half + s)).cast::<i32>();
+                match (s, with_min) {
+                    (0, false) => tile_product_signed::<0, 4>(x, stride, w, out),
+                    (1, false) => tile_product_signed::<1, 5>(x, stride, w, out),
+                    (2, false) => tile_product_signed::<2, 4>(x, stride, w, out),
+                    (_, false) => tile_product_signed::<3, 5>(x, stride, w, out),
+                    (0, true) => tile_product::<0, 4>(x, stride, w, out),
+                    (1, true) => tile_product::<1, 5>(x, stride, w, out),
+                    (2, true) => tile_product::<2, 4>(x, stride, w, out),
+                    (_, true) => tile_product::<3, 5>(x, stride, w, out),
+                }
+            }
+        };
+        products(0, 0);
+        let mut b = 0;
+        while b < blocks {
+            let nb = LEGACY_BATCH.min(blocks - b);
+            let half = (b / LEGACY_BATCH) % 2;
+            if b + nb < blocks {
+                products(b + nb, 1 - half);
+            }
+            let mut dw = [_mm512_setzero_ps(); LEGACY_BATCH];
+            let mut mw = [_mm512_setzero_ps(); LEGACY_BATCH];
+            for s in 0..nb {
+                let r = base.add((b + s) * rec);
+                dw[s] = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
+                if with_min {
+                    mw[s] = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()));
+                }
+            }
+            for j in 0..ROWS {
+                for s in 0..nb {
+                    let x = &*acts.add(j * blocks + b + s);
+                    let dx = _mm512_set1_ps(x.d);
+                    let scale = _mm512_mul_ps(dw[s], dx);
+                    let isum = sums_of(sums, LEGACY_BATCH * half + s, j);
+                    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+                    if with_min {
+                        let xsum = _mm512_set1_ps(x.sum as f32);
+                        acc[j] = _mm512_fmadd_ps(xsum, _mm512_mul_ps(mw[s], dx), acc[j]);
+                    }
+                }
+            }
+            b += nb;
+        }
+        for j in 0..ROWS {
+            _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
+        }
+    }
+}
+
+/// Writes all outputs of row groups `groups` of a legacy job (format `F`): per group its quants
+/// unpacked once ([`unpack_group`]), then sixteen activation rows at a time on the tile unit and
+/// the rest in the VNNI passes.
+///
+/// # Safety
+/// As [`groups_of`] for a legacy format `F` (the tiles are configured here, for 32-quant blocks).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn legacy_groups<const F: u8>(job: &PackedJob, groups: std::ops::Range<usize>) {
+    let config = TileConfig::for_subblock(32);
+    let mut wq = vec![TileQuants([0; 512]); job.blocks];
+    // SAFETY: AMX is available and permitted (this function's contract) and the configuration
+    // is valid for palette 1; the passes get the features enabled here, the tiles configured
+    // for 32-quant blocks and group g's quants in `wq`, and the rest of their contract is this
+    // function's.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+        for g in groups {
+            unpack_group::<F>(job, g, &mut wq);
+            let mut i = 0;
+            while i + ROWS <= job.m {
+                pass_legacy::<F>(job, g, i, &wq);
+                i += ROWS;
+            }
+            super::drive_rest::<packed512::LegacyPass<F>>(job, g, i);
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    }
+}
+
 /// Q4_K over AMX: sixteen activation rows at a time, the VNNI pass for the rest.
 pub(super) struct Q4KAmx;
 /// Q6_K over AMX: sixteen activation rows at a time, the VNNI pass for the rest.
@@ -453,6 +659,11 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             _ if job.m < ROWS => packed512::groups(job, groups),
             Format::Q4_K => groups_of::<Q4KAmx, 32>(job, groups),
             Format::Q6_K => groups_of::<Q6KAmx, 16>(job, groups),
+            Format::Q8_0 => legacy_groups::<Q8>(job, groups),
+            Format::Q5_0 => legacy_groups::<Q5>(job, groups),
+            Format::Q4_0 => legacy_groups::<Q4>(job, groups),
+            Format::Q4_1 => legacy_groups::<Q41>(job, groups),
+            Format::Q5_1 => legacy_groups::<Q51>(job, groups),
             _ => packed512::groups(job, groups),
         }
     }

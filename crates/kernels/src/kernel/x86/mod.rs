@@ -180,22 +180,36 @@ unsafe fn drive_passes<P: Pass>(job: &crate::packed::PackedJob, groups: std::ops
                     i += 16;
                 }
             }
-            if P::GROUP >= 8 {
-                while i + 8 <= job.m {
-                    P::pass::<8>(job, g, i);
-                    i += 8;
-                }
+            drive_rest::<P>(job, g, i);
+        }
+    }
+}
+
+/// Group `g`'s activation rows from `i` on as [`drive_passes`] runs them after its sixteens: 8 at a
+/// time where `P::GROUP` allows, then 4, then the rest.
+///
+/// # Safety
+/// As [`drive_passes`], for group `g` and rows `i..job.m`.
+#[inline(always)]
+unsafe fn drive_rest<P: Pass>(job: &crate::packed::PackedJob, g: usize, mut i: usize) {
+    // SAFETY: every pass below covers rows i..i + N within 0..m (the loop bounds); the rest of
+    // `P::pass`'s contract is this function's.
+    unsafe {
+        if P::GROUP >= 8 {
+            while i + 8 <= job.m {
+                P::pass::<8>(job, g, i);
+                i += 8;
             }
-            while i + 4 <= job.m {
-                P::pass::<4>(job, g, i);
-                i += 4;
-            }
-            match job.m - i {
-                3 => P::pass::<3>(job, g, i),
-                2 => P::pass::<2>(job, g, i),
-                1 => P::pass::<1>(job, g, i),
-                _ => {}
-            }
+        }
+        while i + 4 <= job.m {
+            P::pass::<4>(job, g, i);
+            i += 4;
+        }
+        match job.m - i {
+            3 => P::pass::<3>(job, g, i),
+            2 => P::pass::<2>(job, g, i),
+            1 => P::pass::<1>(job, g, i),
+            _ => {}
         }
     }
 }

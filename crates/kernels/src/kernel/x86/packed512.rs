@@ -208,7 +208,7 @@ pub(super) unsafe fn q6k_offset_sum(sp: &[__m512i; 8], bsums: &[i16; 16]) -> __m
 /// (as [`groups`] states); `g < job.rows / 16`, `i + N <= job.m`, and no other thread writes group
 /// `g`'s outputs.
 #[inline(always)]
-unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
+pub(super) unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize, i: usize) {
     let format = legacy_format(F);
     let rec = record_bytes(format);
     let off = offset(format).unwrap_or(0);
@@ -404,7 +404,7 @@ pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usiz
 }
 
 /// Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 (`F`): 16 accumulators + 8 weight chunks fit in 32 zmm.
-struct LegacyPass<const F: u8>;
+pub(super) struct LegacyPass<const F: u8>;
 struct Q4KPass;
 struct Q6KPass;
 
