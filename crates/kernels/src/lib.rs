@@ -5,8 +5,8 @@
 //!   quantization and reference dot products.
 //! - [`matmul()`]: threaded, batch-invariant weight x activation multiplication over a fixed
 //!   [`Threads`] pool, with SIMD kernels chosen at run time ([`isa`]).
-//! - [`packed`]: Q8_0/Q5_0/Q4_0/Q4_1/Q5_1/Q4_K/Q6_K weights repacked sixteen rows per block for
-//!   the AVX-512 VNNI and AVX2 batched kernels.
+//! - [`packed`]: Q8_0/Q5_0/Q4_0/Q4_1/Q5_1/MXFP4/IQ4_NL/Q4_K/Q6_K weights repacked sixteen rows
+//!   per block for the batched kernels (AVX2, AVX-512 VNNI, AMX-INT8).
 //! - [`bf16dot`]: float weights multiplied in BF16 numerics (`vdpbf16ps` where the CPU has it).
 //! - [`ops`]: norms, activations, softmax and f16 helpers for attention.
 //! - [`attn`]: the inner loops of paged attention (blocked dots, f16-rounded softmax, V sums).

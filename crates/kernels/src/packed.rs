@@ -43,6 +43,24 @@
 //! `fma(sum(x), m * d_x, acc)` after the block's `fma(isum, d * d_x, acc)`, the float steps of
 //! `quant::legacy_min`, so the packed kernels give the row-major ones' bits.
 //!
+//! MXFP4 and IQ4_NL records are Q4_0 records whose nibbles index the format's table
+//! ([`KVALUES_MXFP4`], [`KVALUES_IQ4NL`]) instead of being the quants: IQ4_NL's 16 f16 scales
+//! then the nibbles (288 bytes), MXFP4's 16 E8M0 exponent bytes then the nibbles (272 bytes),
+//! again exactly the sixteen blocks they replace. The kernels map the nibbles through the table
+//! with a byte shuffle; where they multiply unsigned weight bytes (`dpbusd`, `maddubs`) the
+//! table is biased to unsigned, `u = table[nibble] + offset`, with MXFP4's ±12 taking Q5_0's
+//! offset of 16 and IQ4_NL's -127..113 Q8_0's 128, so the activation block's stored
+//! `-offset * sum(x)` serves them ([`ActQ8_0::neg_offset_sums`]). AVX2's `maddubs` sums pairs
+//! of products in i16: MXFP4's biased values (4..28) allow four chunks per i16 sum, as Q5_0's;
+//! IQ4_NL's (1..241) would saturate a single pair, so the AVX2 kernel multiplies the signed
+//! table values as Q8_0's quants, `|w| . sign(x, w)`; the AMX passes multiply the signed table
+//! values on the tile unit. MXFP4's exponent is decoded in vectors with the integer operations
+//! of [`e8m0_to_f32_half`]. The block sums are exact, so every ISA
+//! gives the scalar kernel's bits; the float steps are the legacy formats' (one
+//! `fma(isum, d_w * d_x, acc)` per block), not those of the row-major MXFP4 / IQ4_NL kernels,
+//! which fold eight partial sums per block lane by lane (`quant::nonlinear`): a packed matrix's
+//! outputs differ from the row-major ones in the last bits (a tensor is either packed or not).
+//!
 //! With unsigned weights `u = q + offset`, `sum(q * x) = sum(u * x) - offset * sum(x)`; the
 //! activation block's `sum` is precomputed ([`ActQ8_0`]), so each row's block sum is exact in
 //! integers. Numerics per (weight row, activation row): `acc = fma(isum_b, d_w * d_x, acc)` over
@@ -55,10 +73,11 @@ use crate::hugebuf::HugeBuf;
 use crate::kernel::Isa;
 use crate::quant::kquants::{k4_scales_mins, q4_k_quants, q6_k_quants};
 use crate::quant::legacy_min::{fold_block, MinBlock};
+use crate::quant::nonlinear::{e8m0_to_f32_half, KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::quant::{
     self, f16_to_f32, legacy::q4_0_quants, legacy::q5_0_quants, legacy::PACKED_OFFSETS, ActQ8_0,
-    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, QK8_0,
-    QK_K,
+    BlockIq4Nl, BlockMxfp4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K,
+    BlockQ8K, BlockQ8_0, QK8_0, QK_K,
 };
 use crate::threads::Threads;
 
@@ -89,12 +108,49 @@ impl PackedBytes {
     }
 }
 
-/// Quant offset of a packable format (`q = u - offset`).
+/// Quant offset of a packable format (`q = u - offset`, `u` the unsigned value a kernel
+/// multiplies: for MXFP4 / IQ4_NL the table value plus [`MXFP4_OFFSET`] / [`IQ4NL_OFFSET`]).
 pub(crate) fn offset(format: Format) -> Option<i32> {
     match format {
         Format::Q8_0 => Some(PACKED_OFFSETS[0]),
         Format::Q5_0 => Some(PACKED_OFFSETS[1]),
         Format::Q4_0 => Some(PACKED_OFFSETS[2]),
+        Format::MXFP4 => Some(MXFP4_OFFSET),
+        Format::IQ4_NL => Some(IQ4NL_OFFSET),
+        _ => None,
+    }
+}
+
+/// Offset of MXFP4's biased table values (±12 to 4..28): Q5_0's, so the activation block's
+/// `neg_offset_sums[1]` is its `-offset * sum(x)`.
+pub(crate) const MXFP4_OFFSET: i32 = PACKED_OFFSETS[1];
+/// Offset of IQ4_NL's biased table values (-127..113 to 1..241): Q8_0's, `neg_offset_sums[0]`.
+pub(crate) const IQ4NL_OFFSET: i32 = PACKED_OFFSETS[0];
+
+/// `table` plus `offset`, as the unsigned bytes a kernel's byte shuffle gives; fails to compile
+/// (as a constant) if a value leaves `0..=255`.
+const fn biased(table: [i8; 16], offset: i32) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let mut k = 0;
+    while k < 16 {
+        let v = table[k] as i32 + offset;
+        assert!(v >= 0 && v <= 255, "a biased table value leaves u8");
+        out[k] = v as u8;
+        k += 1;
+    }
+    out
+}
+
+/// MXFP4's table plus [`MXFP4_OFFSET`].
+pub(crate) const MXFP4_BIASED: [u8; 16] = biased(KVALUES_MXFP4, MXFP4_OFFSET);
+/// IQ4_NL's table plus [`IQ4NL_OFFSET`].
+pub(crate) const IQ4NL_BIASED: [u8; 16] = biased(KVALUES_IQ4NL, IQ4NL_OFFSET);
+
+/// The table a packable format's nibbles index (MXFP4, IQ4_NL), if any.
+pub(crate) fn table(format: Format) -> Option<&'static [i8; 16]> {
+    match format {
+        Format::MXFP4 => Some(&KVALUES_MXFP4),
+        Format::IQ4_NL => Some(&KVALUES_IQ4NL),
         _ => None,
     }
 }
@@ -104,10 +160,13 @@ pub(crate) fn has_min(format: Format) -> bool {
     matches!(format, Format::Q4_1 | Format::Q5_1)
 }
 
-/// Bytes before a legacy record's quants: the scales, and the minimums where the format has them.
+/// Bytes before a legacy record's quants: the scales (one byte each for MXFP4, else f16), and
+/// the minimums where the format has them.
 pub(crate) fn quants_at(format: Format) -> usize {
     if has_min(format) {
         64
+    } else if format == Format::MXFP4 {
+        16
     } else {
         32
     }
@@ -116,7 +175,13 @@ pub(crate) fn quants_at(format: Format) -> usize {
 /// Elements per block of a packable format.
 fn block_elems(format: Format) -> Option<usize> {
     match format {
-        Format::Q8_0 | Format::Q5_0 | Format::Q4_0 | Format::Q4_1 | Format::Q5_1 => Some(QK8_0),
+        Format::Q8_0
+        | Format::Q5_0
+        | Format::Q4_0
+        | Format::Q4_1
+        | Format::Q5_1
+        | Format::MXFP4
+        | Format::IQ4_NL => Some(QK8_0),
         Format::Q4_K | Format::Q6_K => Some(QK_K),
         _ => None,
     }
@@ -177,6 +242,8 @@ pub(crate) fn record_bytes(format: Format) -> usize {
         Format::Q4_0 => 32 + 256,
         Format::Q4_1 => 64 + 256,
         Format::Q5_1 => 64 + 256 + 64,
+        Format::MXFP4 => 16 + 256,
+        Format::IQ4_NL => 32 + 256,
         Format::Q4_K => Q4K_QUANTS + 8 * 256,
         Format::Q6_K => Q6K_HIGH + 16 * 64,
         _ => unreachable!("record_bytes of an unpackable format"),
@@ -200,9 +267,18 @@ fn unsigned_quants(format: Format, block: &[u8]) -> ([u8; 2], [u8; 2], [u8; QK8_
     }
 }
 
-/// [`unsigned_quants`] of the formats without a minimum.
+/// [`unsigned_quants`] of the formats without a minimum (for MXFP4 / IQ4_NL the table
+/// indices, MXFP4's exponent byte first in the scale's bytes).
 fn unsigned_quants_0(format: Format, block: &[u8]) -> ([u8; 2], [u8; QK8_0]) {
     match format {
+        Format::MXFP4 => {
+            let b: &BlockMxfp4 = &quant::cast_blocks(block)[0];
+            ([b.e, 0], nibble_indices(&b.qs))
+        }
+        Format::IQ4_NL => {
+            let b: &BlockIq4Nl = &quant::cast_blocks(block)[0];
+            (b.d, nibble_indices(&b.qs))
+        }
         Format::Q8_0 => {
             let b: &BlockQ8_0 = &quant::cast_blocks(block)[0];
             (b.d, b.qs.map(|q| (q as u8) ^ 0x80))
@@ -217,6 +293,17 @@ fn unsigned_quants_0(format: Format, block: &[u8]) -> ([u8; 2], [u8; QK8_0]) {
         }
         _ => unreachable!("unsigned_quants of an unpackable format"),
     }
+}
+
+/// The 32 nibbles of a table block in element order (byte `j`: element `j` low, `j + 16` high).
+fn nibble_indices(qs: &[u8; QK8_0 / 2]) -> [u8; QK8_0] {
+    std::array::from_fn(|e| {
+        if e < 16 {
+            qs[e] & 0x0F
+        } else {
+            qs[e - 16] >> 4
+        }
+    })
 }
 
 /// Repacks a row-major matrix into the x16 layout, or `None` if the type or shape is not
@@ -300,11 +387,16 @@ fn pack_group(format: Format, data: &[u8], bb: usize, blocks: usize, g: usize, d
     }
 }
 
-/// Writes a Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 block (`src`) into lane `i` of record `r`.
+/// Writes a Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / MXFP4 / IQ4_NL block (`src`) into lane `i` of
+/// record `r`.
 fn put_legacy(format: Format, r: &mut [u8], i: usize, src: &[u8]) {
     let (head, quants) = r.split_at_mut(quants_at(format));
     let (d, m, u) = unsigned_quants(format, src);
-    head[2 * i..2 * i + 2].copy_from_slice(&d);
+    if format == Format::MXFP4 {
+        head[i] = d[0];
+    } else {
+        head[2 * i..2 * i + 2].copy_from_slice(&d);
+    }
     if has_min(format) {
         head[32 + 2 * i..32 + 2 * i + 2].copy_from_slice(&m);
     }
@@ -460,9 +552,30 @@ pub(crate) fn dot_packed_row_q6k(data: &[u8], blocks: usize, r: usize, x: &[Bloc
     acc
 }
 
+/// Row `i`'s scale in a legacy record: MXFP4's exponent byte as [`e8m0_to_f32_half`] decodes
+/// it, else an f16.
+fn record_scale(format: Format, record: &[u8], i: usize) -> f32 {
+    if format == Format::MXFP4 {
+        e8m0_to_f32_half(record[i])
+    } else {
+        f16_to_f32([record[2 * i], record[2 * i + 1]])
+    }
+}
+
+/// Row `i`'s quant of element `e` in a legacy record's quant bytes `q`, as the block's integer
+/// sum weighs it: signed (the table value for MXFP4 / IQ4_NL, the stored value less the offset
+/// for Q8_0 / Q5_0 / Q4_0), unsigned for Q4_1 / Q5_1 (their minimum is a separate term).
+fn record_value(format: Format, q: &[u8], i: usize, e: usize) -> i32 {
+    let u = record_quant(format, q, i, e);
+    match table(format) {
+        Some(t) => i32::from(t[u as usize]),
+        None => u - offset(format).unwrap_or(0),
+    }
+}
+
 /// Scalar kernel (and reference) for row `r` of packed weights against one activation row:
-/// `fma(isum_b, d_w * d_x, acc)` over the blocks in order (then, for Q4_1 / Q5_1,
-/// `fma(sum(x), m_w * d_x, acc)`: `quant::legacy_min`'s steps).
+/// `fma(isum_b, d_w * d_x, acc)` over the blocks in order, `isum_b` the block's exact integer
+/// sum (then, for Q4_1 / Q5_1, `fma(sum(x), m_w * d_x, acc)`: `quant::legacy_min`'s steps).
 pub(crate) fn dot_packed_row(
     format: Format,
     data: &[u8],
@@ -471,17 +584,15 @@ pub(crate) fn dot_packed_row(
     x: &[ActQ8_0],
 ) -> f32 {
     let rec = record_bytes(format);
-    let off = offset(format).unwrap_or(0);
     let (g, i) = (r / PACK_ROWS, r % PACK_ROWS);
     let mut acc = 0.0f32;
     for (b, xa) in x.iter().enumerate().take(blocks) {
         let record = &data[(g * blocks + b) * rec..(g * blocks + b + 1) * rec];
-        let dw = f16_to_f32([record[2 * i], record[2 * i + 1]]);
+        let dw = record_scale(format, record, i);
         let q = &record[quants_at(format)..];
-        let mut isum = -off * xa.sum;
-        for (e, &xq) in xa.qs.iter().enumerate() {
-            isum += record_quant(format, q, i, e) * i32::from(xq);
-        }
+        let isum: i32 = (xa.qs.iter().enumerate())
+            .map(|(e, &xq)| record_value(format, q, i, e) * i32::from(xq))
+            .sum();
         if has_min(format) {
             let mw = f16_to_f32([record[32 + 2 * i], record[33 + 2 * i]]);
             acc = fold_block(acc, isum, dw, mw, xa);
@@ -595,14 +706,31 @@ mod tests {
 
     #[test]
     fn stored_offset_sums_follow_each_formats_offset() {
-        // `ActQ8_0::neg_offset_sums` is indexed 0, 1, 2 for Q8_0, Q5_0, Q4_0 by the kernels.
+        // `ActQ8_0::neg_offset_sums` is indexed 0, 1, 2 for Q8_0, Q5_0, Q4_0 by the kernels, 1
+        // for MXFP4 and 0 for IQ4_NL.
         let a = ActQ8_0::new(0.5, [3; QK8_0], -77);
-        for (i, f) in [Format::Q8_0, Format::Q5_0, Format::Q4_0]
-            .into_iter()
-            .enumerate()
-        {
+        for (i, f) in [
+            (0, Format::Q8_0),
+            (1, Format::Q5_0),
+            (2, Format::Q4_0),
+            (1, Format::MXFP4),
+            (0, Format::IQ4_NL),
+        ] {
             let off = offset(f).expect("a legacy format has an offset");
             assert_eq!(a.neg_offset_sums[i], -off * a.sum, "{f:?}");
+        }
+    }
+
+    #[test]
+    fn biased_tables_are_the_tables_plus_their_offsets() {
+        for (f, biased) in [
+            (Format::MXFP4, MXFP4_BIASED),
+            (Format::IQ4_NL, IQ4NL_BIASED),
+        ] {
+            let (t, off) = (table(f).expect("a table format"), offset(f).unwrap_or(0));
+            for k in 0..16 {
+                assert_eq!(i32::from(biased[k]), i32::from(t[k]) + off, "{f:?} {k}");
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! x16-packed weights: the packed matmul agrees with the row-major one, its SIMD kernel gives the
 //! scalar kernel's exact bits, every output is independent of the batch and the pool, and packing
-//! refuses what it cannot pack.
+//! refuses what it cannot pack. Block counts per row (1, 2, 23; 23 and 3 in the batch test) are
+//! not all multiples of the AMX passes' batch of four records.
 
 mod common;
 
@@ -10,23 +11,36 @@ use kernels::{
     Threads, Weights,
 };
 
-const PACKABLE: [GgmlType; 7] = [
+const PACKABLE: [GgmlType; 9] = [
     GgmlType::Q8_0,
     GgmlType::Q5_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_1,
+    GgmlType::MXFP4,
+    GgmlType::IQ4_NL,
     GgmlType::Q4_K,
     GgmlType::Q6_K,
 ];
 
+/// Every ISA above scalar this CPU has.
+fn simd_isas() -> impl Iterator<Item = Isa> {
+    [Isa::Avx2, Isa::Avx512Vnni, Isa::Amx]
+        .into_iter()
+        .filter(|&isa| detect_isa() >= isa)
+}
+
 /// Shapes to test a type at (columns a multiple of its block).
 fn shapes(ty: GgmlType) -> [(usize, usize); 3] {
-    if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K) {
+    if k_quant(ty) {
         [(16, 256), (48, 512), (64, 1024)]
     } else {
         [(16, 32), (48, 64), (64, 736)]
     }
+}
+
+fn k_quant(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -69,10 +83,7 @@ fn packed_matmul_agrees_with_row_major_and_simd_equals_scalar_bitwise() {
                         "{ty:?} {rows}x{cols} m {m} element {k}: packed {a} vs row-major {b}"
                     );
                 }
-                for isa in [Isa::Avx2, Isa::Avx512Vnni, Isa::Amx] {
-                    if detect_isa() < isa {
-                        continue;
-                    }
+                for isa in simd_isas() {
                     let mut simd = vec![f32::NAN; m * rows];
                     matmul_with_isa(isa, &threads, &pw, &x, m, &mut simd, &mut scratch);
                     assert_eq!(
@@ -92,7 +103,7 @@ fn packed_outputs_do_not_depend_on_the_batch_or_the_pool() {
     let pools = [Threads::new(1), Threads::new(2), Threads::new(3)];
     let mut scratch = MatmulScratch::new();
     for ty in PACKABLE {
-        let (rows, cols, m) = (96, 512, 23);
+        let (rows, cols, m) = (96, if k_quant(ty) { 768 } else { 736 }, 23);
         let data = random_weights(&mut rng, ty, rows, cols);
         let packed = pack(ty, &data, rows, cols).expect("packable");
         let w = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
@@ -185,11 +196,13 @@ fn shared_input_matmul_gives_each_output_the_bits_of_its_own_call() {
     let cols = 512;
     // (types, packed): one activation kind packed (shared region), two kinds packed and
     // row-major weights (one call each); Q8_0 and Q4_K take different activation blocks.
-    let cases: [([GgmlType; 3], bool); 4] = [
+    let cases: [([GgmlType; 3], bool); 6] = [
         ([GgmlType::Q5_0, GgmlType::Q5_0, GgmlType::Q8_0], true),
         ([GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q4_K], true),
         ([GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_0], true),
         ([GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_0], false),
+        ([GgmlType::MXFP4, GgmlType::IQ4_NL, GgmlType::Q8_0], true),
+        ([GgmlType::MXFP4, GgmlType::Q4_K, GgmlType::IQ4_NL], true),
     ];
     let rows = [64, 16, 48];
     for (types, packed) in cases {
@@ -281,6 +294,110 @@ fn q4_1_and_q5_1_give_the_same_bits_row_major_and_packed_on_every_isa() {
                         );
                     }
                 }
+            }
+        }
+    }
+}
+
+/// Packed MXFP4's scales are its exponent bytes decoded in vectors: every byte, 0 and 1 (the
+/// subnormals) and 255 included, gives the scalar decode's bits through every ISA. Row `r`
+/// takes exponent `r` in its first block and `255 - r` in its second. The activations are small
+/// enough that 2^127 times a block sum stays finite (activation scales about 2^-17 and, in the
+/// second block, 2^-24, f16's smallest: a block sum is below 2^16), and the two blocks' sums
+/// are never both that large.
+#[test]
+fn mxfp4_scales_decode_every_exponent_byte_on_every_isa() {
+    let mut rng = Rng::new(35);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    let (rows, cols) = (256, 64);
+    let mut data = random_weights(&mut rng, GgmlType::MXFP4, rows, cols);
+    for (r, row) in data.chunks_exact_mut(2 * 17).enumerate() {
+        row[0] = r as u8;
+        row[17] = 255 - r as u8;
+    }
+    let packed = pack(GgmlType::MXFP4, &data, rows, cols).expect("packable");
+    let pw = Weights::packed(GgmlType::MXFP4, packed.as_bytes(), rows, cols).expect("valid");
+    for m in [1, 16, 17] {
+        let x: Vec<f32> = (0..m * cols)
+            .map(|k| rng.unit() * if k % cols < 32 { 1e-3 } else { 1e-5 })
+            .collect();
+        let mut scalar = vec![f32::NAN; m * rows];
+        matmul_with_isa(Isa::Scalar, &threads, &pw, &x, m, &mut scalar, &mut scratch);
+        assert!(scalar.iter().all(|v| v.is_finite()), "finite outputs");
+        assert!(
+            scalar[..rows].iter().filter(|&&v| v != 0.0).count() > 200,
+            "most rows see their scale"
+        );
+        for isa in simd_isas() {
+            let mut simd = vec![f32::NAN; m * rows];
+            matmul_with_isa(isa, &threads, &pw, &x, m, &mut simd, &mut scratch);
+            assert_eq!(bits(&simd), bits(&scalar), "m {m}: {isa:?} vs scalar");
+        }
+    }
+}
+
+/// The table formats' largest products: row `r` of a block has every nibble `r % 16` (so each
+/// table value, the extremes included: MXFP4's ±12, IQ4_NL's -127 and 113), against activations
+/// of one sign at full scale (quants ±127): the i16 and i32 sums of every ISA stay exact, the
+/// scalar kernel's bits, and the packed sums agree with the row-major kernel's.
+#[test]
+fn table_formats_sum_their_extreme_values_exactly_on_every_isa() {
+    let mut rng = Rng::new(36);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    let (rows, cols) = (32, 736);
+    for ty in [GgmlType::MXFP4, GgmlType::IQ4_NL] {
+        let (bb, head) = if ty == GgmlType::MXFP4 {
+            (17, 1)
+        } else {
+            (18, 2)
+        };
+        let mut data = random_weights(&mut rng, ty, rows, cols);
+        for (r, row) in data.chunks_exact_mut(cols / 32 * bb).enumerate() {
+            for block in row.chunks_exact_mut(bb) {
+                block[head..].fill(0x11 * (r % 16) as u8);
+            }
+        }
+        let row_major = Weights::new(ty, &data, rows, cols).expect("valid weights");
+        let packed = pack(ty, &data, rows, cols).expect("packable");
+        let pw = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
+        // All positive, all negative, then a block's sign alternating by block, for 16 and 17
+        // activation rows (the AMX tiles and the rest).
+        for m in [16, 17] {
+            let x: Vec<f32> = (0..m * cols)
+                .map(|k| match (k / cols) % 3 {
+                    0 => 1.0,
+                    1 => -1.0,
+                    _ => [1.0, -1.0][(k % cols / 32) % 2],
+                })
+                .collect();
+            let mut want = vec![f32::NAN; m * rows];
+            let mut scalar = vec![f32::NAN; m * rows];
+            matmul_with_isa(
+                Isa::Scalar,
+                &threads,
+                &row_major,
+                &x,
+                m,
+                &mut want,
+                &mut scratch,
+            );
+            matmul_with_isa(Isa::Scalar, &threads, &pw, &x, m, &mut scalar, &mut scratch);
+            for (k, (&a, &b)) in scalar.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{ty:?} m {m} element {k}: packed {a} vs row-major {b}"
+                );
+            }
+            for isa in simd_isas() {
+                let mut simd = vec![f32::NAN; m * rows];
+                matmul_with_isa(isa, &threads, &pw, &x, m, &mut simd, &mut scratch);
+                assert_eq!(
+                    bits(&simd),
+                    bits(&scalar),
+                    "{ty:?} m {m}: {isa:?} vs scalar"
+                );
             }
         }
     }

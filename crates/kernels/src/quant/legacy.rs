@@ -59,7 +59,8 @@ pub struct ActQ8_0 {
 }
 
 /// The quant offsets of the packed legacy formats Q8_0, Q5_0 and Q4_0, in that order: their
-/// weights are stored unsigned, `u = q + offset`.
+/// weights are stored unsigned, `u = q + offset`. Packed IQ4_NL and MXFP4 bias their table
+/// values by Q8_0's and Q5_0's (`crate::packed`).
 pub(crate) const PACKED_OFFSETS: [i32; 3] = [128, 16, 8];
 
 impl ActQ8_0 {

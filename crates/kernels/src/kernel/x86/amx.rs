@@ -1,6 +1,7 @@
 //! AMX-INT8 passes for x16-packed weights over sixteen activation rows (layout in
 //! `crate::packed`), beside the AVX-512 VNNI passes of `packed512`, whose helpers they share:
-//! Q4_K / Q6_K, and the legacy formats (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1).
+//! Q4_K / Q6_K, and the legacy formats (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1) with the table formats
+//! packed like them (MXFP4, IQ4_NL).
 //!
 //! Why: over sixteen activation rows the VNNI passes are bound by port 0, which runs every
 //! 512-bit integer multiply (`dpbusd`, the scales' `mullo`, `madd`). One `tdpbsud` multiplies a
@@ -21,7 +22,8 @@
 //! the VNNI passes', so the outputs have the same bits as the scalar reference (`tests/packed.rs`).
 //!
 //! Legacy formats: a weight group's records are unpacked once into tiles of *signed* quants (the
-//! stored value less the format's offset; Q4_1 / Q5_1 stay unsigned, they have no offset), so one
+//! stored value less the format's offset, for MXFP4 / IQ4_NL the table values themselves; Q4_1
+//! / Q5_1 stay unsigned, they have no offset), so one
 //! `tdpbssd` per record and sixteen activation rows (`Q8_0` activation blocks, a tile row each)
 //! gives each block's whole integer sum, the VNNI pass's `-offset * sum(x)` included; then the
 //! VNNI pass's float steps per activation row, records in order. Products of four records are
@@ -53,7 +55,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::packed512::{self, merge6, pick, unpack, widen_u8};
-use super::{legacy_format, prefetch_record, Pass, Q4, Q41, Q5, Q51, Q8};
+use super::{legacy_format, prefetch_record, Pass, MX, NL, Q4, Q41, Q5, Q51, Q8};
 
 /// How many records ahead the AMX Q4_K / Q6_K passes prefetch (a burst of the whole record at
 /// its start). On the 1.5B Qwen's matmuls (980 MB of Q4_K / Q6_K records per token, 2 threads,
@@ -441,8 +443,9 @@ unsafe fn tile_product_signed<const C: u8, const A: u8>(
 }
 
 /// Group `g`'s quants of a legacy format `F`, record by record, as weight tiles: signed (`q`,
-/// the stored value less the format's offset) where the format has an offset, so the tile
-/// product is the block's whole integer sum; unsigned where it has a minimum (Q4_1, Q5_1).
+/// the unpacked value less the format's offset: for MXFP4 / IQ4_NL the table value) where the
+/// format has an offset, so the tile product is the block's whole integer sum; unsigned where
+/// it has a minimum (Q4_1, Q5_1).
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW; `job` is a job of format `legacy_format(F)` whose shapes
@@ -456,7 +459,8 @@ unsafe fn unpack_group<const F: u8>(job: &PackedJob, g: usize, out: &mut [TileQu
     // 64-byte row of a 64-byte aligned tile of `out`, which holds `blocks` of them; AVX-512 F/BW
     // per the contract.
     unsafe {
-        // The offset as a byte: Q8_0's 128 wraps to -128, and `u - 128` wraps alike.
+        // The offset as a byte: Q8_0's and IQ4_NL's 128 wraps to -128, and `u - 128` wraps
+        // alike.
         let off = _mm512_set1_epi8(offset(format).unwrap_or(0) as i8);
         let base = job.data.as_ptr().add(g * job.blocks * rec);
         for (b, t) in out.iter_mut().enumerate().take(job.blocks) {
@@ -473,11 +477,12 @@ unsafe fn unpack_group<const F: u8>(job: &PackedJob, g: usize, out: &mut [TileQu
     }
 }
 
-/// Legacy rows `16g..16g + 16` (format `F`: Q8_0, Q5_0, Q4_0, Q4_1, Q5_1) for activation rows
-/// `i..i + 16`, the group's quants unpacked in `wq` ([`unpack_group`]): per record one tile
-/// product of the sixteen activation rows' quants by the record's, then the VNNI pass's float
-/// steps per activation row, records in order. The integer sums are the VNNI pass's (there the
-/// offset's term `-offset * sum(x)` is added to the unsigned quants' sum), so are the outputs.
+/// Legacy rows `16g..16g + 16` (format `F`: Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, MXFP4, IQ4_NL) for
+/// activation rows `i..i + 16`, the group's quants unpacked in `wq` ([`unpack_group`]): per
+/// record one tile product of the sixteen activation rows' quants by the record's, then the
+/// VNNI pass's float steps per activation row, records in order. The integer sums are the VNNI
+/// pass's (there the offset's term `-offset * sum(x)` is added to the unsigned quants' sum), so
+/// are the outputs.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VNNI and AMX-INT8 with the OS's permission
@@ -537,7 +542,7 @@ unsafe fn pass_legacy<const F: u8>(job: &PackedJob, g: usize, i: usize, wq: &[Ti
             let mut mw = [_mm512_setzero_ps(); LEGACY_BATCH];
             for s in 0..nb {
                 let r = base.add((b + s) * rec);
-                dw[s] = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
+                dw[s] = packed512::scales::<F>(r);
                 if with_min {
                     mw[s] = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()));
                 }
@@ -647,7 +652,8 @@ unsafe fn groups_of<P: Pass, const K: usize>(job: &PackedJob, groups: std::ops::
     }
 }
 
-/// Writes all outputs of row groups `groups` of a Q4_K or Q6_K job.
+/// Writes all outputs of row groups `groups` of a packed job: Q4_K, Q6_K and the legacy and
+/// table formats on the tile unit from sixteen activation rows, the rest in the VNNI passes.
 ///
 /// # Safety
 /// As `packed512::groups`, and [`available`] must have returned true.
@@ -664,6 +670,8 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             Format::Q4_0 => legacy_groups::<Q4>(job, groups),
             Format::Q4_1 => legacy_groups::<Q41>(job, groups),
             Format::Q5_1 => legacy_groups::<Q51>(job, groups),
+            Format::MXFP4 => legacy_groups::<MX>(job, groups),
+            Format::IQ4_NL => legacy_groups::<NL>(job, groups),
             _ => packed512::groups(job, groups),
         }
     }

@@ -63,6 +63,9 @@ const _: () = assert!(Q8 == 0 && Q5 == 1 && Q4 == 2);
 /// Packed Q4_1 and Q5_1: no offset (their quants are unsigned), a minimum per row and block.
 const Q41: u8 = 3;
 const Q51: u8 = 4;
+/// Packed MXFP4 and IQ4_NL: Q4_0 records whose nibbles index a table (`crate::packed`).
+const MX: u8 = 5;
+const NL: u8 = 6;
 
 /// The format of a packed legacy pass's const parameter.
 const fn legacy_format(f: u8) -> Format {
@@ -71,7 +74,33 @@ const fn legacy_format(f: u8) -> Format {
         Q5 => Format::Q5_0,
         Q4 => Format::Q4_0,
         Q41 => Format::Q4_1,
-        _ => Format::Q5_1,
+        Q51 => Format::Q5_1,
+        MX => Format::MXFP4,
+        NL => Format::IQ4_NL,
+        _ => panic!("not a packed legacy format"),
+    }
+}
+
+/// Where a packed format's `-offset * sum(x)` sits in `ActQ8_0::neg_offset_sums`: the index of
+/// its offset in `quant::legacy::PACKED_OFFSETS` (MXFP4 shares Q5_0's, IQ4_NL Q8_0's; see
+/// `crate::packed`). Only for the formats with an offset.
+const fn offset_slot(f: u8) -> usize {
+    match f {
+        Q8 | NL => 0,
+        Q5 | MX => 1,
+        Q4 => 2,
+        _ => panic!("a packed format without an offset"),
+    }
+}
+
+/// The sixteen bytes a pass of a table format (`MX`, `NL`) shuffles its nibbles through to
+/// get unsigned weights: the table biased by the format's offset (`crate::packed::MXFP4_BIASED`,
+/// `IQ4NL_BIASED`).
+const fn biased_table(f: u8) -> &'static [u8; 16] {
+    match f {
+        MX => &crate::packed::MXFP4_BIASED,
+        NL => &crate::packed::IQ4NL_BIASED,
+        _ => panic!("a packed format without a table"),
     }
 }
 

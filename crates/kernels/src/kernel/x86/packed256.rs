@@ -1,7 +1,7 @@
-//! AVX2 kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q6_K weights (layout in
-//! `crate::packed`): the same exact per-block integer sums and the same float operations per
-//! (weight row, activation row) pair as the AVX-512 VNNI kernels and the scalar reference, so
-//! all three give the same bits.
+//! AVX2 kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / MXFP4 / IQ4_NL / Q4_K / Q6_K
+//! weights (layout in `crate::packed`): the same exact per-block integer sums and the same float
+//! operations per (weight row, activation row) pair as the AVX-512 VNNI kernels and the scalar
+//! reference, so all three give the same bits.
 //!
 //! A 256-bit vector holds eight of a record's sixteen row lanes, so a pass runs each record's two
 //! halves back to back (rows `0..8`, then `8..16`, from L1) and keeps both halves' float sums.
@@ -20,6 +20,10 @@
 //! - Q6_K quants (0..63) allow two chunks per i16 sum, widened by a `madd` with the scale.
 //! - Q8_0's stored `q + 128` would saturate `maddubs`, so its quants are made signed again
 //!   (`xor 0x80`) and multiplied as `|q| . sign(x, q)` (at most 2 x 128 x 127 per pair).
+//! - MXFP4's nibbles are looked up (`vpshufb`) in its table biased by 16 (4..28) and summed as
+//!   Q5_0's quants (four chunks: 4 x 2 x 28 x 127); IQ4_NL's in its signed table (-127..113:
+//!   biased they would reach 241, and one pair of products could saturate) and multiplied as
+//!   Q8_0's.
 //!
 //! The offset terms (`-offset * sum(x)`, Q4_1 / Q5_1's minimums, Q4_K's mins, Q6_K's `-32`) are
 //! the VNNI kernels'; Q4_1 / Q5_1 quants are Q4_0 / Q5_0's in size, so they sum the same way.
@@ -29,12 +33,16 @@
 
 use std::arch::x86_64::*;
 
-use super::{drive_passes, legacy_format, Ahead, Pass, PREFETCH_BYTES, Q4, Q41, Q5, Q51, Q8};
+use super::{
+    biased_table, drive_passes, legacy_format, offset_slot, Ahead, Pass, MX, NL, PREFETCH_BYTES,
+    Q4, Q41, Q5, Q51, Q8,
+};
 use crate::dtype::Format;
 use crate::packed::{
     quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS,
     Q4K_SCALES, Q6K_HIGH, Q6K_LOW, Q6K_SCALES,
 };
+use crate::quant::nonlinear::KVALUES_IQ4NL;
 use crate::quant::{ActQ8_0, BlockQ8K};
 
 /// Row lanes per vector.
@@ -85,6 +93,23 @@ unsafe fn records<A, const N: usize>(
                 );
             }
         }
+    }
+}
+
+/// `e8m0_to_f32_half` of each of the low eight exponent bytes of `e`, as `packed512::e8m0_half`.
+///
+/// # Safety
+/// The CPU must support AVX2 (the passes inline this only into `groups_of`, which enables AVX2, FMA
+/// and F16C; `packed::PackedJob::groups` calls it after detection).
+#[inline(always)]
+unsafe fn e8m0_half(e: __m128i) -> __m256 {
+    // SAFETY: register operations only; AVX2 per this function's contract.
+    unsafe {
+        let e = _mm256_cvtepu8_epi32(e);
+        let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+        let subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+        let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+        _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small))
     }
 }
 
@@ -188,7 +213,9 @@ unsafe fn q4k_pairs<const T: usize>(r: *const u8, h: usize) -> [__m256i; 4] {
     }
 }
 
-/// Unsigned quants of half `h` of a Q5_0 / Q4_0 record's chunk pair `v` (chunks `2v`, `2v + 1`).
+/// Unsigned quants of half `h` of a Q5_0 / Q4_0 / Q4_1 / Q5_1 / MXFP4 record's chunk pair `v`
+/// (chunks `2v`, `2v + 1`): MXFP4's nibbles looked up in its biased table
+/// (`crate::packed::MXFP4_BIASED`), the others' values as stored.
 ///
 /// # Safety
 /// The CPU must support AVX2 (the passes inline this only into `groups_of`, which enables AVX2, FMA
@@ -225,6 +252,11 @@ unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i
                 *wt = _mm256_or_si256(*wt, _mm256_and_si256(at4, five));
             }
         }
+        if F == MX {
+            let table = _mm_loadu_si128(biased_table(F).as_ptr().cast());
+            let table = _mm256_broadcastsi128_si256(table);
+            w = w.map(|n| _mm256_shuffle_epi8(table, n));
+        }
         w
     }
 }
@@ -247,54 +279,20 @@ unsafe fn legacy_half<const F: u8, const N: usize>(
     let format = legacy_format(F);
     let with_min = F == Q41 || F == Q51;
     // SAFETY: every read lies in the record of format `F` that `r` points to (scales at 0 and,
-    // with a minimum, 32; quants at `quants_at`, as `nibble_pair` needs) or in the activation
-    // blocks' arrays; the instruction sets per this function's contract.
+    // with a minimum, 32; quants at `quants_at`, as the sums need) or in the activation blocks'
+    // arrays; the instruction sets per this function's contract.
     unsafe {
-        let ones = _mm256_set1_epi16(1);
-        // Q8_0 multiplies signed quants; the 4/5-bit formats take the offset off here.
-        let mut isum: [__m256i; N] = std::array::from_fn(|j| {
-            _mm256_set1_epi32(if F == Q8 || with_min {
-                0
-            } else {
-                xs[j].neg_offset_sums[usize::from(F)]
-            })
-        });
         let q = r.add(quants_at(format));
-        if F == Q8 {
-            let flip = _mm256_set1_epi8(-128);
-            for k in 0..8 {
-                if k % 2 == 0 {
-                    pf.slot(k / 2);
-                }
-                let w = _mm256_xor_si256(_mm256_loadu_si256(q.add(64 * k + 32 * h).cast()), flip);
-                let aw = _mm256_abs_epi8(w);
-                for j in 0..N {
-                    let sx = _mm256_sign_epi8(bcast(xs[j].qs.as_ptr(), k), w);
-                    let p = _mm256_maddubs_epi16(aw, sx);
-                    isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, ones));
-                }
-            }
+        let isum = if F == Q8 || F == NL {
+            signed_sums::<F, N>(q, xs, h, pf)
         } else {
-            // Chunks per i16 sum: all eight for 4-bit quants, four for 5-bit.
-            let per = if F == Q4 || F == Q41 { 4 } else { 2 };
-            for v0 in (0..4).step_by(per) {
-                let mut p = [_mm256_setzero_si256(); N];
-                for v in v0..v0 + per {
-                    pf.slot(v);
-                    let w = nibble_pair::<F>(q, v, h);
-                    for t in 0..2 {
-                        for j in 0..N {
-                            let x = bcast(xs[j].qs.as_ptr(), 2 * v + t);
-                            p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(w[t], x));
-                        }
-                    }
-                }
-                for j in 0..N {
-                    isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], ones));
-                }
-            }
-        }
-        let dw = half_scales(r, h);
+            unsigned_sums::<F, N>(q, xs, h, pf)
+        };
+        let dw = if F == MX {
+            e8m0_half(_mm_loadl_epi64(r.add(8 * h).cast()))
+        } else {
+            half_scales(r, h)
+        };
         let mw = if with_min {
             Some(half_scales(r.add(32), h))
         } else {
@@ -309,6 +307,102 @@ unsafe fn legacy_half<const F: u8, const N: usize>(
                 acc[j] = _mm256_fmadd_ps(xsum, _mm256_mul_ps(mw, dx), acc[j]);
             }
         }
+    }
+}
+
+/// Half `h`'s exact block sums of a Q8_0 or IQ4_NL record's quants `q` (`F`) against `xs`, from
+/// its signed quants (Q8_0's stored bytes made signed again, IQ4_NL's table values): unsigned
+/// they would saturate `maddubs`, so they are multiplied as `|w| . sign(x, w)` (at most
+/// 2 x 128 x 127 per pair), one `madd` per chunk. Prefetch slot `v` comes with chunk pair `v`.
+///
+/// # Safety
+/// As [`legacy_half`], `q` pointing to the record's quants.
+#[inline(always)]
+unsafe fn signed_sums<const F: u8, const N: usize>(
+    q: *const u8,
+    xs: &[&ActQ8_0; N],
+    h: usize,
+    pf: Ahead,
+) -> [__m256i; N] {
+    // SAFETY: the loads read 32 bytes at 64k + 32h (k < 8) of Q8_0's 512 bytes of quants, or
+    // what `nibble_pair` reads of IQ4_NL's 256; the activation reads stay in `qs`; AVX2 per the
+    // contract.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let flip = _mm256_set1_epi8(-128);
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+        let mut isum = [_mm256_setzero_si256(); N];
+        for v in 0..4 {
+            pf.slot(v);
+            let w = if F == Q8 {
+                let chunk = |k: usize| _mm256_loadu_si256(q.add(64 * k + 32 * h).cast());
+                [
+                    _mm256_xor_si256(chunk(2 * v), flip),
+                    _mm256_xor_si256(chunk(2 * v + 1), flip),
+                ]
+            } else {
+                nibble_pair::<Q4>(q, v, h).map(|n| _mm256_shuffle_epi8(table, n))
+            };
+            for t in 0..2 {
+                let aw = _mm256_abs_epi8(w[t]);
+                for j in 0..N {
+                    let sx = _mm256_sign_epi8(bcast(xs[j].qs.as_ptr(), 2 * v + t), w[t]);
+                    let p = _mm256_maddubs_epi16(aw, sx);
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        isum
+    }
+}
+
+/// Half `h`'s exact block sums of a Q5_0 / Q4_0 / Q4_1 / Q5_1 / MXFP4 record's quants `q` (`F`)
+/// against `xs`, from its unsigned quants (MXFP4's biased table values, 4..28): i16 pair sums of
+/// all eight chunks (4-bit quants: 8 x 2 x 15 x 127) or of four (the others: at most
+/// 4 x 2 x 31 x 127)
+/// added before one `madd` widens them, from `-offset * sum(x)` (zero for Q4_1 / Q5_1). Prefetch
+/// slot `v` comes with chunk pair `v`.
+///
+/// # Safety
+/// As [`legacy_half`], `q` pointing to the record's quants.
+#[inline(always)]
+unsafe fn unsigned_sums<const F: u8, const N: usize>(
+    q: *const u8,
+    xs: &[&ActQ8_0; N],
+    h: usize,
+    pf: Ahead,
+) -> [__m256i; N] {
+    let with_min = F == Q41 || F == Q51;
+    // SAFETY: `nibble_pair`'s reads per this function's contract; the activation reads stay in
+    // `qs`; AVX2 per the contract.
+    unsafe {
+        let ones = _mm256_set1_epi16(1);
+        let mut isum: [__m256i; N] = std::array::from_fn(|j| {
+            _mm256_set1_epi32(if with_min {
+                0
+            } else {
+                xs[j].neg_offset_sums[offset_slot(F)]
+            })
+        });
+        // Chunks per i16 sum: all eight for 4-bit quants, four for 5-bit and MXFP4's.
+        let per = if F == Q4 || F == Q41 { 4 } else { 2 };
+        for v0 in (0..4).step_by(per) {
+            let mut p = [_mm256_setzero_si256(); N];
+            for v in v0..v0 + per {
+                pf.slot(v);
+                let w = nibble_pair::<F>(q, v, h);
+                for t in 0..2 {
+                    for j in 0..N {
+                        let x = bcast(xs[j].qs.as_ptr(), 2 * v + t);
+                        p[j] = _mm256_add_epi16(p[j], _mm256_maddubs_epi16(w[t], x));
+                    }
+                }
+            }
+            for j in 0..N {
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p[j], ones));
+            }
+        }
+        isum
     }
 }
 
@@ -442,7 +536,7 @@ unsafe fn q6k_half<const N: usize>(
 
 /// Activation rows per pass (`Pass::GROUP`), measured: 8 for Q8_0, whose chunk loop keeps only
 /// the integer sums in registers; 4 for the formats that unpack weights or keep i16 partial
-/// sums per row.
+/// sums per row (IQ4_NL, whose loop is Q8_0's on looked-up weights, included).
 struct LegacyPass<const F: u8>;
 struct Q4KPass;
 struct Q6KPass;
@@ -528,9 +622,53 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             Format::Q4_0 => groups_of::<LegacyPass<Q4>>(job, groups),
             Format::Q4_1 => groups_of::<LegacyPass<Q41>>(job, groups),
             Format::Q5_1 => groups_of::<LegacyPass<Q51>>(job, groups),
+            Format::MXFP4 => groups_of::<LegacyPass<MX>>(job, groups),
+            Format::IQ4_NL => groups_of::<LegacyPass<NL>>(job, groups),
             Format::Q4_K => groups_of::<Q4KPass>(job, groups),
             Format::Q6_K => groups_of::<Q6KPass>(job, groups),
             _ => unreachable!("packed kernel for an unpackable format"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::nonlinear::e8m0_to_f32_half;
+
+    /// Every exponent byte through [`e8m0_half`], eight at a time.
+    #[target_feature(enable = "avx2")]
+    unsafe fn decode_all() -> [u32; 256] {
+        let mut out = [0u32; 256];
+        for (c, chunk) in out.chunks_exact_mut(8).enumerate() {
+            let bytes: [u8; 8] = std::array::from_fn(|k| (8 * c + k) as u8);
+            // SAFETY: AVX2 is enabled here; the load reads the 8 bytes of `bytes` and the store
+            // writes the 8 floats of `f`.
+            unsafe {
+                let v = e8m0_half(_mm_loadl_epi64(bytes.as_ptr().cast()));
+                let mut f = [0f32; 8];
+                _mm256_storeu_ps(f.as_mut_ptr(), v);
+                for (o, x) in chunk.iter_mut().zip(f) {
+                    *o = x.to_bits();
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn e8m0_decode_matches_the_scalar_one_for_every_byte() {
+        if !is_x86_feature_detected!("avx2") {
+            return;
+        }
+        // SAFETY: AVX2 detected.
+        let got = unsafe { decode_all() };
+        for e in 0..=255u8 {
+            assert_eq!(
+                got[usize::from(e)],
+                e8m0_to_f32_half(e).to_bits(),
+                "byte {e}"
+            );
         }
     }
 }

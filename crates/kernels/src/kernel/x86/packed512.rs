@@ -1,5 +1,6 @@
-//! AVX-512 VNNI kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / Q4_K / Q6_K weights (layout in
-//! `crate::packed`), one pass function per format behind one driver (`Pass`, `groups_of`).
+//! AVX-512 VNNI kernels for x16-packed Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / MXFP4 / IQ4_NL / Q4_K /
+//! Q6_K weights (layout in `crate::packed`), one pass function per format behind one driver
+//! (`Pass`, `groups_of`).
 //!
 //! Q4_K / Q6_K: per record the 6-bit values (Q4_K's scales and mins, Q6_K's quants sub-block by
 //! sub-block) are merged from their nibbles and high bits in registers (`merge6`) and the
@@ -16,13 +17,19 @@
 //! one conversion, one multiply and one multiply-add fold the block into sixteen row accumulators
 //! — the same `fma(isum, d_w * d_x, acc)` per pair as the scalar `dot_packed_row`. Q4_1 / Q5_1
 //! start the sum at zero and add their minimum's `fma(sum(x), m_w * d_x, acc)` after it.
+//! MXFP4 / IQ4_NL unpack as Q4_0 and then map each nibble through the biased table with one
+//! `vpshufb` (`u = table[q] + offset`, `offset` 16 or 128), so their passes are Q4_0's; MXFP4's
+//! scales are E8M0 bytes, decoded in integers ([`e8m0_half`]).
 
 // Index loops address parallel register arrays; iterator forms would hide the unrolled shape.
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 
-use super::{drive_passes, legacy_format, Ahead, Pass, PREFETCH_BYTES, Q4, Q41, Q5, Q51, Q8};
+use super::{
+    biased_table, drive_passes, legacy_format, offset_slot, Ahead, Pass, MX, NL, PREFETCH_BYTES,
+    Q4, Q41, Q5, Q51, Q8,
+};
 use crate::dtype::Format;
 use crate::packed::{
     offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS,
@@ -37,7 +44,8 @@ use crate::quant::{ActQ8_0, BlockQ8K};
 /// The CPU must support AVX-512 F/BW (the passes inline this only into the `groups_of` entries here
 /// and in `amx`, which enable AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI; `packed::PackedJob::groups`
 /// calls it after detection); `q` points to a record's readable quant bytes of format `F`: 512
-/// bytes for Q8_0, 256 for Q4_0 / Q4_1 (and a Q4_K sub-block), 320 for Q5_0 / Q5_1.
+/// bytes for Q8_0, 256 for Q4_0 / Q4_1 / MXFP4 / IQ4_NL (and a Q4_K sub-block), 320 for Q5_0 /
+/// Q5_1. MXFP4 / IQ4_NL come out as their biased table values (`crate::packed::MXFP4_BIASED`).
 #[inline(always)]
 pub(super) unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
     // SAFETY: the loads read 64 bytes at 64k (k < 8) for Q8_0, at 64v (v < 4) and, for Q5_0 /
@@ -55,6 +63,14 @@ pub(super) unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
                 let raw = _mm512_loadu_si512(q.add(64 * v).cast());
                 w[2 * v] = _mm512_and_si512(raw, m4);
                 w[2 * v + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4);
+            }
+            if F == MX || F == NL {
+                // Each byte a nibble (0..16): one shuffle per chunk looks its value up.
+                let table = biased_table(F).as_ptr();
+                let table = _mm512_broadcast_i32x4(_mm_loadu_si128(table.cast()));
+                for k in 0..8 {
+                    w[k] = _mm512_shuffle_epi8(table, w[k]);
+                }
             }
             if F == Q5 || F == Q51 {
                 // Bit k of each byte is chunk k's fifth bit: moved to bit 4 and merged,
@@ -77,6 +93,44 @@ pub(super) unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
             }
         }
         w
+    }
+}
+
+/// `e8m0_to_f32_half` of each of sixteen exponent bytes: `(e - 1) << 23` as f32 bits, or for
+/// `e < 2` the subnormal `0x0020_0000 << e` (exact for every byte, 0 and 255 included).
+///
+/// # Safety
+/// The CPU must support AVX-512 F (the passes inline this only into the `groups_of` entries here
+/// and in `amx`, which enable it).
+#[inline(always)]
+pub(super) unsafe fn e8m0_half(e: __m128i) -> __m512 {
+    // SAFETY: register operations only; AVX-512 F per this function's contract.
+    unsafe {
+        let e = _mm512_cvtepu8_epi32(e);
+        let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+        let subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+        let small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+        _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal))
+    }
+}
+
+/// The sixteen row scales at the start of a legacy record of format `F`, as f32: E8M0 bytes
+/// for MXFP4 ([`e8m0_half`]), f16 for the others.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and F16C (the passes inline this only into the `groups_of`
+/// entries here and in `amx`, which enable them); `r` points to a readable record of format
+/// `legacy_format(F)` (16 bytes of scales for MXFP4, 32 for the others).
+#[inline(always)]
+pub(super) unsafe fn scales<const F: u8>(r: *const u8) -> __m512 {
+    // SAFETY: reads the record's scale bytes (this function's contract); the instruction sets
+    // per the contract.
+    unsafe {
+        if F == MX {
+            e8m0_half(_mm_loadu_si128(r.cast()))
+        } else {
+            _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()))
+        }
     }
 }
 
@@ -228,7 +282,7 @@ pub(super) unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize
             let r = base.add(b * rec);
             // The record's unpacked quants serve every row: slot `j` comes with row `j`.
             let pf = Ahead::new(r, rec, PREFETCH_BYTES, N, 0);
-            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
+            let dw = scales::<F>(r);
             let mw = if with_min {
                 _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()))
             } else {
@@ -240,8 +294,8 @@ pub(super) unsafe fn pass<const F: u8, const N: usize>(job: &PackedJob, g: usize
                 let corr = if with_min {
                     _mm512_setzero_si512()
                 } else {
-                    // `-off * x.sum`, stored with the block (`Q8`, `Q5`, `Q4` are its indices).
-                    let k = usize::from(F);
+                    // `-off * x.sum`, stored with the block.
+                    let k = offset_slot(F);
                     debug_assert_eq!(x.neg_offset_sums[k], -off * x.sum);
                     _mm512_set1_epi32(x.neg_offset_sums[k])
                 };
@@ -403,7 +457,8 @@ pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usiz
     }
 }
 
-/// Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 (`F`): 16 accumulators + 8 weight chunks fit in 32 zmm.
+/// Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / MXFP4 / IQ4_NL (`F`): 16 accumulators + 8 weight chunks
+/// fit in 32 zmm.
 pub(super) struct LegacyPass<const F: u8>;
 struct Q4KPass;
 struct Q6KPass;
@@ -462,9 +517,53 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             Format::Q4_0 => groups_of::<LegacyPass<Q4>>(job, groups),
             Format::Q4_1 => groups_of::<LegacyPass<Q41>>(job, groups),
             Format::Q5_1 => groups_of::<LegacyPass<Q51>>(job, groups),
+            Format::MXFP4 => groups_of::<LegacyPass<MX>>(job, groups),
+            Format::IQ4_NL => groups_of::<LegacyPass<NL>>(job, groups),
             Format::Q4_K => groups_of::<Q4KPass>(job, groups),
             Format::Q6_K => groups_of::<Q6KPass>(job, groups),
             _ => unreachable!("packed kernel for an unpackable format"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::nonlinear::e8m0_to_f32_half;
+
+    /// Every exponent byte through [`e8m0_half`], sixteen at a time.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn decode_all() -> [u32; 256] {
+        let mut out = [0u32; 256];
+        for (c, chunk) in out.chunks_exact_mut(16).enumerate() {
+            let bytes: [u8; 16] = std::array::from_fn(|k| (16 * c + k) as u8);
+            // SAFETY: AVX-512 F is enabled here; the load reads the 16 bytes of `bytes` and the
+            // store writes the 16 floats of `v`.
+            unsafe {
+                let v = e8m0_half(_mm_loadu_si128(bytes.as_ptr().cast()));
+                let mut f = [0f32; 16];
+                _mm512_storeu_ps(f.as_mut_ptr(), v);
+                for (o, x) in chunk.iter_mut().zip(f) {
+                    *o = x.to_bits();
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn e8m0_decode_matches_the_scalar_one_for_every_byte() {
+        if !is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        // SAFETY: AVX-512 F detected.
+        let got = unsafe { decode_all() };
+        for e in 0..=255u8 {
+            assert_eq!(
+                got[usize::from(e)],
+                e8m0_to_f32_half(e).to_bits(),
+                "byte {e}"
+            );
         }
     }
 }
