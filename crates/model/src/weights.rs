@@ -2,10 +2,12 @@
 //!
 //! Quantized matrices stay quantized (nothing is dequantized at load); only the small F32 vectors
 //! (norm weights, biases) are copied out. On CPUs with AVX2 (and AVX-512 VNNI) the Q8_0 / Q5_0 /
-//! Q4_0 / Q4_1 / Q5_1 / Q4_K / Q6_K matrices are repacked at load into the kernels' x16 layout (sixteen rows
-//! interleaved per block, in exactly the bytes of the blocks they replace, so decode reads no
-//! more per token than the file's format) and their file pages released; everything else is used in place. The `GgufFile` is leaked on purpose: a model lives as long as the process that serves
-//! it, and `&'static` views keep the forward pass free of lifetimes and reference counting.
+//! Q4_0 / Q4_1 / Q5_1 / MXFP4 / IQ4_NL / Q4_K / Q6_K matrices (with rows a multiple of 16), dense
+//! or experts, are repacked at load into the kernels' x16 layout (sixteen rows interleaved per
+//! block, in exactly the bytes of the blocks they replace, so decode reads no more per token
+//! than the file's format) and their file pages released; everything else is used in place. The
+//! `GgufFile` is leaked on purpose: a model lives as long as the process that serves it, and
+//! `&'static` views keep the forward pass free of lifetimes and reference counting.
 
 use gguf::{GgmlType, GgufFile};
 use kernels::{Layout, Weights};

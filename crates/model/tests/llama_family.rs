@@ -541,6 +541,29 @@ fn gpt_oss_tiny_slides_every_other_layer_with_yarn_on_all() {
     assert_eq!((moe.n_expert, moe.n_used), (8, 4));
 }
 
+/// gpt-oss's MXFP4 experts (the tiny model's last layer) are repacked at load for the batched
+/// kernels where the CPU has them, as the other packable formats are; `gpt_oss_matches_llama_cpp`
+/// checks what they compute.
+#[test]
+fn gpt_oss_mxfp4_experts_are_packed_at_load() {
+    let golden = read_golden("gpt-oss");
+    let m = load_tiny("gpt-oss", &golden);
+    let weights = m.transformer.weights();
+    let last = weights.layers.last().expect("layers");
+    let model::weights::Ffn::Moe(moe) = &last.ffn else {
+        panic!("gpt-oss's FFN is a mixture of experts")
+    };
+    let want = if kernels::isa() >= kernels::Isa::Avx2 {
+        kernels::Layout::X16
+    } else {
+        kernels::Layout::RowMajor
+    };
+    for e in [&moe.gate, &moe.up, &moe.down] {
+        assert_eq!(e.ty, gguf::GgmlType::MXFP4);
+        assert_eq!(e.layout, want, "{}x{}", e.rows, e.cols);
+    }
+}
+
 /// The error of loading `arch`'s tiny file after `edit`; panics if it loads.
 fn refusal(arch: &str, edit: impl FnOnce(&mut gguf::GgufWriter)) -> String {
     let mut w = tiny_model_writer(arch, tiny_seed(arch)).expect("a tiny arch");
