@@ -13,6 +13,9 @@
 //!
 //! - With `TYPE:M` (say `Q4_K:16`): only that type's shapes at `M` rows (twice), for a profiler;
 //!   `Q5_0`, `Q5_1` and `Q8_0` (at Gemma 3 270M's shapes) only this way.
+//! - `MXFP4:M` and `IQ4_NL:M`: gpt-oss-20b's expert shapes (down 2880x2880, gate and up together
+//!   5760x2880) at `M` rows, packed against the row-major kernels, one call of each in turn per
+//!   run: the minimum of each and their ratio.
 //!
 //! `TESSERA_ISA=avx512` compares the VNNI passes with the AMX ones on a CPU that has both.
 
@@ -35,7 +38,10 @@ fn weights(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         .collect();
     let scale = kernels::quant::f32_to_f16(0.01);
     for b in data.chunks_exact_mut(bb) {
-        if f == Format::Q6_K {
+        if f == Format::MXFP4 {
+            // Exponent byte: steps of 2^-8 (the table's values are doubled).
+            b[0] = 120;
+        } else if f == Format::Q6_K {
             b[208..210].copy_from_slice(&scale);
         } else {
             b[..2].copy_from_slice(&scale);
@@ -67,9 +73,19 @@ fn shapes(threads: &Threads, runs: usize, only: Option<&str>) {
         (GgmlType::Q5_0, 2048, 640),
         (GgmlType::Q5_1, 2048, 640),
         (GgmlType::Q8_0, 16384, 640),
+        // gpt-oss-20b's experts (only when asked for by `TYPE:M`, against the row-major kernels).
+        (GgmlType::MXFP4, 2880, 2880),
+        (GgmlType::MXFP4, 5760, 2880),
+        (GgmlType::IQ4_NL, 2880, 2880),
+        (GgmlType::IQ4_NL, 5760, 2880),
     ] {
         let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K);
         if only.map_or(!k_quant, |(t, _)| t != format!("{ty:?}")) {
+            continue;
+        }
+        if let (Some((_, m)), GgmlType::MXFP4 | GgmlType::IQ4_NL) = (only, ty) {
+            let m = m.parse().expect("M is a number");
+            versus_row_major(threads, runs, ty, rows, cols, m);
             continue;
         }
         let p = packed(ty, rows, cols);
@@ -99,6 +115,43 @@ fn shapes(threads: &Threads, runs: usize, only: Option<&str>) {
             );
         }
     }
+}
+
+/// One matmul of `ty` at `rows` x `cols` and `m` rows, packed and row-major in turn, `runs`
+/// times: the minimum of each (microseconds) and packed / row-major.
+fn versus_row_major(
+    threads: &Threads,
+    runs: usize,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    m: usize,
+) {
+    let data = weights(ty, rows, cols);
+    let p = pack(ty, &data, rows, cols).expect("the shapes are packable");
+    let packed = Weights::packed(ty, p.as_bytes(), rows, cols).expect("valid packed weights");
+    let row_major = Weights::new(ty, &data, rows, cols).expect("valid weights");
+    let x: Vec<f32> = (0..m * cols)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut out = vec![0f32; m * rows];
+    let mut scratch = MatmulScratch::new();
+    let mut time = |w: &Weights| {
+        let s = Instant::now();
+        matmul(threads, w, &x, m, &mut out, &mut scratch);
+        s.elapsed().as_secs_f64() * 1e6
+    };
+    let (mut tp, mut tr) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..runs {
+        tp = tp.min(time(&packed));
+        tr = tr.min(time(&row_major));
+    }
+    println!(
+        "{ty:?} {rows}x{cols} m{m:<2} t{}: packed min {tp:8.1} us  row-major min {tr:8.1} us  \
+         packed / row-major {:.2}",
+        threads.n(),
+        tp / tr
+    );
 }
 
 /// Reads every byte of `bufs` on the pool's threads (a sum of one word per cache line).
