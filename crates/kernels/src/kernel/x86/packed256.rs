@@ -225,7 +225,8 @@ unsafe fn q4k_pairs<const T: usize>(r: *const u8, h: usize) -> [__m256i; 4] {
 #[inline(always)]
 unsafe fn nibble_pair<const F: u8>(q: *const u8, v: usize, h: usize) -> [__m256i; 2] {
     // SAFETY: the loads read 32 bytes at 64v + 32h < 256 and, for Q5_0 / Q5_1, at 256 + 32h,
-    // inside the quant area `q` points to (this function's contract); AVX2 per the contract.
+    // inside the quant area `q` points to (this function's contract), and for MXFP4 the 16
+    // bytes of its table; AVX2 per the contract.
     unsafe {
         let m4 = _mm256_set1_epi8(0x0F);
         let raw = _mm256_loadu_si256(q.add(64 * v + 32 * h).cast());
@@ -325,8 +326,8 @@ unsafe fn signed_sums<const F: u8, const N: usize>(
     pf: Ahead,
 ) -> [__m256i; N] {
     // SAFETY: the loads read 32 bytes at 64k + 32h (k < 8) of Q8_0's 512 bytes of quants, or
-    // what `nibble_pair` reads of IQ4_NL's 256; the activation reads stay in `qs`; AVX2 per the
-    // contract.
+    // what `nibble_pair` reads of IQ4_NL's 256, and the 16 bytes of IQ4_NL's table; the
+    // activation reads stay in `qs`; AVX2 per the contract.
     unsafe {
         let ones = _mm256_set1_epi16(1);
         let flip = _mm256_set1_epi8(-128);
@@ -638,6 +639,9 @@ mod tests {
     use crate::quant::nonlinear::e8m0_to_f32_half;
 
     /// Every exponent byte through [`e8m0_half`], eight at a time.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
     unsafe fn decode_all() -> [u32; 256] {
         let mut out = [0u32; 256];

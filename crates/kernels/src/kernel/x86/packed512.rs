@@ -49,8 +49,8 @@ use crate::quant::{ActQ8_0, BlockQ8K};
 #[inline(always)]
 pub(super) unsafe fn unpack<const F: u8>(q: *const u8) -> [__m512i; 8] {
     // SAFETY: the loads read 64 bytes at 64k (k < 8) for Q8_0, at 64v (v < 4) and, for Q5_0 /
-    // Q5_1, at 256: inside the quant bytes `q` points to (this function's contract); AVX-512
-    // F/BW per the contract.
+    // Q5_1, at 256: inside the quant bytes `q` points to (this function's contract), and for
+    // MXFP4 / IQ4_NL the 16 bytes of their table; AVX-512 F/BW per the contract.
     unsafe {
         let mut w = [_mm512_setzero_si512(); 8];
         if F == Q8 {
@@ -532,13 +532,16 @@ mod tests {
     use crate::quant::nonlinear::e8m0_to_f32_half;
 
     /// Every exponent byte through [`e8m0_half`], sixteen at a time.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F.
     #[target_feature(enable = "avx512f")]
     unsafe fn decode_all() -> [u32; 256] {
         let mut out = [0u32; 256];
         for (c, chunk) in out.chunks_exact_mut(16).enumerate() {
             let bytes: [u8; 16] = std::array::from_fn(|k| (16 * c + k) as u8);
             // SAFETY: AVX-512 F is enabled here; the load reads the 16 bytes of `bytes` and the
-            // store writes the 16 floats of `v`.
+            // store writes the 16 floats of `f`.
             unsafe {
                 let v = e8m0_half(_mm_loadu_si128(bytes.as_ptr().cast()));
                 let mut f = [0f32; 16];
