@@ -147,13 +147,15 @@ impl TileConfig {
 struct Aligned<const B: usize>([u8; B]);
 
 /// `tilezero tmm{C}`; `tileloadd` activations into `tmm{A}` (rows `stride` apart) and weights
-/// into `tmm{A + 2}` (64-byte rows); `tdpbsud`; `tilestored` the sums to `out` (64-byte rows).
+/// into `tmm{A + 2}` (64-byte rows); `tdpbssd` when `SIGNED` (both operands signed), else
+/// `tdpbsud` (unsigned weights); `tilestored` the sums to `out` (64-byte rows). The tiles are
+/// architectural state no compiled code touches, so they carry across the three `asm!` blocks.
 ///
 /// # Safety
 /// Tiles configured by [`TileConfig::for_subblock`]; `x` readable for 16 rows of the activation
 /// tile's width `stride` apart, `w` for the weight tile, `out` writable for 1024 bytes.
 #[inline(always)]
-unsafe fn tile_product<const C: u8, const A: u8>(
+unsafe fn tile_product<const C: u8, const A: u8, const SIGNED: bool>(
     x: *const i8,
     stride: usize,
     w: *const u8,
@@ -165,8 +167,6 @@ unsafe fn tile_product<const C: u8, const A: u8>(
             "tilezero tmm{c}",
             "tileloadd tmm{a}, [{x} + {s}*1]",
             "tileloadd tmm{b}, [{w} + {s64}*1]",
-            "tdpbsud tmm{c}, tmm{a}, tmm{b}",
-            "tilestored [{out} + {s64}*1], tmm{c}",
             c = const C,
             a = const A,
             b = const A + 2,
@@ -174,7 +174,20 @@ unsafe fn tile_product<const C: u8, const A: u8>(
             s = in(reg) stride,
             w = in(reg) w,
             s64 = in(reg) 64usize,
+            options(nostack, readonly),
+        );
+        if SIGNED {
+            asm!("tdpbssd tmm{c}, tmm{a}, tmm{b}", c = const C, a = const A, b = const A + 2,
+                options(nostack, nomem));
+        } else {
+            asm!("tdpbsud tmm{c}, tmm{a}, tmm{b}", c = const C, a = const A, b = const A + 2,
+                options(nostack, nomem));
+        }
+        asm!(
+            "tilestored [{out} + {s64}*1], tmm{c}",
+            c = const C,
             out = in(reg) out,
+            s64 = in(reg) 64usize,
             options(nostack),
         );
     }
@@ -214,10 +227,10 @@ unsafe fn record_sums<const SB: usize, const K: usize>(
             let x = (*x0).qs.as_ptr().add(K * sb);
             let out = sums.add(1024 * sb).cast::<i32>();
             match sb % 4 {
-                0 => tile_product::<0, 4>(x, stride, wp, out),
-                1 => tile_product::<1, 5>(x, stride, wp, out),
-                2 => tile_product::<2, 4>(x, stride, wp, out),
-                _ => tile_product::<3, 5>(x, stride, wp, out),
+                0 => tile_product::<0, 4, false>(x, stride, wp, out),
+                1 => tile_product::<1, 5, false>(x, stride, wp, out),
+                2 => tile_product::<2, 4, false>(x, stride, wp, out),
+                _ => tile_product::<3, 5, false>(x, stride, wp, out),
             }
         }
     }
@@ -409,39 +422,6 @@ const LEGACY_BATCH: usize = 4;
 #[repr(C, align(64))]
 struct TileQuants([u8; 512]);
 
-/// `tilezero tmm{C}`; `tileloadd` activations into `tmm{A}` (rows `stride` apart) and weights
-/// into `tmm{A + 2}` (64-byte rows); `tdpbssd` (both signed); `tilestored` the sums to `out`.
-///
-/// # Safety
-/// As [`tile_product`].
-#[inline(always)]
-unsafe fn tile_product_signed<const C: u8, const A: u8>(
-    x: *const i8,
-    stride: usize,
-    w: *const u8,
-    out: *mut i32,
-) {
-    // SAFETY: per the contract; the instructions touch only the memory named.
-    unsafe {
-        asm!(
-            "tilezero tmm{c}",
-            "tileloadd tmm{a}, [{x} + {s}*1]",
-            "tileloadd tmm{b}, [{w} + {s64}*1]",
-            "tdpbssd tmm{c}, tmm{a}, tmm{b}",
-            "tilestored [{out} + {s64}*1], tmm{c}",
-            c = const C,
-            a = const A,
-            b = const A + 2,
-            x = in(reg) x,
-            s = in(reg) stride,
-            w = in(reg) w,
-            s64 = in(reg) 64usize,
-            out = in(reg) out,
-            options(nostack),
-        );
-    }
-}
-
 /// Group `g`'s quants of a legacy format `F`, record by record, as weight tiles: signed (`q`,
 /// the unpacked value less the format's offset: for MXFP4 / IQ4_NL the table value) where the
 /// format has an offset, so the tile product is the block's whole integer sum; unsigned where
@@ -519,14 +499,14 @@ unsafe fn pass_legacy<const F: u8>(job: &PackedJob, g: usize, i: usize, wq: &[Ti
                 let x = (*acts.add(b + s)).qs.as_ptr();
                 let out = sums.add(1024 * (LEGACY_BATCH * half + s)).cast::<i32>();
                 match (s, with_min) {
-                    (0, false) => tile_product_signed::<0, 4>(x, stride, w, out),
-                    (1, false) => tile_product_signed::<1, 5>(x, stride, w, out),
-                    (2, false) => tile_product_signed::<2, 4>(x, stride, w, out),
-                    (_, false) => tile_product_signed::<3, 5>(x, stride, w, out),
-                    (0, true) => tile_product::<0, 4>(x, stride, w, out),
-                    (1, true) => tile_product::<1, 5>(x, stride, w, out),
-                    (2, true) => tile_product::<2, 4>(x, stride, w, out),
-                    (_, true) => tile_product::<3, 5>(x, stride, w, out),
+                    (0, false) => tile_product::<0, 4, true>(x, stride, w, out),
+                    (1, false) => tile_product::<1, 5, true>(x, stride, w, out),
+                    (2, false) => tile_product::<2, 4, true>(x, stride, w, out),
+                    (_, false) => tile_product::<3, 5, true>(x, stride, w, out),
+                    (0, true) => tile_product::<0, 4, false>(x, stride, w, out),
+                    (1, true) => tile_product::<1, 5, false>(x, stride, w, out),
+                    (2, true) => tile_product::<2, 4, false>(x, stride, w, out),
+                    (_, true) => tile_product::<3, 5, false>(x, stride, w, out),
                 }
             }
         };
