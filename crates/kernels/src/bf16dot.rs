@@ -273,5 +273,5 @@ pub fn matmul_bf16_on(
 
 /// Activation rows per block of the SIMD paths: about 128 KiB of BF16 rows, a multiple of four.
 pub(crate) fn act_block_rows(cols: usize) -> usize {
-    ((128 * 1024) / (2 * cols.max(1))).max(4) / 4 * 4
+    crate::kernel::act_block_rows(128 * 1024, 2 * cols, 4)
 }

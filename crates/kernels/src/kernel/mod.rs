@@ -245,6 +245,13 @@ fn scalar_bf16(w: &[[u8; 2]], x: &[f32]) -> f32 {
 }
 
 /// Hands `v` the kernel for `format` at instruction set `isa` (SIMD where available).
+/// Activation rows per block of a tiled matmul: as many rows of `row_bytes` as fit in about
+/// `budget` bytes (so a block stays in L2 while every weight tile passes over it), rounded down
+/// to a multiple of `tile_rows` and at least one tile's rows.
+pub(crate) fn act_block_rows(budget: usize, row_bytes: usize, tile_rows: usize) -> usize {
+    (budget / row_bytes.max(1)).max(tile_rows) / tile_rows * tile_rows
+}
+
 pub(crate) fn visit<V: KernelVisitor>(isa: Isa, format: Format, v: V) {
     #[cfg(target_arch = "x86_64")]
     let v = match x86::visit(isa, format, v) {

@@ -151,7 +151,8 @@ unsafe fn weight_rows<D: Decode, const R: usize>(
 unsafe fn rows_tiled<D: Decode>(job: &RowsJob<D::W, f32>, range: Range<usize>) {
     // Blocks of activation rows that stay in L2 while the thread's weight rows pass over them
     // (streaming all of a long batch's rows from L3 per four weight rows halved the speed).
-    let block = act_block_rows(job.per_row);
+    // About 128 KiB of f32 rows, a multiple of four (one tile's rows).
+    let block = crate::kernel::act_block_rows(128 * 1024, 4 * job.per_row, 4);
     let mut i = 0;
     while i < job.m {
         let acts = i..(i + block).min(job.m);
@@ -171,11 +172,6 @@ unsafe fn rows_tiled<D: Decode>(job: &RowsJob<D::W, f32>, range: Range<usize>) {
         }
         i = acts.end;
     }
-}
-
-/// Activation rows per block: about 128 KiB of f32 rows, a multiple of four (one tile's rows).
-fn act_block_rows(cols: usize) -> usize {
-    ((128 * 1024) / (4 * cols.max(1))).max(4) / 4 * 4
 }
 
 /// The tiled float kernel; only constructed after AVX-512 detection (see the parent module).

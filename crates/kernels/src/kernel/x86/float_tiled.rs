@@ -37,7 +37,7 @@ pub(crate) const N: usize = 3;
 
 /// Activation rows per block: about 96 KiB of f32 rows (at least one tile's worth).
 fn act_block_rows(cols: usize) -> usize {
-    ((96 * 1024) / (4 * cols.max(1))).max(N) / N * N
+    crate::kernel::act_block_rows(96 * 1024, 4 * cols, N)
 }
 
 /// How a float weight format decodes: eight weights, or one, from column `k`.
