@@ -191,42 +191,67 @@ impl ModelWeights {
     /// per looked-up token when the output projection is tied to them).
     fn pack(&mut self) {
         let file = self.file;
-        let one = |m: &mut Matrix| {
-            let packed = m.packed();
-            if packed.layout == Layout::X16 {
-                file.release_pages(m.data);
-            }
-            *m = packed;
-        };
-        one(&mut self.output);
+        repack(file, &mut self.output);
         for l in &mut self.layers {
             for m in [&mut l.wq, &mut l.wk, &mut l.wv, &mut l.wo] {
-                one(m);
+                repack(file, m);
             }
             match &mut l.ffn {
                 Ffn::Dense { gate, up, down } => {
                     for m in [gate, up, down] {
-                        one(m);
+                        repack(file, m);
                     }
                 }
                 Ffn::Moe(m) => {
-                    one(&mut m.router);
+                    repack(file, &mut m.router);
                     for e in [&mut m.gate, &mut m.up, &mut m.down] {
-                        let packed = e.packed();
-                        if packed.layout == Layout::X16 {
-                            file.release_pages(e.data);
-                        }
-                        *e = packed;
+                        repack(file, e);
                     }
                     if let Some(sh) = &mut m.shared {
                         for m in [&mut sh.gate, &mut sh.up, &mut sh.down] {
-                            one(m);
+                            repack(file, m);
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// A weight the x16 kernels can take as a repacked copy: a matrix, or a mixture's experts.
+trait Repack: Copy {
+    /// The repacked copy, or the weight itself where its type or shape is not packable.
+    fn repacked(self) -> Self;
+    /// The weight's bytes and their layout.
+    fn bytes(&self) -> (&'static [u8], Layout);
+}
+
+impl Repack for Matrix {
+    fn repacked(self) -> Self {
+        self.packed()
+    }
+    fn bytes(&self) -> (&'static [u8], Layout) {
+        (self.data, self.layout)
+    }
+}
+
+impl Repack for Experts {
+    fn repacked(self) -> Self {
+        self.packed()
+    }
+    fn bytes(&self) -> (&'static [u8], Layout) {
+        (self.data, self.layout)
+    }
+}
+
+/// Replaces `w` by its repacked copy and, when it was repacked, drops the file pages it came
+/// from out of resident memory.
+fn repack<T: Repack>(file: &GgufFile, w: &mut T) {
+    let packed = w.repacked();
+    if packed.bytes().1 == Layout::X16 {
+        file.release_pages(w.bytes().0);
+    }
+    *w = packed;
 }
 
 pub(crate) struct Loader {
