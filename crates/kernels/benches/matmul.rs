@@ -68,8 +68,23 @@ fn bench_shape(
     } else {
         "rows"
     };
-    let mut group = c.benchmark_group(format!("matmul/{ty:?}/{rows}x{cols}/{layout}"));
+    let name = format!("matmul/{ty:?}/{rows}x{cols}/{layout}");
     let mut scratch = MatmulScratch::new();
+    bench_ms(c, name, (rows, cols), ms, |x, m, out| {
+        matmul(threads, &w, x, m, out, &mut scratch)
+    });
+}
+
+/// One benchmark per activation count `m` of `ms` in group `name`: `run(x, m, out)` multiplies
+/// `m` rows of `cols` activations into `m * rows` outputs.
+fn bench_ms(
+    c: &mut Criterion,
+    name: String,
+    (rows, cols): (usize, usize),
+    ms: &[usize],
+    mut run: impl FnMut(&[f32], usize, &mut [f32]),
+) {
+    let mut group = c.benchmark_group(name);
     for &m in ms {
         let x: Vec<f32> = (0..m * cols)
             .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
@@ -77,7 +92,7 @@ fn bench_shape(
         let mut out = vec![0f32; m * rows];
         group.throughput(Throughput::Elements((rows * cols * m) as u64));
         group.bench_with_input(BenchmarkId::from_parameter(format!("m{m}")), &m, |b, &m| {
-            b.iter(|| matmul(threads, &w, &x, m, &mut out, &mut scratch));
+            b.iter(|| run(&x, m, &mut out));
         });
     }
     group.finish();
@@ -88,19 +103,11 @@ fn bench_bf16(c: &mut Criterion, threads: &Threads, rows: usize, cols: usize, ms
     let data = weights(GgmlType::F16, rows, cols);
     let w = Bf16Rows::from_float(GgmlType::F16, &data, rows, cols).expect("bf16 shape");
     let path = Bf16Path::detect();
-    let mut group = c.benchmark_group(format!("matmul_bf16/{path:?}/{rows}x{cols}"));
+    let name = format!("matmul_bf16/{path:?}/{rows}x{cols}");
     let mut scratch = Bf16Scratch::default();
-    for &m in ms {
-        let x: Vec<f32> = (0..m * cols)
-            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-            .collect();
-        let mut out = vec![0f32; m * rows];
-        group.throughput(Throughput::Elements((rows * cols * m) as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(format!("m{m}")), &m, |b, &m| {
-            b.iter(|| matmul_bf16(threads, &w, &x, m, &mut out, &mut scratch));
-        });
-    }
-    group.finish();
+    bench_ms(c, name, (rows, cols), ms, |x, m, out| {
+        matmul_bf16(threads, &w, x, m, out, &mut scratch)
+    });
 }
 
 /// Packed (x16) weights where the format allows and the CPU has AVX2, as the model loads them;
