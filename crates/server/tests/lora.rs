@@ -129,6 +129,23 @@ async fn every_generating_route_computes_with_the_adapter_model_names_and_report
     let (s, b) = post(&app, "/v1/completions", &body).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(b["model"], "poet");
+    // The render routes name the model the request would run with, the adapter's too.
+    let (s, b) = post(&app, "/v1/completions/render", &body).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b[0]["model"], "poet");
+    let chat = json!({"model": "sql", "messages": [{"role": "user", "content": "hi"}]});
+    let (s, b) = post(&app, "/v1/chat/completions/render", &chat).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["model"], "sql");
+    let (s, b) = post(
+        &app,
+        "/v1/chat/completions/render",
+        &json!({"model": served,
+        "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    assert_eq!(b["model"], served.as_str());
 }
 
 #[tokio::test]

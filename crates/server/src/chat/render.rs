@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use super::protocol::CHAT;
 use crate::base::{body_bytes, ApiError};
 use crate::protocol::request::CommonParams;
+use crate::serving::lora::served_as;
 use crate::serving::openai_body;
 use crate::serving::render::{rendered, Rendered};
 use crate::serving::state::AppState;
@@ -27,10 +28,11 @@ pub async fn render(
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
     let (req, common): (ChatRequest, CommonParams) = openai_body(&bytes, CHAT)?;
+    let model = served_as(common.model.as_deref(), m);
     let job = chat_job(req, common, m, state.config())?;
     let prompt = job
         .prompts
         .first()
         .ok_or_else(|| ApiError::Internal("a chat job without a prompt".into()))?;
-    Ok(axum::Json(rendered(&job, prompt, "chatcmpl-", &m.model_id)).into_response())
+    Ok(axum::Json(rendered(&job, prompt, "chatcmpl-", &model)).into_response())
 }

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use super::protocol::COMPLETIONS;
 use crate::base::{body_bytes, ApiError};
 use crate::protocol::request::CommonParams;
+use crate::serving::lora::served_as;
 use crate::serving::openai_body;
 use crate::serving::render::{rendered, Rendered};
 use crate::serving::state::AppState;
@@ -27,11 +28,12 @@ pub async fn render(
     let m = state.model()?;
     let bytes = body_bytes(body, state.config().body_limit)?;
     let (req, common): (CompletionRequest, CommonParams) = openai_body(&bytes, COMPLETIONS)?;
+    let model = served_as(common.model.as_deref(), m);
     let job = completion_job(req, common, m, state.config())?;
     let list: Vec<Rendered> = job
         .prompts
         .iter()
-        .map(|p| rendered(&job, p, "cmpl-", &m.model_id))
+        .map(|p| rendered(&job, p, "cmpl-", &model))
         .collect();
     Ok(axum::Json(list).into_response())
 }
