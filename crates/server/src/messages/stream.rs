@@ -13,18 +13,16 @@
 //! request.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use engine::{Event, FinishReason};
-use futures_util::stream::{self, Stream};
-use futures_util::FutureExt;
+use axum::response::sse::Event as SseEvent;
+use axum::response::Response;
+use engine::FinishReason;
+use futures_util::stream::Stream;
 use tokenizer::Tokenizer;
 
 use crate::base::ApiError;
+use crate::serving::events::EventDriver;
 use crate::serving::run::Tagged;
 use crate::serving::tools::{ChoiceReader, Out};
 
@@ -75,32 +73,12 @@ pub fn respond(
         pending: VecDeque::from([MessageStreamEvent::MessageStart { message: start }]),
         done: false,
     };
-    let ctx = crate::base::context::current();
-    let body = stream::unfold(d, move |mut d| {
-        let ctx = ctx.clone();
-        async move {
-            let step = AssertUnwindSafe(d.next_event()).catch_unwind();
-            let ev = match crate::base::context::within(ctx.clone(), step).await {
-                Ok(ev) => ev?,
-                Err(panic) => {
-                    let what = crate::base::context::panic_message(panic.as_ref()).to_string();
-                    let e = ApiError::Internal(format!("a messages stream panicked: {what}"));
-                    d.pending.clear();
-                    crate::base::context::within(ctx.clone(), async { d.fail(&e) }).await;
-                    crate::base::context::within(ctx, d.next_event()).await?
-                }
-            };
-            Some((Ok::<_, Infallible>(frame(&ev)), d))
-        }
-    });
-    Sse::new(body)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    crate::serving::events::respond(d)
 }
 
 /// One event as an SSE frame. The event types always serialize; should one ever fail, the
 /// frame carries an `error` event instead and the cause is logged.
-fn frame(ev: &MessageStreamEvent) -> SseEvent {
+fn frame_of(ev: &MessageStreamEvent) -> SseEvent {
     match serde_json::to_string(ev) {
         Ok(data) => SseEvent::default().event(ev.name()).data(data),
         Err(e) => {
@@ -236,44 +214,38 @@ impl Driver {
     }
 
     fn fail(&mut self, e: &ApiError) {
-        if let ApiError::Internal(cause) = e {
-            let id = crate::base::context::request_id();
-            tracing::error!(request_id = id.as_deref(), "internal error: {cause}");
-        }
+        crate::serving::events::log_internal(e);
         let error = e.anthropic_body().error;
         self.pending.push_back(MessageStreamEvent::Error { error });
         self.done = true;
     }
+}
 
-    async fn next_event(&mut self) -> Option<MessageStreamEvent> {
-        loop {
-            if let Some(ev) = self.pending.pop_front() {
-                return Some(ev);
-            }
-            if self.done {
-                return None;
-            }
-            let next = match crate::serving::run::next_before(&mut self.events).await {
-                Ok(next) => next,
-                Err(e) => {
-                    self.fail(&e);
-                    continue;
-                }
-            };
-            match next.map(|(_, ev)| ev) {
-                None => self.fail(&ApiError::Internal("the engine stopped mid-stream".into())),
-                Some(Event::Accepted | Event::PromptLogprobs(_)) => {}
-                Some(Event::Token { id, text, .. }) => self.read(Some(id), text),
-                Some(Event::Finished {
-                    reason,
-                    text,
-                    usage,
-                }) => {
-                    self.read(None, text);
-                    self.closing(reason, &usage);
-                }
-                Some(Event::Error(e)) => self.fail(&e.into()),
-            }
-        }
+impl EventDriver for Driver {
+    type Out = MessageStreamEvent;
+    const WHAT: &'static str = "a messages stream";
+    fn events(&mut self) -> &mut Pin<Box<dyn Stream<Item = Tagged> + Send>> {
+        &mut self.events
+    }
+    fn pop(&mut self) -> Option<MessageStreamEvent> {
+        self.pending.pop_front()
+    }
+    fn clear(&mut self) {
+        self.pending.clear();
+    }
+    fn done(&self) -> bool {
+        self.done
+    }
+    fn read(&mut self, id: Option<u32>, text: String) {
+        Driver::read(self, id, text)
+    }
+    fn closing(&mut self, reason: engine::FinishReason, usage: &engine::Usage) {
+        Driver::closing(self, reason, usage)
+    }
+    fn fail(&mut self, e: &ApiError) {
+        Driver::fail(self, e)
+    }
+    fn frame(ev: &MessageStreamEvent) -> SseEvent {
+        frame_of(ev)
     }
 }

@@ -18,6 +18,7 @@
 //! the other way round.
 
 pub mod chat_template;
+pub mod events;
 pub mod lora;
 pub mod observe;
 pub mod reasoning;
