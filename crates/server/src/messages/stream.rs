@@ -12,7 +12,6 @@
 //! back). Dropping the body (a client gone) drops the engine receiver, which aborts the
 //! request.
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 
 use axum::response::sse::Event as SseEvent;
@@ -22,7 +21,7 @@ use futures_util::stream::Stream;
 use tokenizer::Tokenizer;
 
 use crate::base::ApiError;
-use crate::serving::events::EventDriver;
+use crate::serving::events::{EventDriver, Queue};
 use crate::serving::run::Tagged;
 use crate::serving::tools::{ChoiceReader, Out};
 
@@ -32,7 +31,7 @@ use super::validate::Prepared;
 use super::wire::{BlockDelta, MessageDelta, MessageStreamEvent};
 
 struct Driver {
-    events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
+    q: Queue<MessageStreamEvent>,
     prep: Prepared,
     tok: Tokenizer,
     blocks: Blocks,
@@ -42,8 +41,6 @@ struct Driver {
     ids: Vec<u32>,
     sent: String,
     pinged: bool,
-    pending: VecDeque<MessageStreamEvent>,
-    done: bool,
 }
 
 /// The SSE response for a started request whose (single choice's) events are `events`.
@@ -62,7 +59,10 @@ pub fn respond(
         MessageUsage::new(prep.prompt_tokens, 0, 0),
     );
     let d = Driver {
-        events,
+        q: Queue::new(
+            events,
+            vec![MessageStreamEvent::MessageStart { message: start }],
+        ),
         prep,
         tok,
         blocks: Blocks::new(family),
@@ -70,8 +70,6 @@ pub fn respond(
         ids: Vec::new(),
         sent: String::new(),
         pinged: false,
-        pending: VecDeque::from([MessageStreamEvent::MessageStart { message: start }]),
-        done: false,
     };
     crate::serving::events::respond(d)
 }
@@ -123,7 +121,8 @@ impl Driver {
                     },
                 ),
                 Change::ThinkingDelta(index, thinking) => {
-                    self.pending
+                    self.q
+                        .pending
                         .push_back(MessageStreamEvent::ContentBlockDelta {
                             index,
                             delta: BlockDelta::ThinkingDelta { thinking },
@@ -136,7 +135,8 @@ impl Driver {
                     },
                 ),
                 Change::TextDelta(index, text) => {
-                    self.pending
+                    self.q
+                        .pending
                         .push_back(MessageStreamEvent::ContentBlockDelta {
                             index,
                             delta: BlockDelta::TextDelta { text },
@@ -144,6 +144,7 @@ impl Driver {
                 }
                 Change::ToolUse(index) => self.tool_use(index),
                 Change::Stop(index) => self
+                    .q
                     .pending
                     .push_back(MessageStreamEvent::ContentBlockStop { index }),
             }
@@ -151,13 +152,14 @@ impl Driver {
     }
 
     fn block_start(&mut self, index: usize, content_block: ContentBlock) {
-        self.pending
+        self.q
+            .pending
             .push_back(MessageStreamEvent::ContentBlockStart {
                 index,
                 content_block,
             });
         if !std::mem::replace(&mut self.pinged, true) {
-            self.pending.push_back(MessageStreamEvent::Ping);
+            self.q.pending.push_back(MessageStreamEvent::Ping);
         }
     }
 
@@ -177,7 +179,8 @@ impl Driver {
                 input: empty,
             },
         );
-        self.pending
+        self.q
+            .pending
             .push_back(MessageStreamEvent::ContentBlockDelta {
                 index,
                 delta: BlockDelta::InputJsonDelta {
@@ -202,39 +205,32 @@ impl Driver {
             usage.cached_tokens,
             usage.completion_tokens,
         );
-        self.pending.push_back(MessageStreamEvent::MessageDelta {
+        self.q.pending.push_back(MessageStreamEvent::MessageDelta {
             delta: MessageDelta {
                 stop_reason,
                 stop_sequence: stop,
             },
             usage,
         });
-        self.pending.push_back(MessageStreamEvent::MessageStop);
-        self.done = true;
+        self.q.pending.push_back(MessageStreamEvent::MessageStop);
+        self.q.done = true;
     }
 
     fn fail(&mut self, e: &ApiError) {
         crate::serving::events::log_internal(e);
         let error = e.anthropic_body().error;
-        self.pending.push_back(MessageStreamEvent::Error { error });
-        self.done = true;
+        self.q
+            .pending
+            .push_back(MessageStreamEvent::Error { error });
+        self.q.done = true;
     }
 }
 
 impl EventDriver for Driver {
     type Out = MessageStreamEvent;
     const WHAT: &'static str = "a messages stream";
-    fn events(&mut self) -> &mut Pin<Box<dyn Stream<Item = Tagged> + Send>> {
-        &mut self.events
-    }
-    fn pop(&mut self) -> Option<MessageStreamEvent> {
-        self.pending.pop_front()
-    }
-    fn clear(&mut self) {
-        self.pending.clear();
-    }
-    fn done(&self) -> bool {
-        self.done
+    fn queue(&mut self) -> &mut Queue<MessageStreamEvent> {
+        &mut self.q
     }
     fn read(&mut self, id: Option<u32>, text: String) {
         Driver::read(self, id, text)

@@ -19,7 +19,6 @@
 //! (`response.failed` with the timeout error), and so does a panic while making an event
 //! (with an internal error naming the request id).
 
-use std::collections::VecDeque;
 use std::pin::Pin;
 
 use axum::response::sse::Event as SseEvent;
@@ -27,7 +26,7 @@ use axum::response::Response;
 use futures_util::stream::Stream;
 
 use crate::base::ApiError;
-use crate::serving::events::EventDriver;
+use crate::serving::events::{EventDriver, Queue};
 use crate::serving::run::Tagged;
 use crate::serving::state::AppState;
 use crate::serving::tools::{ChoiceReader, Out};
@@ -37,15 +36,13 @@ use super::wire::{OutputItem, OutputMessage, OutputText, ReasoningText, Status, 
 use super::{store, Prepared};
 
 struct Driver {
-    events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
+    q: Queue<StreamEvent>,
     prep: Prepared,
     state: AppState,
     items: Items,
     /// With tools: the reader that splits the reply into content and calls.
     reader: Option<ChoiceReader>,
     seq: u64,
-    pending: VecDeque<StreamEvent>,
-    done: bool,
 }
 
 /// The SSE response for a started request whose (single choice's) events are `events`.
@@ -57,14 +54,12 @@ pub fn respond(
     let items = prep.items();
     let reader = ChoiceReader::new(prep.job.tools.as_ref(), prep.job.reasoning.as_ref());
     let mut d = Driver {
-        events,
+        q: Queue::new(events, Vec::new()),
         prep,
         state,
         items,
         reader,
         seq: 0,
-        pending: VecDeque::new(),
-        done: false,
     };
     d.opening();
     crate::serving::events::respond(d)
@@ -99,7 +94,7 @@ impl Driver {
 
     fn push(&mut self, make: impl FnOnce(u64) -> StreamEvent) {
         let n = self.seq();
-        self.pending.push_back(make(n));
+        self.q.pending.push_back(make(n));
     }
 
     /// The events before the first token.
@@ -293,7 +288,7 @@ impl Driver {
         self.prep.keep(&obj, &store::of(&self.state));
         self.events_for(changes);
         self.push(|n| StreamEvent::terminal(n, obj));
-        self.done = true;
+        self.q.done = true;
     }
 
     fn fail(&mut self, e: &ApiError) {
@@ -303,24 +298,15 @@ impl Driver {
             sequence_number,
             response: obj,
         });
-        self.done = true;
+        self.q.done = true;
     }
 }
 
 impl EventDriver for Driver {
     type Out = StreamEvent;
     const WHAT: &'static str = "a response stream";
-    fn events(&mut self) -> &mut Pin<Box<dyn Stream<Item = Tagged> + Send>> {
-        &mut self.events
-    }
-    fn pop(&mut self) -> Option<StreamEvent> {
-        self.pending.pop_front()
-    }
-    fn clear(&mut self) {
-        self.pending.clear();
-    }
-    fn done(&self) -> bool {
-        self.done
+    fn queue(&mut self) -> &mut Queue<StreamEvent> {
+        &mut self.q
     }
     fn read(&mut self, id: Option<u32>, text: String) {
         Driver::read(self, id, text)

@@ -9,6 +9,7 @@
 //! stream with no task behind it: a client that disconnects drops it, which drops the engine
 //! receiver, which aborts the request.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
@@ -22,20 +23,33 @@ use futures_util::FutureExt;
 use crate::base::ApiError;
 use crate::serving::run::Tagged;
 
+/// What every driver keeps: the request's engine events, the API events queued to send, and
+/// whether the last one is queued.
+pub struct Queue<T> {
+    pub events: Pin<Box<dyn Stream<Item = Tagged> + Send>>,
+    pub pending: VecDeque<T>,
+    pub done: bool,
+}
+
+impl<T> Queue<T> {
+    /// A queue that sends `first` before anything the engine's events make.
+    pub fn new(events: Pin<Box<dyn Stream<Item = Tagged> + Send>>, first: Vec<T>) -> Self {
+        Self {
+            events,
+            pending: first.into(),
+            done: false,
+        }
+    }
+}
+
 /// One route's translation of engine events into its API's events.
 pub trait EventDriver: Send + 'static {
     /// The API's event.
     type Out: Send;
     /// What the stream is, for a panic's message ("a messages stream").
     const WHAT: &'static str;
-    /// The engine's events for this request.
-    fn events(&mut self) -> &mut Pin<Box<dyn Stream<Item = Tagged> + Send>>;
-    /// The next queued event, if any.
-    fn pop(&mut self) -> Option<Self::Out>;
-    /// Drops every queued event (before a panic's failure is queued).
-    fn clear(&mut self);
-    /// Whether the stream has queued its last event.
-    fn done(&self) -> bool;
+    /// The driver's queue.
+    fn queue(&mut self) -> &mut Queue<Self::Out>;
     /// A token (`id`, none for the final text) and its text.
     fn read(&mut self, id: Option<u32>, text: String);
     /// The request finished: queue the closing events.
@@ -58,13 +72,14 @@ pub fn log_internal(e: &ApiError) {
 /// the last was sent.
 async fn next_event<D: EventDriver>(d: &mut D) -> Option<D::Out> {
     loop {
-        if let Some(ev) = d.pop() {
+        let q = d.queue();
+        if let Some(ev) = q.pending.pop_front() {
             return Some(ev);
         }
-        if d.done() {
+        if q.done {
             return None;
         }
-        let next = match crate::serving::run::next_before(d.events()).await {
+        let next = match crate::serving::run::next_before(&mut q.events).await {
             Ok(next) => next,
             Err(e) => {
                 d.fail(&e);
@@ -100,7 +115,7 @@ pub fn respond<D: EventDriver>(d: D) -> Response {
                 Err(panic) => {
                     let what = crate::base::context::panic_message(panic.as_ref()).to_string();
                     let e = ApiError::Internal(format!("{} panicked: {what}", D::WHAT));
-                    d.clear();
+                    d.queue().pending.clear();
                     crate::base::context::within(ctx.clone(), async { d.fail(&e) }).await;
                     crate::base::context::within(ctx, next_event(&mut d)).await?
                 }
