@@ -48,16 +48,19 @@ pub struct BlockQ6K {
     pub d: [u8; 2],
 }
 
-/// Q8_K activation block (308 bytes): ggml's `block_q8_K` and the sums of each 32 quants.
+/// Q8_K activation block: ggml's `block_q8_K` and the sums of each 32 quants. The quants come
+/// first and the block is 64-byte aligned (320 bytes), so a run of 64 quants is one cache line:
+/// the AMX passes load them as tile rows, and a row that straddles two lines costs a second
+/// access.
 #[derive(Debug, Clone, Copy, PartialEq)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct BlockQ8K {
-    pub d: f32,
     pub qs: [i8; QK_K],
     pub bsums: [i16; QK_K / 16],
     /// `bsums[2j] + bsums[2j + 1]` (at most 32 x 127 in magnitude): the sums Q4_K's mins
     /// multiply, formed once per activation block rather than once per weight record.
     pub sub_sums: [i16; QK_K / 32],
+    pub d: f32,
 }
 
 impl Default for BlockQ8K {
@@ -74,7 +77,7 @@ impl Default for BlockQ8K {
 const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
 const _: () = assert!(std::mem::size_of::<BlockQ5K>() == 176);
 const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
-const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 308);
+const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 320);
 
 // SAFETY: repr(C) structs of byte arrays: alignment 1, no padding, any bit pattern valid.
 unsafe impl PodBlock for BlockQ4K {}

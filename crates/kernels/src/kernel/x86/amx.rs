@@ -1,7 +1,8 @@
 //! AMX-INT8 passes for x16-packed weights over sixteen activation rows (layout in
 //! `crate::packed`), beside the AVX-512 VNNI passes of `packed512`, whose helpers they share:
-//! Q4_K / Q6_K, and the legacy formats (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1) with the table formats
-//! packed like them (MXFP4, IQ4_NL).
+//! Q6_K, and the legacy formats (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1) with the table formats packed
+//! like them (MXFP4, IQ4_NL). Q4_K's pass, which folds its integer scales into the weight tiles,
+//! is `amx_q4k`.
 //!
 //! Why: over sixteen activation rows the VNNI passes are bound by port 0, which runs every
 //! 512-bit integer multiply (`dpbusd`, the scales' `mullo`, `madd`). One `tdpbsud` multiplies a
@@ -12,7 +13,7 @@
 //! and the activation operand is loaded straight from the Q8_K blocks (one tile row per
 //! activation row, stride one activation row).
 //!
-//! K-quants, per record: every sub-block's quants are unpacked (as in `packed512`) into a 64-byte
+//! Q6_K, per record: every sub-block's quants are unpacked (as in `packed512`) into a 64-byte
 //! aligned buffer, then each sub-block is multiplied in tiles and its 16 x 16 i32 sums stored;
 //! then per activation row the sums are scaled by the sub-block scales and added in the VNNI
 //! passes' order. Unpacking all sub-blocks before the first tile load, and rotating four sum
@@ -38,10 +39,11 @@
 //! row groups and the tiles released at its end (an idle thread then carries no tile state).
 //!
 //! Measured (one thread, weights in cache, 16 activation rows, minimums of 100 runs alternated
-//! with `TESSERA_ISA=avx512`, a loaded machine): Q4_K 1536x1536 161 against 217-221 us, Q4_K
-//! 8960x1536 935-963 against 1287-1290 us, Q6_K 1536x8960 1542-1668 against 1771-1807 us. Q6_K
-//! gains less: its sixteen sub-blocks per record cost sixteen scale multiplies per activation
-//! row, on the port the VNNI passes saturate.
+//! with `TESSERA_ISA=avx512`, a loaded machine): Q6_K 1536x8960 1542-1668 against 1771-1807 us.
+//! It gains little: its sixteen sub-blocks per record cost sixteen scale multiplies per
+//! activation row, on the port the VNNI passes saturate. (Q4_K's scales fold into its weight
+//! tiles because its quants and scale pieces fit a byte; Q6_K's 6-bit quants times 8-bit signed
+//! scales would take four pieces.)
 //!
 //! The OS must grant the process the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, Linux
 //! 5.16 and later; other systems are not asked, and do without AMX); [`available`] asks once and
@@ -54,10 +56,10 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::packed512::{self, merge6, pick, unpack, widen_u8};
+use super::packed512::{self, merge6, pick, unpack};
 use super::{legacy_format, prefetch_record, Pass, MX, NL, Q4, Q41, Q5, Q51, Q8};
 
-/// How many records ahead the AMX Q4_K / Q6_K passes prefetch (a burst of the whole record at
+/// How many records ahead the AMX Q6_K pass prefetches (a burst of the whole record at
 /// its start). On the 1.5B Qwen's matmuls (980 MB of Q4_K / Q6_K records per token, 2 threads,
 /// an Intel Xeon), one record ahead took a token's VNNI matmuls from 279 to 220 ms on a loaded
 /// machine (10 alternated rounds, minimums; 2, 4 and 8 ahead were no better); the AMX passes
@@ -66,13 +68,13 @@ use super::{legacy_format, prefetch_record, Pass, MX, NL, Q4, Q41, Q5, Q51, Q8};
 const KQUANT_PREFETCH_RECORDS: usize = 1;
 use crate::dtype::Format;
 use crate::packed::{
-    offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS,
-    Q4K_QUANTS, Q4K_SCALES, Q6K_HIGH, Q6K_LOW, Q6K_SCALES,
+    offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q6K_HIGH, Q6K_LOW,
+    Q6K_SCALES,
 };
 use crate::quant::{ActQ8_0, BlockQ8K};
 
 /// Activation rows of an AMX pass (the tiles' 16 rows).
-const ROWS: usize = 16;
+pub(super) const ROWS: usize = 16;
 
 /// Whether this CPU has AMX-TILE and AMX-INT8 and the OS lets this process use the tile state.
 /// Asks the OS once (the permission is the process's, for every thread).
@@ -121,10 +123,10 @@ fn os_grants_tiles() -> bool {
 /// A tile configuration (palette 1): tiles 0-3 hold sums (16 x 64 bytes), 4-5 activations
 /// (16 x `k` bytes), 6-7 weights (`k / 4` x 64 bytes), for sub-blocks of `k` quants.
 #[repr(C, align(64))]
-struct TileConfig([u8; 64]);
+pub(super) struct TileConfig(pub(super) [u8; 64]);
 
 impl TileConfig {
-    const fn for_subblock(k: usize) -> Self {
+    pub(super) const fn for_subblock(k: usize) -> Self {
         let mut c = [0u8; 64];
         c[0] = 1;
         let mut t = 0;
@@ -266,84 +268,6 @@ impl Scratch {
     }
     fn quants(&mut self) -> *mut u8 {
         self.quants.as_mut_ptr().cast()
-    }
-}
-
-/// Q4_K rows `16g..16g + 16` for activation rows `i..i + 16` (the VNNI pass's float steps).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VNNI and AMX-INT8 with the OS's permission
-/// ([`available`]), and this thread's tiles must be configured by `TileConfig::for_subblock(32)`
-/// ([`groups_of`] does both: its features and `ldtilecfg`). `job` is a Q4_K job whose shapes agree
-/// (as `packed512::groups` states); `g < job.rows / 16`, `i + 16 <= job.m`, and no other thread
-/// writes group `g`'s outputs.
-#[inline(always)]
-unsafe fn pass_q4k(job: &PackedJob, g: usize, i: usize) {
-    let rec = record_bytes(Format::Q4_K);
-    let blocks = job.blocks;
-    let PackedActs::Q8K(all) = job.acts else {
-        unreachable!("Q4_K packed kernel with Q8_0 activations")
-    };
-    let stride = blocks * std::mem::size_of::<BlockQ8K>();
-    let mut scratch = Scratch::new();
-    let (sums, wbuf) = (scratch.sums(), scratch.quants());
-    // SAFETY: records of group g lie in `data`, activation rows i..i + 16 hold `blocks` blocks
-    // each (so 16 tile rows `stride` apart from `x0` are readable) and the stores hit group g's
-    // outputs of rows i..i + 16 (all this function's contract); `scratch` holds the 8 x 512
-    // bytes of quants and 8 KiB of sums `record_sums` writes for 8 sub-blocks of 32; the
-    // instruction sets and the tile configuration per the contract.
-    unsafe {
-        let base = job.data.as_ptr().add(g * blocks * rec);
-        let acts = all.as_ptr().add(i * blocks);
-        let mut acc = [_mm512_setzero_ps(); ROWS];
-        for b in 0..blocks {
-            let r = base.add(b * rec);
-            prefetch_record(r, rec, KQUANT_PREFETCH_RECORDS);
-            let x0 = acts.add(b);
-            let weights = |sj: usize| unpack::<Q4>(r.add(Q4K_QUANTS + 256 * sj));
-            record_sums::<8, 32>(x0, stride, weights, sums, wbuf);
-            let [s01, s23, m01, m23] = merge6(
-                _mm512_loadu_si512(r.add(Q4K_SCALES).cast()),
-                _mm512_loadu_si512(r.add(Q4K_MINS).cast()),
-                _mm512_loadu_si512(r.add(Q4K_HIGH).cast()),
-            );
-            let sp = [
-                widen_u8::<0>(s01),
-                widen_u8::<1>(s01),
-                widen_u8::<0>(s23),
-                widen_u8::<1>(s23),
-            ];
-            let sc: [__m512i; 8] = std::array::from_fn(|sj| {
-                if sj % 2 == 0 {
-                    pick::<0>(sp[sj / 2])
-                } else {
-                    pick::<1>(sp[sj / 2])
-                }
-            });
-            let mp = [
-                widen_u8::<0>(m01),
-                widen_u8::<1>(m01),
-                widen_u8::<0>(m23),
-                widen_u8::<1>(m23),
-            ];
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
-            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(r.add(32).cast()));
-            for j in 0..ROWS {
-                let x = &*x0.add(j * blocks);
-                let mut isum = _mm512_setzero_si512();
-                for sj in 0..8 {
-                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(sums_of(sums, sj, j), sc[sj]));
-                }
-                let msum = packed512::q4k_min_sum(&mp, &x.sub_sums);
-                let dx = _mm512_set1_ps(x.d);
-                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, dx), acc[j]);
-                acc[j] =
-                    _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmin, dx), acc[j]);
-            }
-        }
-        for j in 0..ROWS {
-            _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
-        }
     }
 }
 
@@ -577,25 +501,8 @@ unsafe fn legacy_groups<const F: u8>(job: &PackedJob, groups: std::ops::Range<us
     }
 }
 
-/// Q4_K over AMX: sixteen activation rows at a time, the VNNI pass for the rest.
-pub(super) struct Q4KAmx;
 /// Q6_K over AMX: sixteen activation rows at a time, the VNNI pass for the rest.
 pub(super) struct Q6KAmx;
-
-impl Pass for Q4KAmx {
-    const GROUP: usize = 16;
-    #[inline(always)]
-    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-        // SAFETY: forwarded; the entry configured the tiles for Q4_K.
-        unsafe {
-            if N == ROWS {
-                pass_q4k(job, g, i)
-            } else {
-                packed512::pass_q4k::<N>(job, g, i)
-            }
-        }
-    }
-}
 
 impl Pass for Q6KAmx {
     const GROUP: usize = 16;
@@ -643,7 +550,7 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
         match job.format {
             // Fewer activation rows than a tile: VNNI passes only, no tile state.
             _ if job.m < ROWS => packed512::groups(job, groups),
-            Format::Q4_K => groups_of::<Q4KAmx, 32>(job, groups),
+            Format::Q4_K => super::amx_q4k::groups(job, groups),
             Format::Q6_K => groups_of::<Q6KAmx, 16>(job, groups),
             Format::Q8_0 => legacy_groups::<Q8>(job, groups),
             Format::Q5_0 => legacy_groups::<Q5>(job, groups),

@@ -38,6 +38,7 @@ use crate::quant::{
 };
 
 pub(crate) mod amx;
+mod amx_q4k;
 pub(crate) mod attn;
 pub(crate) mod bf16dot;
 mod float;

@@ -460,7 +460,7 @@ pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usiz
 /// Q8_0 / Q5_0 / Q4_0 / Q4_1 / Q5_1 / MXFP4 / IQ4_NL (`F`): 16 accumulators + 8 weight chunks
 /// fit in 32 zmm.
 pub(super) struct LegacyPass<const F: u8>;
-struct Q4KPass;
+pub(super) struct Q4KPass;
 struct Q6KPass;
 
 impl<const F: u8> Pass for LegacyPass<F> {
