@@ -6,7 +6,8 @@
 #
 # Usage: scripts/bench_models_server.sh LLAMA_SERVER [MODELS_DIR]
 # Environment: TESSERA_BIN (default target/release/tessera); MODELS (file stems); LLAMA_CTX
-# (llama-server -c, default 16384).
+# (llama-server -c, default 16384); TESSERA_ARGS (more `tessera serve` flags, split on spaces,
+# e.g. "--max-itl-slowdown 0 --max-batch-tokens 512"); SKIP_LLAMA=1 (Tessera only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LLAMA_SERVER="$1"
@@ -37,6 +38,9 @@ run() { # NAME, then the server command
 }
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC')"
 for m in $MODELS; do
-    run "tessera-$m" "$BIN" serve --model "$DIR/$m.gguf" --port "$PORT"
-    run "llama-$m" "$LLAMA_SERVER" -m "$DIR/$m.gguf" -t 2 -np 16 -c "${LLAMA_CTX:-16384}" --port "$PORT"
+    # shellcheck disable=SC2086 # TESSERA_ARGS is a list of flags
+    run "tessera-$m" "$BIN" serve --model "$DIR/$m.gguf" --port "$PORT" ${TESSERA_ARGS:-}
+    if [[ "${SKIP_LLAMA:-0}" != 1 ]]; then
+        run "llama-$m" "$LLAMA_SERVER" -m "$DIR/$m.gguf" -t 2 -np 16 -c "${LLAMA_CTX:-16384}" --port "$PORT"
+    fi
 done

@@ -22,6 +22,8 @@
 #             and gpt-oss-o200k-vocab; default ./models)
 #   ROUNDS    bench_models.py rounds (default 1)      SKIP_SERVER=1  single-stream runs only
 #   KEEP=1    keep the written files                  LLAMA_CTX  llama-server -c (default 16384)
+#   TESSERA_ARGS, SKIP_LLAMA  passed to scripts/bench_models_server.sh (more serve flags; Tessera only)
+#   SKIP_SINGLE=1  the 16-client runs only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR="${1:-./models-fullsize}"
@@ -45,7 +47,7 @@ for shape in $SHAPES; do
             mv "$file.partial" "$file"
         fi
         echo "== $stem: $(du -h "$file" | cut -f1)"
-        scripts/bench_models.py --throughput "$TARGET/examples/throughput" \
+        [[ "${SKIP_SINGLE:-0}" == 1 ]] || scripts/bench_models.py --throughput "$TARGET/examples/throughput" \
             --llama-bench "$LLAMA_DIR/llama-bench" --models-dir "$DIR" --models "$stem" \
             --threads 2 --rounds "${ROUNDS:-1}" --llama-reps 1
         if [[ "${SKIP_SERVER:-0}" != 1 ]]; then

@@ -41,7 +41,8 @@ from llama_cpp import Llama
 ARCHS = ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "olmo2", "granite", "phi3"]
 # Mixture-of-experts tiny models (model::testing::TINY_MOE_ARCHS, written from their own seeds,
 # model::testing::tiny_seed, chosen away from routing near-ties); read by llama_family.rs.
-MOE_ARCHS = ["qwen3moe", "qwen2moe", "granitemoe", "gpt-oss", "olmoe"]
+# granitemoe-shared is a granitemoe file with a shared expert (Granite MoE Shared).
+MOE_ARCHS = ["qwen3moe", "qwen2moe", "granitemoe", "granitemoe-shared", "gpt-oss", "olmoe"]
 N_PROMPT = 24
 N_CONTINUATION = 16
 N_CTX = 256
@@ -187,7 +188,8 @@ def attention(q, k, v, window, scale, softcap=None, sinks=None):
 def moe_ffn(h, w, n_used, norm_topk):
     """Mixture of experts, token by token: softmax over all router logits, the top n_used
     (largest first), optionally renormalised to sum to one, SwiGLU experts, weighted sum; plus,
-    if the layer has one (qwen2moe), the shared expert times the sigmoid of its gate.
+    if the layer has one, the shared expert, times the sigmoid of its gate if it has one
+    (qwen2moe; Granite MoE Shared adds it as it is).
     Expert tensors read as [expert, out, in]."""
     logits = h @ w("ffn_gate_inp.weight").T
     p = np.exp(logits - logits.max(1, keepdims=True))
@@ -200,11 +202,13 @@ def moe_ffn(h, w, n_used, norm_topk):
         for e, wt in zip(picked, weights):
             g, u = gate[e] @ h[i], up[e] @ h[i]
             out[i] += wt * (down[e] @ (g / (1 + np.exp(-g)) * u))
-    if w("ffn_gate_inp_shexp.weight") is not None:
+    if w("ffn_gate_shexp.weight") is not None:
         g, u = h @ w("ffn_gate_shexp.weight").T, h @ w("ffn_up_shexp.weight").T
         shared = (g / (1 + np.exp(-g)) * u) @ w("ffn_down_shexp.weight").T
-        gate = 1 / (1 + np.exp(-(h @ w("ffn_gate_inp_shexp.weight").reshape(-1))))
-        out += gate[:, None] * shared
+        if w("ffn_gate_inp_shexp.weight") is not None:
+            gate = 1 / (1 + np.exp(-(h @ w("ffn_gate_inp_shexp.weight").reshape(-1))))
+            shared = gate[:, None] * shared
+        out += shared
     return out
 
 

@@ -33,7 +33,8 @@ pub enum Arch {
     Olmoe,
     /// Granite (3.x): Llama with four multipliers (embeddings, attention, residual, logits).
     Granite,
-    /// Granite MoE: Granite's multipliers over a mixture-of-experts FFN (top-k renormalised).
+    /// Granite MoE: Granite's multipliers over a mixture-of-experts FFN (top-k renormalised),
+    /// plus an ungated shared expert when the file gives its width (Granite MoE Shared).
     GraniteMoe,
     /// Phi 3 / 3.5: fused QKV and gate-up projections, LongRoPE frequency factors.
     Phi3,
@@ -152,6 +153,9 @@ pub struct MoeSpec {
     pub norm_topk: bool,
     /// Hidden width of the shared expert, if the layers have one.
     pub shared_ff: Option<usize>,
+    /// The shared expert's output is scaled by a sigmoid gate of its own (Qwen 2 MoE's
+    /// `ffn_gate_inp_shexp`); Granite MoE's shared expert is added as it is.
+    pub shared_gate: bool,
     /// gpt-oss (llama.cpp's `SOFTMAX_WEIGHT` gating): the top `n_used` logits are picked
     /// first and their softmax is the weights (what renormalised top-k probabilities are in
     /// exact arithmetic, computed as llama.cpp does).
@@ -209,6 +213,7 @@ impl MoeSpec {
             d_ff_exp,
             norm_topk,
             shared_ff,
+            shared_gate: shared,
             softmax_after_topk: false,
             biases: false,
             activation: Activation::Silu,
@@ -447,15 +452,14 @@ impl ModelConfig {
             }
             Arch::GraniteMoe => {
                 self.apply_granite(md, key)?;
-                let shared = key("expert_shared_feed_forward_length");
-                if md.get_u32(&shared)?.is_some_and(|v| v > 0) {
-                    return Err(ModelError::invalid(format!(
-                        "{shared} is set: Granite MoE with a shared expert is not supported"
-                    )));
-                }
                 // llama.cpp sizes Granite MoE's experts by `feed_forward_length`.
                 let width = std::mem::take(&mut self.d_ff);
-                self.moe = Some(MoeSpec::from_metadata(md, key, true, false, Some(width))?);
+                let mut spec = MoeSpec::from_metadata(md, key, true, false, Some(width))?;
+                // Granite MoE Shared: a positive width adds a shared SwiGLU expert without a
+                // gate (llama.cpp reads the key as optional, 0 meaning none).
+                let shared = md.get_u32(&key("expert_shared_feed_forward_length"))?;
+                spec.shared_ff = shared.filter(|&v| v > 0).map(|v| v as usize);
+                self.moe = Some(spec);
             }
             Arch::Olmo2 => {
                 self.post_norms = true;

@@ -99,11 +99,11 @@ pub struct MoeBiases {
     pub down: Vec<f32>,
 }
 
-/// Qwen 2 MoE's shared expert: a SwiGLU MLP every token runs, its output scaled by
-/// `sigmoid(gate_inp · h)`.
+/// A shared expert: a SwiGLU MLP every token runs, its output scaled by `sigmoid(gate_inp · h)`
+/// (Qwen 2 MoE) or added as it is (Granite MoE Shared).
 pub struct SharedExpert {
     /// `[d_model]`: the gate's logit is its dot with the token's row (GGUF stores it 1-D).
-    pub gate_inp: Vec<f32>,
+    pub gate_inp: Option<Vec<f32>>,
     pub gate: Matrix,
     pub up: Matrix,
     pub down: Matrix,
@@ -238,7 +238,8 @@ fn add_rows(rows: &mut [f32], bias: &[f32]) {
         .for_each(|r| kernels::add(r, bias));
 }
 
-/// Adds the shared expert of the `n` rows of `h`, each scaled by its sigmoid gate, to `out`.
+/// Adds the shared expert of the `n` rows of `h`, each scaled by its sigmoid gate if it has one,
+/// to `out`.
 #[allow(clippy::too_many_arguments)]
 fn shared_expert(
     th: &Threads,
@@ -263,9 +264,14 @@ fn shared_expert(
         .zip(ys.chunks_exact(d))
         .zip(h.chunks_exact(d))
     {
-        let g: f32 = x.iter().zip(&sh.gate_inp).map(|(a, b)| a * b).sum();
-        let scale = 1.0 / (1.0 + (-g).exp());
-        o.iter_mut().zip(y).for_each(|(o, y)| *o += scale * y);
+        match &sh.gate_inp {
+            Some(gate_inp) => {
+                let g: f32 = x.iter().zip(gate_inp).map(|(a, b)| a * b).sum();
+                let scale = 1.0 / (1.0 + (-g).exp());
+                o.iter_mut().zip(y).for_each(|(o, y)| *o += scale * y);
+            }
+            None => kernels::add(o, y),
+        }
     }
 }
 

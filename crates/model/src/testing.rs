@@ -38,7 +38,15 @@ pub const TINY_ARCHS: &[&str] = &[
 ];
 
 /// The mixture-of-experts architectures `tiny_model_gguf` can build (each has llama.cpp goldens).
-pub const TINY_MOE_ARCHS: &[&str] = &["qwen3moe", "qwen2moe", "granitemoe", "gpt-oss", "olmoe"];
+/// `granitemoe-shared` is a `granitemoe` file with a shared expert (Granite MoE Shared).
+pub const TINY_MOE_ARCHS: &[&str] = &[
+    "qwen3moe",
+    "qwen2moe",
+    "granitemoe",
+    "granitemoe-shared",
+    "gpt-oss",
+    "olmoe",
+];
 
 /// The seed of the committed goldens (`tests/goldens/tiny/`). Chosen among the first few dozen
 /// so that in every architecture's 16-token greedy continuation the top two logits of each
@@ -307,6 +315,12 @@ impl SplitMix64 {
             .map(|_| centre + half_width * self.next_signed())
             .collect()
     }
+}
+
+/// The GGUF architecture (`general.architecture`) of tiny model `name`: the name itself, except
+/// for variants such as `granitemoe-shared` (a `granitemoe` file).
+pub fn tiny_gguf_arch(name: &str) -> Option<&'static str> {
+    TinySpec::for_arch(name).map(|s| s.arch)
 }
 
 /// The complete GGUF file of a tiny `arch` model (one of [`TINY_ARCHS`]) with weights drawn
@@ -588,11 +602,11 @@ mod tests {
             let bytes = tiny_model_gguf(arch, 1);
             let parsed = gguf::parse(&bytes).expect("tiny model must parse");
             let md = &parsed.metadata;
-            assert_eq!(md.require_str("general.architecture").ok(), Some(*arch));
+            let spec = TinySpec::for_arch(arch).expect("listed arch has a spec");
+            assert_eq!(md.require_str("general.architecture").ok(), Some(spec.arch));
             let tokens = md.require_array("tokenizer.ggml.tokens").map(|a| a.len());
             assert_eq!(tokens.ok(), Some(tiny_vocab_size()));
-            let spec = TinySpec::for_arch(arch).expect("listed arch has a spec");
-            let blocks = md.require_u32(&format!("{arch}.block_count"));
+            let blocks = md.require_u32(&format!("{}.block_count", spec.arch));
             assert_eq!(blocks.ok(), Some(spec.n_layers as u32));
         }
     }

@@ -369,7 +369,10 @@ impl Loader {
                     shared: match spec.shared_ff {
                         None => None,
                         Some(sff) => Some(SharedExpert {
-                            gate_inp: l.vector(&n("ffn_gate_inp_shexp.weight"), d)?,
+                            gate_inp: match spec.shared_gate {
+                                true => Some(l.vector(&n("ffn_gate_inp_shexp.weight"), d)?),
+                                false => None,
+                            },
                             gate: l.matrix(&n("ffn_gate_shexp.weight"), sff, d)?,
                             up: l.matrix(&n("ffn_up_shexp.weight"), sff, d)?,
                             down: l.matrix(&n("ffn_down_shexp.weight"), d, sff)?,

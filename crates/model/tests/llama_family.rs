@@ -1,5 +1,6 @@
 //! The Llama-family forward passes (llama, qwen2, qwen3, gemma2, gemma3, olmo2, granite, phi3,
-//! and the mixture-of-experts qwen3moe, qwen2moe, granitemoe, gpt-oss and olmoe) against
+//! and the mixture-of-experts qwen3moe, qwen2moe, granitemoe (with and without a shared expert),
+//! gpt-oss and olmoe) against
 //! llama.cpp, on tiny models the test writes itself.
 //!
 //! Design: `model::testing::tiny_model_gguf` builds each GGUF in-process from a fixed seed;
@@ -26,7 +27,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use model::testing::{
-    tiny_model_gguf, tiny_model_writer, tiny_seed, TINY_ARCHS, TINY_MOE_ARCHS, TINY_SEED,
+    tiny_gguf_arch, tiny_model_gguf, tiny_model_writer, tiny_seed, TINY_ARCHS, TINY_MOE_ARCHS,
+    TINY_SEED,
 };
 use model::{LoadedModel, LogitsWanted, Session};
 use serde_json::Value;
@@ -323,6 +325,12 @@ fn granite_matches_llama_cpp() {
 #[test]
 fn granitemoe_matches_llama_cpp() {
     check_against_llama_cpp("granitemoe");
+}
+
+/// Granite MoE Shared: a `granitemoe` file whose layers add a shared expert without a gate.
+#[test]
+fn granitemoe_with_a_shared_expert_matches_llama_cpp() {
+    check_against_llama_cpp("granitemoe-shared");
 }
 
 /// Phi 3: fused QKV and gate-up projections, LongRoPE's long factors and attention factor.
@@ -625,7 +633,8 @@ fn unknown_architecture_is_refused_naming_it_and_the_supported_ones() {
         msg.contains("\"mamba\""),
         "error does not name the architecture: {msg}"
     );
-    for arch in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
+    for name in TINY_ARCHS.iter().chain(TINY_MOE_ARCHS) {
+        let arch = tiny_gguf_arch(name).expect("a tiny model has an architecture");
         assert!(msg.contains(arch), "error does not list {arch}: {msg}");
     }
 }

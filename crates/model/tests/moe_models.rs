@@ -520,6 +520,21 @@ fn a_missing_shared_expert_tensor_or_width_is_refused_naming_it() {
     );
 }
 
+/// Granite MoE Shared: its shared expert's tensors are required once the width is set, and a
+/// file that sets the width without them is refused naming the missing tensor.
+#[test]
+fn a_granite_shared_expert_without_its_tensors_is_refused_naming_one() {
+    let mut w = tiny_model_writer("granitemoe-shared", SEED).expect("a tiny model");
+    assert!(w.remove_tensor("blk.1.ffn_up_shexp.weight"));
+    let msg = load_error(&w);
+    assert!(msg.contains("blk.1.ffn_up_shexp.weight"), "{msg}");
+    // Without the width, the same file loads as plain Granite MoE (its extra tensors unread).
+    let mut w = tiny_model_writer("granitemoe-shared", SEED).expect("a tiny model");
+    assert!(w.remove_metadata("granitemoe.expert_shared_feed_forward_length"));
+    let loaded = load_bytes("granite-no-width", &w.write_to_vec()).map(|_| ());
+    assert!(loaded.is_ok(), "{loaded:?}");
+}
+
 #[test]
 fn a_missing_expert_count_is_refused_naming_the_key() {
     let mut w = writer();

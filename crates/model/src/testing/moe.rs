@@ -27,13 +27,15 @@ use super::{
 };
 
 /// A tiny mixture of experts: `expert_count`, `expert_used_count`, each expert's hidden width,
-/// and the shared expert's (Qwen 2 MoE).
+/// and the shared expert's (Qwen 2 MoE, Granite MoE Shared).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct TinyMoe {
     pub n_expert: usize,
     pub n_used: usize,
     pub ff: usize,
     pub shared_ff: Option<usize>,
+    /// The shared expert has a sigmoid gate (`ffn_gate_inp_shexp`, Qwen 2 MoE's).
+    pub shared_gate: bool,
     /// Write the width as `expert_feed_forward_length` too (OLMoE's converter writes it only
     /// as `feed_forward_length`, which is what llama.cpp reads for OLMoE).
     pub ff_key: bool,
@@ -45,6 +47,7 @@ const EIGHT_EXPERTS: TinyMoe = TinyMoe {
     n_used: 2,
     ff: 32,
     shared_ff: None,
+    shared_gate: false,
     ff_key: true,
 };
 
@@ -81,6 +84,7 @@ impl TinySpec {
                 untied_output: true,
                 moe: Some(TinyMoe {
                     shared_ff: Some(64),
+                    shared_gate: true,
                     ..EIGHT_EXPERTS
                 }),
                 ..b
@@ -93,6 +97,19 @@ impl TinySpec {
                 d_ff: 32,
                 granite: Some(GRANITE_SCALES),
                 moe: Some(EIGHT_EXPERTS),
+                ..b
+            },
+            // Granite MoE Shared (a `granitemoe` file): the same, plus a shared expert of width
+            // 64 without a gate.
+            "granitemoe-shared" => TinySpec {
+                arch: "granitemoe",
+                rope_dims: true,
+                d_ff: 32,
+                granite: Some(GRANITE_SCALES),
+                moe: Some(TinyMoe {
+                    shared_ff: Some(64),
+                    ..EIGHT_EXPERTS
+                }),
                 ..b
             },
             // See the module header; heads of 32 (wider than d_model / n_heads, as gpt-oss's
@@ -140,6 +157,7 @@ const OLMOE_EXPERTS: TinyMoe = TinyMoe {
     n_used: 8,
     ff: 32,
     shared_ff: None,
+    shared_gate: false,
     ff_key: false,
 };
 
@@ -210,8 +228,10 @@ fn write_plain_experts(w: &mut GgufWriter, i: usize, d: usize, moe: TinyMoe, rng
         add_f32(w, &n("ffn_down_exps.weight"), &[ff, d, n_expert], down);
     }
     if let Some(sff) = moe.shared_ff {
-        let gate_inp = rng.fill(d, 0.0, fan_in_scale(d));
-        add_f32(w, &n("ffn_gate_inp_shexp.weight"), &[d], gate_inp);
+        if moe.shared_gate {
+            let gate_inp = rng.fill(d, 0.0, fan_in_scale(d));
+            add_f32(w, &n("ffn_gate_inp_shexp.weight"), &[d], gate_inp);
+        }
         add_matrix(w, &n("ffn_gate_shexp.weight"), d, sff, rng);
         add_matrix(w, &n("ffn_up_shexp.weight"), d, sff, rng);
         add_matrix(w, &n("ffn_down_shexp.weight"), sff, d, rng);
