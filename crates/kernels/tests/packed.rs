@@ -103,7 +103,7 @@ fn packed_outputs_do_not_depend_on_the_batch_or_the_pool() {
     let pools = [Threads::new(1), Threads::new(2), Threads::new(3)];
     let mut scratch = MatmulScratch::new();
     for ty in PACKABLE {
-        let (rows, cols, m) = (96, if k_quant(ty) { 768 } else { 736 }, 23);
+        let (rows, cols, m) = (96, if k_quant(ty) { 768 } else { 736 }, 37);
         let data = random_weights(&mut rng, ty, rows, cols);
         let packed = pack(ty, &data, rows, cols).expect("packable");
         let w = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
@@ -399,6 +399,30 @@ fn table_formats_sum_their_extreme_values_exactly_on_every_isa() {
                     "{ty:?} m {m}: {isa:?} vs scalar"
                 );
             }
+        }
+    }
+}
+
+/// The K-quant AMX passes take their row tiles in chunks whose activations fit in L2 (five
+/// tiles at 40 blocks a row): over several chunks and a remainder, each output keeps the scalar
+/// kernel's bits.
+#[test]
+fn k_quant_row_tiles_in_several_chunks_give_the_scalar_bits() {
+    let mut rng = Rng::new(33);
+    let threads = Threads::new(2);
+    let mut scratch = MatmulScratch::new();
+    let (rows, cols, m) = (32, 40 * 256, 16 * 11 + 5);
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let data = random_weights(&mut rng, ty, rows, cols);
+        let packed = pack(ty, &data, rows, cols).expect("packable");
+        let w = Weights::packed(ty, packed.as_bytes(), rows, cols).expect("valid packed");
+        let x = rng.activations(m * cols);
+        let mut want = vec![f32::NAN; m * rows];
+        matmul_with_isa(Isa::Scalar, &threads, &w, &x, m, &mut want, &mut scratch);
+        for isa in simd_isas() {
+            let mut got = vec![f32::NAN; m * rows];
+            matmul_with_isa(isa, &threads, &w, &x, m, &mut got, &mut scratch);
+            assert_eq!(bits(&got), bits(&want), "{ty:?} {isa:?} over {m} rows");
         }
     }
 }

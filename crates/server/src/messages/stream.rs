@@ -93,22 +93,6 @@ fn frame_of(ev: &MessageStreamEvent) -> SseEvent {
 }
 
 impl Driver {
-    /// Reads a token's text (`Some(id)`) or the last text of the reply into the content.
-    fn read(&mut self, id: Option<u32>, text: String) {
-        self.ids.extend(id);
-        self.sent.push_str(&text);
-        let outs = match (&mut self.reader, id) {
-            (Some(r), Some(id)) => r.token(id, &text),
-            (Some(r), None) => r.end(&text),
-            (None, _) => vec![Out::Content(text)],
-        };
-        let mut changes = Vec::new();
-        for o in outs {
-            self.blocks.push(o, &mut changes);
-        }
-        self.events_for(changes);
-    }
-
     /// The events announcing `changes` to the content.
     fn events_for(&mut self, changes: Vec<Change>) {
         for ch in changes {
@@ -188,7 +172,29 @@ impl Driver {
                 },
             });
     }
+}
 
+impl EventDriver for Driver {
+    type Out = MessageStreamEvent;
+    const WHAT: &'static str = "a messages stream";
+    fn queue(&mut self) -> &mut Queue<MessageStreamEvent> {
+        &mut self.q
+    }
+    /// Reads a token's text (`Some(id)`) or the last text of the reply into the content.
+    fn read(&mut self, id: Option<u32>, text: String) {
+        self.ids.extend(id);
+        self.sent.push_str(&text);
+        let outs = match (&mut self.reader, id) {
+            (Some(r), Some(id)) => r.token(id, &text),
+            (Some(r), None) => r.end(&text),
+            (None, _) => vec![Out::Content(text)],
+        };
+        let mut changes = Vec::new();
+        for o in outs {
+            self.blocks.push(o, &mut changes);
+        }
+        self.events_for(changes);
+    }
     /// The closing events of a finished generation.
     fn closing(&mut self, reason: FinishReason, usage: &engine::Usage) {
         if reason == FinishReason::Abort {
@@ -215,7 +221,6 @@ impl Driver {
         self.q.pending.push_back(MessageStreamEvent::MessageStop);
         self.q.done = true;
     }
-
     fn fail(&mut self, e: &ApiError) {
         crate::serving::events::log_internal(e);
         let error = e.anthropic_body().error;
@@ -223,23 +228,6 @@ impl Driver {
             .pending
             .push_back(MessageStreamEvent::Error { error });
         self.q.done = true;
-    }
-}
-
-impl EventDriver for Driver {
-    type Out = MessageStreamEvent;
-    const WHAT: &'static str = "a messages stream";
-    fn queue(&mut self) -> &mut Queue<MessageStreamEvent> {
-        &mut self.q
-    }
-    fn read(&mut self, id: Option<u32>, text: String) {
-        Driver::read(self, id, text)
-    }
-    fn closing(&mut self, reason: engine::FinishReason, usage: &engine::Usage) {
-        Driver::closing(self, reason, usage)
-    }
-    fn fail(&mut self, e: &ApiError) {
-        Driver::fail(self, e)
     }
     fn frame(ev: &MessageStreamEvent) -> SseEvent {
         frame_of(ev)

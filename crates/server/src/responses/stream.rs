@@ -110,20 +110,6 @@ impl Driver {
         });
     }
 
-    /// Reads a token's text (`Some(id)`) or the last text of the reply into the output.
-    fn read(&mut self, id: Option<u32>, text: String) {
-        let outs = match (&mut self.reader, id) {
-            (Some(r), Some(id)) => r.token(id, &text),
-            (Some(r), None) => r.end(&text),
-            (None, _) => vec![Out::Content(text)],
-        };
-        let mut changes = Vec::new();
-        for o in outs {
-            self.items.push(o, &mut changes);
-        }
-        self.events_for(changes);
-    }
-
     /// The events announcing `changes` to the output.
     fn events_for(&mut self, changes: Vec<Change>) {
         for ch in changes {
@@ -278,7 +264,27 @@ impl Driver {
             item: OutputItem::FunctionCall(c),
         });
     }
+}
 
+impl EventDriver for Driver {
+    type Out = StreamEvent;
+    const WHAT: &'static str = "a response stream";
+    fn queue(&mut self) -> &mut Queue<StreamEvent> {
+        &mut self.q
+    }
+    /// Reads a token's text (`Some(id)`) or the last text of the reply into the output.
+    fn read(&mut self, id: Option<u32>, text: String) {
+        let outs = match (&mut self.reader, id) {
+            (Some(r), Some(id)) => r.token(id, &text),
+            (Some(r), None) => r.end(&text),
+            (None, _) => vec![Out::Content(text)],
+        };
+        let mut changes = Vec::new();
+        for o in outs {
+            self.items.push(o, &mut changes);
+        }
+        self.events_for(changes);
+    }
     /// The closing events of a finished generation; stores the response first.
     fn closing(&mut self, reason: engine::FinishReason, usage: &engine::Usage) {
         let mut changes = Vec::new();
@@ -290,7 +296,6 @@ impl Driver {
         self.push(|n| StreamEvent::terminal(n, obj));
         self.q.done = true;
     }
-
     fn fail(&mut self, e: &ApiError) {
         crate::serving::events::log_internal(e);
         let obj = self.prep.failed(e);
@@ -299,23 +304,6 @@ impl Driver {
             response: obj,
         });
         self.q.done = true;
-    }
-}
-
-impl EventDriver for Driver {
-    type Out = StreamEvent;
-    const WHAT: &'static str = "a response stream";
-    fn queue(&mut self) -> &mut Queue<StreamEvent> {
-        &mut self.q
-    }
-    fn read(&mut self, id: Option<u32>, text: String) {
-        Driver::read(self, id, text)
-    }
-    fn closing(&mut self, reason: engine::FinishReason, usage: &engine::Usage) {
-        Driver::closing(self, reason, usage)
-    }
-    fn fail(&mut self, e: &ApiError) {
-        Driver::fail(self, e)
     }
     fn frame(ev: &StreamEvent) -> SseEvent {
         frame_of(ev)

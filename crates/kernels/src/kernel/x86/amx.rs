@@ -1,26 +1,17 @@
 //! AMX-INT8 passes for x16-packed weights over sixteen activation rows (layout in
 //! `crate::packed`), beside the AVX-512 VNNI passes of `packed512`, whose helpers they share:
-//! Q6_K, and the legacy formats (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1) with the table formats packed
-//! like them (MXFP4, IQ4_NL). Q4_K's pass, which folds its integer scales into the weight tiles,
-//! is `amx_q4k`.
+//! the legacy formats (Q8_0, Q5_0, Q4_0, Q4_1, Q5_1) with the table formats packed like them
+//! (MXFP4, IQ4_NL). The K-quants' passes, which fold their integer sub-block scales into the
+//! weight tiles, are `amx_q4k` and `amx_q6k`; this file holds the tile configuration and the
+//! OS permission they share.
 //!
 //! Why: over sixteen activation rows the VNNI passes are bound by port 0, which runs every
-//! 512-bit integer multiply (`dpbusd`, the scales' `mullo`, `madd`). One `tdpbsud` multiplies a
-//! 16 x K tile of activation bytes (signed) by a K x 16 tile of weight bytes (unsigned) on the
-//! tile unit: all 16 x 16 (activation row, weight row) sums of a sub-block in one instruction.
-//! The x16 chunks are already the tile unit's "VNNI" layout of the weight operand (tile row `k`
-//! holds the sixteen rows' elements `4k..4k + 4`), so a sub-block's unpacked quants are one tile,
-//! and the activation operand is loaded straight from the Q8_K blocks (one tile row per
-//! activation row, stride one activation row).
-//!
-//! Q6_K, per record: every sub-block's quants are unpacked (as in `packed512`) into a 64-byte
-//! aligned buffer, then each sub-block is multiplied in tiles and its 16 x 16 i32 sums stored;
-//! then per activation row the sums are scaled by the sub-block scales and added in the VNNI
-//! passes' order. Unpacking all sub-blocks before the first tile load, and rotating four sum
-//! tiles, keeps the tile loads off the stores just made and several products in flight: with one
-//! sum tile and each sub-block unpacked just before its product, the passes were slower than
-//! VNNI's. The sums are exact integers, the same as `dot_chunks` forms, and the float steps are
-//! the VNNI passes', so the outputs have the same bits as the scalar reference (`tests/packed.rs`).
+//! 512-bit integer multiply (`dpbusd`, the scales' `mullo`, `madd`). One `tdpbssd` multiplies a
+//! 16 x K tile of activation bytes by a K x 16 tile of weight bytes on the tile unit: all
+//! 16 x 16 (activation row, weight row) sums of a block in one instruction. The x16 chunks are
+//! already the tile unit's "VNNI" layout of the weight operand (tile row `k` holds the sixteen
+//! rows' elements `4k..4k + 4`), and the activation operand is loaded straight from the
+//! activation blocks (one tile row per activation row, stride one activation row).
 //!
 //! Legacy formats: a weight group's records are unpacked once into tiles of *signed* quants (the
 //! stored value less the format's offset, for MXFP4 / IQ4_NL the table values themselves; Q4_1
@@ -34,16 +25,9 @@
 //! products alone take about two thirds of that time, the float steps alone half: tile loads and
 //! stores of 32-quant blocks cost about as much as the multiplies they save.
 //!
-//! Tiles: 0-3 hold sums (sub-block or record `s` uses `s % 4`), 4-5 activations and 6-7 weights
+//! Tiles: 0-3 hold sums (record `s` of a batch uses `s % 4`), 4-5 activations and 6-7 weights
 //! (alternating). The configuration is loaded at the start of each call into a thread's share of
 //! row groups and the tiles released at its end (an idle thread then carries no tile state).
-//!
-//! Measured (one thread, weights in cache, 16 activation rows, minimums of 100 runs alternated
-//! with `TESSERA_ISA=avx512`, a loaded machine): Q6_K 1536x8960 1542-1668 against 1771-1807 us.
-//! It gains little: its sixteen sub-blocks per record cost sixteen scale multiplies per
-//! activation row, on the port the VNNI passes saturate. (Q4_K's scales fold into its weight
-//! tiles because its quants and scale pieces fit a byte; Q6_K's 6-bit quants times 8-bit signed
-//! scales would take four pieces.)
 //!
 //! The OS must grant the process the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, Linux
 //! 5.16 and later; other systems are not asked, and do without AMX); [`available`] asks once and
@@ -56,22 +40,12 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::packed512::{self, merge6, pick, unpack};
-use super::{legacy_format, prefetch_record, Pass, MX, NL, Q4, Q41, Q5, Q51, Q8};
+use super::packed512::{self, unpack};
+use super::{legacy_format, MX, NL, Q4, Q41, Q5, Q51, Q8};
 
-/// How many records ahead the AMX Q6_K pass prefetches (a burst of the whole record at
-/// its start). On the 1.5B Qwen's matmuls (980 MB of Q4_K / Q6_K records per token, 2 threads,
-/// an Intel Xeon), one record ahead took a token's VNNI matmuls from 279 to 220 ms on a loaded
-/// machine (10 alternated rounds, minimums; 2, 4 and 8 ahead were no better); the AMX passes
-/// took the same distance. The VNNI passes now spread their requests (`Ahead`); the AMX ones
-/// have not been measured that way (no AMX machine since).
-const KQUANT_PREFETCH_RECORDS: usize = 1;
 use crate::dtype::Format;
-use crate::packed::{
-    offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS, Q6K_HIGH, Q6K_LOW,
-    Q6K_SCALES,
-};
-use crate::quant::{ActQ8_0, BlockQ8K};
+use crate::packed::{offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS};
+use crate::quant::ActQ8_0;
 
 /// Activation rows of an AMX pass (the tiles' 16 rows).
 pub(super) const ROWS: usize = 16;
@@ -144,6 +118,19 @@ impl TileConfig {
     }
 }
 
+/// Bytes of activation blocks a K-quant pass keeps in L2 while a record, prescaled once, meets
+/// its row tiles in turn.
+const ACT_BUDGET: usize = 1 << 20;
+
+/// Row tiles the K-quant passes take together (at least two): as many as have their activation
+/// blocks (`blocks` per row) within [`ACT_BUDGET`]. With all of a 512-row prefill's tiles
+/// together, the activations of Qwen2.5-Coder-1.5B's `ffn_down` (5.7 MB) fell out of L2 and its
+/// prefill ran 12% slower than with the per-sub-block tile passes.
+pub(super) fn tiles_per_chunk(blocks: usize) -> usize {
+    let tile = ROWS * blocks * std::mem::size_of::<crate::quant::BlockQ8K>();
+    (ACT_BUDGET / tile.max(1)).max(2)
+}
+
 /// A 64-byte aligned scratch buffer.
 #[repr(C, align(64))]
 struct Aligned<const B: usize>([u8; B]);
@@ -195,145 +182,31 @@ unsafe fn tile_product<const C: u8, const A: u8, const SIGNED: bool>(
     }
 }
 
-/// Sixteen activation rows' sums of every sub-block of one record, `SB` sub-blocks of `K`
-/// quants: `weights(sb)` gives the sub-block's unpacked quants as `K / 4` vectors.
-///
-/// # Safety
-/// The CPU must support AVX-512F and AMX-INT8, with this thread's tiles configured for `K`
-/// (`TileConfig::for_subblock(K)`); `x0` is activation row 0's block and the other fifteen
-/// rows' blocks lie `stride` bytes apart, all readable; `wbuf` is 64-byte aligned and writable
-/// for `16 * K * SB` bytes, `sums` for `1024 * SB` bytes.
-#[inline(always)]
-unsafe fn record_sums<const SB: usize, const K: usize>(
-    x0: *const BlockQ8K,
-    stride: usize,
-    weights: impl Fn(usize) -> [__m512i; 8],
-    sums: *mut u8,
-    wbuf: *mut u8,
-) {
-    // SAFETY: the aligned stores write 64 * (K / 4) * SB = 16 * K * SB bytes of `wbuf`, the
-    // tile products read K quants at K * sb of each activation row's block (inside its 256)
-    // and write 1024 bytes at 1024 * sb of `sums`: all within this function's contract, as are
-    // the instruction sets and the tiles.
-    unsafe {
-        let chunks = K / 4;
-        for sb in 0..SB {
-            let w = weights(sb);
-            let wp = wbuf.add(64 * chunks * sb);
-            for k in 0..chunks {
-                _mm512_store_si512(wp.add(64 * k).cast(), w[k]);
-            }
-        }
-        for sb in 0..SB {
-            let wp = wbuf.add(64 * chunks * sb);
-            let x = (*x0).qs.as_ptr().add(K * sb);
-            let out = sums.add(1024 * sb).cast::<i32>();
-            match sb % 4 {
-                0 => tile_product::<0, 4, false>(x, stride, wp, out),
-                1 => tile_product::<1, 5, false>(x, stride, wp, out),
-                2 => tile_product::<2, 4, false>(x, stride, wp, out),
-                _ => tile_product::<3, 5, false>(x, stride, wp, out),
-            }
-        }
-    }
-}
-
 /// Activation row `j`'s sums of sub-block `sb` (sixteen weight-row lanes).
 ///
 /// # Safety
 /// The CPU must support AVX-512F; `sums` is 64-byte aligned and holds the 1024-byte sums of
-/// sub-block `sb`, written by [`record_sums`]; `j < 16`.
+/// block `sb` of a batch, written by [`tile_product`]; `j < 16`.
 #[inline(always)]
 unsafe fn sums_of(sums: *const u8, sb: usize, j: usize) -> __m512i {
     // SAFETY: per the contract.
     unsafe { _mm512_load_si512(sums.add(1024 * sb + 64 * j).cast()) }
 }
 
-/// Scratch for one pass: the sums of up to 16 sub-blocks and their unpacked quants. Left
-/// uninitialized: every byte read was written first in the same record.
+/// Scratch for one pass: the sums of two batches of records. Left uninitialized: every byte
+/// read was written first in the same batch.
 struct Scratch {
-    sums: std::mem::MaybeUninit<Aligned<{ 16 * 1024 }>>,
-    quants: std::mem::MaybeUninit<Aligned<{ 16 * 256 }>>,
+    sums: std::mem::MaybeUninit<Aligned<{ 2 * LEGACY_BATCH * 1024 }>>,
 }
 
 impl Scratch {
     fn new() -> Self {
         Self {
             sums: std::mem::MaybeUninit::uninit(),
-            quants: std::mem::MaybeUninit::uninit(),
         }
     }
     fn sums(&mut self) -> *mut u8 {
         self.sums.as_mut_ptr().cast()
-    }
-    fn quants(&mut self) -> *mut u8 {
-        self.quants.as_mut_ptr().cast()
-    }
-}
-
-/// Q6_K rows `16g..16g + 16` for activation rows `i..i + 16` (the VNNI pass's float steps).
-///
-/// # Safety
-/// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VNNI and AMX-INT8 with the OS's permission
-/// ([`available`]), and this thread's tiles must be configured by `TileConfig::for_subblock(16)`
-/// ([`groups_of`] does both: its features and `ldtilecfg`). `job` is a Q6_K job whose shapes agree
-/// (as `packed512::groups` states); `g < job.rows / 16`, `i + 16 <= job.m`, and no other thread
-/// writes group `g`'s outputs.
-#[inline(always)]
-unsafe fn pass_q6k(job: &PackedJob, g: usize, i: usize) {
-    let rec = record_bytes(Format::Q6_K);
-    let blocks = job.blocks;
-    let PackedActs::Q8K(all) = job.acts else {
-        unreachable!("Q6_K packed kernel with Q8_0 activations")
-    };
-    let stride = blocks * std::mem::size_of::<BlockQ8K>();
-    let mut scratch = Scratch::new();
-    let (sums, wbuf) = (scratch.sums(), scratch.quants());
-    // SAFETY: as `pass_q4k`, for 16 sub-blocks of 16 (16 x 256 bytes of quants, 16 KiB of
-    // sums) with the tiles configured for them.
-    unsafe {
-        let base = job.data.as_ptr().add(g * blocks * rec);
-        let acts = all.as_ptr().add(i * blocks);
-        let mut acc = [_mm512_setzero_ps(); ROWS];
-        for b in 0..blocks {
-            let r = base.add(b * rec);
-            prefetch_record(r, rec, KQUANT_PREFETCH_RECORDS);
-            let x0 = acts.add(b);
-            let weights = |sb: usize| {
-                let low = r.add(Q6K_LOW + 128 * sb);
-                let [w0, w1, w2, w3] = merge6(
-                    _mm512_loadu_si512(low.cast()),
-                    _mm512_loadu_si512(low.add(64).cast()),
-                    _mm512_loadu_si512(r.add(Q6K_HIGH + 64 * sb).cast()),
-                );
-                let z = _mm512_setzero_si512();
-                [w0, w1, w2, w3, z, z, z, z]
-            };
-            record_sums::<16, 16>(x0, stride, weights, sums, wbuf);
-            // Scales in pair order, sign-extended: lane i of `sp[k]` is (s[2k], s[2k + 1]).
-            let sp: [__m512i; 8] = std::array::from_fn(|k| {
-                _mm512_cvtepi8_epi16(_mm256_loadu_si256(r.add(Q6K_SCALES + 32 * k).cast()))
-            });
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()));
-            for j in 0..ROWS {
-                let x = &*x0.add(j * blocks);
-                let mut isum = _mm512_setzero_si512();
-                for k in 0..8 {
-                    let scs = [pick::<0>(sp[k]), pick::<1>(sp[k])];
-                    for t in 0..2 {
-                        let dot = sums_of(sums, 2 * k + t, j);
-                        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(dot, scs[t]));
-                    }
-                }
-                let corr = packed512::q6k_offset_sum(&sp, &x.bsums);
-                let total = _mm512_sub_epi32(isum, _mm512_slli_epi32::<5>(corr));
-                let dx = _mm512_set1_ps(x.d);
-                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), acc[j]);
-            }
-        }
-        for j in 0..ROWS {
-            _mm512_storeu_ps(job.out.add((i + j) * job.rows + g * PACK_ROWS), acc[j]);
-        }
     }
 }
 
@@ -501,44 +374,6 @@ unsafe fn legacy_groups<const F: u8>(job: &PackedJob, groups: std::ops::Range<us
     }
 }
 
-/// Q6_K over AMX: sixteen activation rows at a time, the VNNI pass for the rest.
-pub(super) struct Q6KAmx;
-
-impl Pass for Q6KAmx {
-    const GROUP: usize = 16;
-    #[inline(always)]
-    unsafe fn pass<const N: usize>(job: &PackedJob, g: usize, i: usize) {
-        // SAFETY: forwarded; the entry configured the tiles for Q6_K.
-        unsafe {
-            if N == ROWS {
-                pass_q6k(job, g, i)
-            } else {
-                packed512::pass_q6k::<N>(job, g, i)
-            }
-        }
-    }
-}
-
-/// Configures the tiles for `K`-quant sub-blocks, runs `P` over `groups`, releases the tiles.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA, F16C and AVX-512 F/BW/VL/VNNI, and AMX-TILE and AMX-INT8 with
-/// the OS's permission ([`available`] returned true); `P` is the pass of `job.format` and `K` its
-/// sub-block size (32 for Q4_K, 16 for Q6_K); the rest as [`groups`] (which this serves).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn groups_of<P: Pass, const K: usize>(job: &PackedJob, groups: std::ops::Range<usize>) {
-    let config = TileConfig::for_subblock(K);
-    // SAFETY: AMX is available and permitted (this function's contract) and the configuration
-    // is valid for palette 1 (`ldtilecfg` reads its 64 bytes); the passes get the features
-    // enabled here and the tiles configured for `K`, and the rest of their contract is this
-    // function's.
-    unsafe {
-        asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
-        super::drive_passes::<P>(job, groups);
-        asm!("tilerelease", options(nostack, nomem));
-    }
-}
-
 /// Writes all outputs of row groups `groups` of a packed job: Q4_K, Q6_K and the legacy and
 /// table formats on the tile unit from sixteen activation rows, the rest in the VNNI passes.
 ///
@@ -551,7 +386,10 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
             // Fewer activation rows than a tile: VNNI passes only, no tile state.
             _ if job.m < ROWS => packed512::groups(job, groups),
             Format::Q4_K => super::amx_q4k::groups(job, groups),
-            Format::Q6_K => groups_of::<Q6KAmx, 16>(job, groups),
+            // Q6_K's prescaling pays from two row tiles on (see `amx_q6k`); below, VNNI (the
+            // same bits).
+            Format::Q6_K if job.m < super::amx_q6k::MIN_ROWS => packed512::groups(job, groups),
+            Format::Q6_K => super::amx_q6k::groups(job, groups),
             Format::Q8_0 => legacy_groups::<Q8>(job, groups),
             Format::Q5_0 => legacy_groups::<Q5>(job, groups),
             Format::Q4_0 => legacy_groups::<Q4>(job, groups),

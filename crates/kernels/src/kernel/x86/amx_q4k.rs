@@ -33,7 +33,7 @@
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::amx::{TileConfig, ROWS};
+use super::amx::{tiles_per_chunk, TileConfig, ROWS};
 use super::packed512::{self, merge6, pick, unpack, widen_u8, Q4KPass};
 use super::{prefetch_record, Q4};
 use crate::dtype::Format;
@@ -82,8 +82,14 @@ pub(super) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
     // is this function's.
     unsafe {
         asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+        let chunk = tiles_per_chunk(job.blocks);
         for g in groups {
-            group(job, g, &mut wq, &mut acc);
+            let mut t0 = 0;
+            while t0 < tiles {
+                let n = chunk.min(tiles - t0);
+                group(job, g, t0, &mut wq, &mut acc[..n * ROWS]);
+                t0 += n;
+            }
             super::drive_rest::<Q4KPass>(job, g, tiles * ROWS);
         }
         asm!("tilerelease", options(nostack, nomem));
@@ -285,7 +291,7 @@ unsafe fn drain(
     }
 }
 
-/// Q4_K rows `16g..16g + 16` for the first `acc.len()` activation rows (whole row tiles),
+/// Q4_K rows `16g..16g + 16` for `acc.len()` activation rows from row tile `t0` (whole tiles),
 /// record by record: each record prescaled once ([`prescale`]) and multiplied with every row
 /// tile in turn, so its tiles stay in L1. A row tile's products are issued before the previous
 /// one's sums are stored and scaled (the sum tiles alternate), so the tile unit works while they
@@ -293,9 +299,10 @@ unsafe fn drain(
 ///
 /// # Safety
 /// As [`groups`], with this thread's tiles configured by `TileConfig::for_subblock(64)`;
-/// `g < job.rows / 16` and `acc.len()` is a multiple of 16 no larger than `job.m`.
+/// `g < job.rows / 16`, and `acc.len()` is a multiple of 16 with `16 t0 + acc.len() <= job.m`
+/// (the rows `16 t0..` are the ones computed).
 #[inline(always)]
-unsafe fn group(job: &PackedJob, g: usize, wq: &mut [Prescaled; 2], acc: &mut [__m512]) {
+unsafe fn group(job: &PackedJob, g: usize, t0: usize, wq: &mut [Prescaled; 2], acc: &mut [__m512]) {
     let blocks = job.blocks;
     let tiles = acc.len() / ROWS;
     if tiles == 0 {
@@ -306,7 +313,7 @@ unsafe fn group(job: &PackedJob, g: usize, wq: &mut [Prescaled; 2], acc: &mut [_
     };
     let stride = blocks * std::mem::size_of::<BlockQ8K>();
     let mut sums = std::mem::MaybeUninit::<Sums>::uninit();
-    // SAFETY: the first `acc.len()` activation rows hold `blocks` blocks each (so a row tile's
+    // SAFETY: the `acc.len()` activation rows from `16 t0` hold `blocks` blocks each (so a row tile's
     // quants `stride` apart are readable); the output stores hit group g's outputs of those rows
     // (this function's contract); every sum read was stored first, for the same record and row
     // tile; the instruction sets and tiles per the contract.
@@ -319,14 +326,16 @@ unsafe fn group(job: &PackedJob, g: usize, wq: &mut [Prescaled; 2], acc: &mut [_
         for b in 0..blocks {
             prescale(job, g, b, &mut wq[b % 2]);
             for t in 0..tiles {
-                let x = (*all.as_ptr().add(ROWS * t * blocks + b)).qs.as_ptr();
+                let x = (*all.as_ptr().add(ROWS * (t0 + t) * blocks + b))
+                    .qs
+                    .as_ptr();
                 if odd {
                     products::<2>(x, stride, &wq[b % 2]);
                 } else {
                     products::<0>(x, stride, &wq[b % 2]);
                 }
                 if let Some((pb, pt)) = pending {
-                    let x = all.as_ptr().add(ROWS * pt * blocks + pb);
+                    let x = all.as_ptr().add(ROWS * (t0 + pt) * blocks + pb);
                     drain(!odd, &wq[pb % 2], x, blocks, sums, &mut acc[ROWS * pt..]);
                 }
                 pending = Some((b, t));
@@ -334,10 +343,11 @@ unsafe fn group(job: &PackedJob, g: usize, wq: &mut [Prescaled; 2], acc: &mut [_
             }
         }
         if let Some((pb, pt)) = pending {
-            let x = all.as_ptr().add(ROWS * pt * blocks + pb);
+            let x = all.as_ptr().add(ROWS * (t0 + pt) * blocks + pb);
             drain(!odd, &wq[pb % 2], x, blocks, sums, &mut acc[ROWS * pt..]);
         }
         for (row, a) in acc.iter().enumerate() {
+            let row = ROWS * t0 + row;
             _mm512_storeu_ps(job.out.add(row * job.rows + g * PACK_ROWS), *a);
         }
     }

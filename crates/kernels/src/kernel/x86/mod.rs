@@ -39,6 +39,7 @@ use crate::quant::{
 
 pub(crate) mod amx;
 mod amx_q4k;
+mod amx_q6k;
 pub(crate) mod attn;
 pub(crate) mod bf16dot;
 mod float;

@@ -461,7 +461,7 @@ pub(super) unsafe fn pass_q6k<const N: usize>(job: &PackedJob, g: usize, i: usiz
 /// fit in 32 zmm.
 pub(super) struct LegacyPass<const F: u8>;
 pub(super) struct Q4KPass;
-struct Q6KPass;
+pub(super) struct Q6KPass;
 
 impl<const F: u8> Pass for LegacyPass<F> {
     const GROUP: usize = 16;
