@@ -41,7 +41,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::packed512::{self, unpack};
-use super::{legacy_format, MX, NL, Q4, Q41, Q5, Q51, Q8};
+use super::{legacy_format, Pass, MX, NL, Q4, Q41, Q5, Q51, Q8};
 
 use crate::dtype::Format;
 use crate::packed::{offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS};
@@ -126,9 +126,69 @@ const ACT_BUDGET: usize = 1 << 20;
 /// blocks (`blocks` per row) within [`ACT_BUDGET`]. With all of a 512-row prefill's tiles
 /// together, the activations of Qwen2.5-Coder-1.5B's `ffn_down` (5.7 MB) fell out of L2 and its
 /// prefill ran 12% slower than with the per-sub-block tile passes.
-pub(super) fn tiles_per_chunk(blocks: usize) -> usize {
+fn tiles_per_chunk(blocks: usize) -> usize {
     let tile = ROWS * blocks * std::mem::size_of::<crate::quant::BlockQ8K>();
     (ACT_BUDGET / tile.max(1)).max(2)
+}
+
+/// A K-quant pass whose weight records are prescaled once and then met by several row tiles
+/// (`amx_q4k`, `amx_q6k`), driven by [`prescaled_groups`].
+///
+/// # Safety
+/// `Record` must be valid as zeroed bytes.
+pub(super) unsafe trait Prescaling {
+    /// One record, prescaled.
+    type Record: Copy;
+    /// The VNNI pass for the rows past the last sixteen.
+    type Rest: Pass;
+    /// Group `g`'s outputs for `acc.len() / 16` row tiles from tile `t0`, `wq` its two record
+    /// buffers and `acc` those rows' accumulators.
+    ///
+    /// # Safety
+    /// As [`prescaled_groups`], with this thread's tiles configured for 64-deep products;
+    /// `g < job.rows / 16`, and `acc.len()` a multiple of 16 with `16 t0 + acc.len() <= job.m`.
+    unsafe fn group(
+        job: &PackedJob,
+        g: usize,
+        t0: usize,
+        wq: &mut [Self::Record; 2],
+        acc: &mut [__m512],
+    );
+}
+
+/// Writes all outputs of row groups `groups` of a K-quant job with pass `P`: its row tiles in
+/// chunks of [`tiles_per_chunk`], the rows past the last sixteen in `P::Rest`.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI and AMX-INT8 with the OS's
+/// permission ([`available`]); `job` is a job of `P`'s format whose shapes agree (as
+/// `packed512::groups` states) and no other thread writes these groups.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn prescaled_groups<P: Prescaling>(job: &PackedJob, groups: std::ops::Range<usize>) {
+    let config = TileConfig::for_subblock(64);
+    // SAFETY: zeroed bytes are a valid record (the trait's contract).
+    let blank: P::Record = unsafe { std::mem::zeroed() };
+    let mut wq = Box::new([blank; 2]);
+    let tiles = job.m / ROWS;
+    let mut acc = vec![_mm512_setzero_ps(); tiles * ROWS];
+    let chunk = tiles_per_chunk(job.blocks);
+    // SAFETY: AMX is available and permitted (this function's contract) and the configuration
+    // is valid for palette 1; `P::group` gets the features enabled here, the tiles configured
+    // for 64-deep products and whole row tiles within `job.m`; the rest of its contract is
+    // this function's.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+        for g in groups {
+            let mut t0 = 0;
+            while t0 < tiles {
+                let n = chunk.min(tiles - t0);
+                P::group(job, g, t0, &mut wq, &mut acc[..n * ROWS]);
+                t0 += n;
+            }
+            super::drive_rest::<P::Rest>(job, g, tiles * ROWS);
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    }
 }
 
 /// A 64-byte aligned scratch buffer.
@@ -385,11 +445,11 @@ pub(crate) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
         match job.format {
             // Fewer activation rows than a tile: VNNI passes only, no tile state.
             _ if job.m < ROWS => packed512::groups(job, groups),
-            Format::Q4_K => super::amx_q4k::groups(job, groups),
+            Format::Q4_K => prescaled_groups::<super::amx_q4k::Q4K>(job, groups),
             // Q6_K's prescaling pays from two row tiles on (see `amx_q6k`); below, VNNI (the
             // same bits).
             Format::Q6_K if job.m < super::amx_q6k::MIN_ROWS => packed512::groups(job, groups),
-            Format::Q6_K => super::amx_q6k::groups(job, groups),
+            Format::Q6_K => prescaled_groups::<super::amx_q6k::Q6K>(job, groups),
             Format::Q8_0 => legacy_groups::<Q8>(job, groups),
             Format::Q5_0 => legacy_groups::<Q5>(job, groups),
             Format::Q4_0 => legacy_groups::<Q4>(job, groups),

@@ -32,7 +32,7 @@ pub(super) const MIN_ROWS: usize = 32;
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-use super::amx::{tiles_per_chunk, TileConfig, ROWS};
+use super::amx::{Prescaling, ROWS};
 use super::packed512::{self, merge6, pick, Q6KPass};
 use super::prefetch_record;
 use crate::dtype::Format;
@@ -44,7 +44,7 @@ use crate::quant::BlockQ8K;
 /// One Q6_K record of a weight group, ready for the tile unit and the float steps.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Prescaled {
+pub(super) struct Prescaled {
     /// Per piece (`a`, `b`, `c`, `e`) and 64-quant chunk, a weight tile of 16 rows (row `k`:
     /// the sixteen weight rows' elements `4k..4k + 4` of the chunk) of the quants times that
     /// piece of their row's sub-block scale.
@@ -59,38 +59,23 @@ struct Prescaled {
 #[repr(C, align(64))]
 struct Sums([[[i32; 16]; 16]; 4]);
 
-/// Writes all outputs of row groups `groups` of a Q6_K job: sixteen activation rows at a time on
-/// the tile unit and the rest in the VNNI pass.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA, F16C, AVX-512 F/BW/VL/VNNI and AMX-INT8 with the OS's
-/// permission (`amx::available`); `job` is a Q6_K job whose shapes agree (as
-/// `packed512::groups` states) and no other thread writes these groups.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn groups(job: &PackedJob, groups: std::ops::Range<usize>) {
-    let config = TileConfig::for_subblock(64);
-    // SAFETY: zeroed bytes are valid for every field (integers and float vectors).
-    let blank: Prescaled = unsafe { std::mem::zeroed() };
-    let mut wq = Box::new([blank; 2]);
-    let tiles = job.m / ROWS;
-    let mut acc = vec![_mm512_setzero_ps(); tiles * ROWS];
-    // SAFETY: AMX is available and permitted (this function's contract) and the configuration
-    // is valid for palette 1; `group` gets the features enabled here, the tiles configured for
-    // 64-deep products and room for `tiles` row tiles' accumulators; the rest of its contract
-    // is this function's.
-    unsafe {
-        asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
-        let chunk = tiles_per_chunk(job.blocks);
-        for g in groups {
-            let mut t0 = 0;
-            while t0 < tiles {
-                let n = chunk.min(tiles - t0);
-                group(job, g, t0, &mut wq, &mut acc[..n * ROWS]);
-                t0 += n;
-            }
-            super::drive_rest::<Q6KPass>(job, g, tiles * ROWS);
-        }
-        asm!("tilerelease", options(nostack, nomem));
+/// The Q6_K pass for `amx::prescaled_groups`.
+pub(super) struct Q6K;
+
+// SAFETY: `Prescaled` is integers and float vectors, valid as zeroed bytes.
+unsafe impl Prescaling for Q6K {
+    type Record = Prescaled;
+    type Rest = Q6KPass;
+    #[inline(always)]
+    unsafe fn group(
+        job: &PackedJob,
+        g: usize,
+        t0: usize,
+        wq: &mut [Prescaled; 2],
+        acc: &mut [__m512],
+    ) {
+        // SAFETY: forwarded.
+        unsafe { group(job, g, t0, wq, acc) }
     }
 }
 
@@ -285,7 +270,8 @@ unsafe fn scale(w: &Prescaled, x: *const BlockQ8K, blocks: usize, sums: &Sums, a
 /// takes the records in order: the VNNI pass's float steps.
 ///
 /// # Safety
-/// As [`groups`], with this thread's tiles configured by `TileConfig::for_subblock(64)`;
+/// As `amx::prescaled_groups`, with this thread's tiles configured by
+/// `TileConfig::for_subblock(64)`;
 /// `g < job.rows / 16`, and `acc.len()` is a multiple of 16 with `16 t0 + acc.len() <= job.m`
 /// (the rows `16 t0..` are the ones computed).
 #[inline(always)]
