@@ -45,7 +45,7 @@ use super::{legacy_format, Pass, MX, NL, Q4, Q41, Q5, Q51, Q8};
 
 use crate::dtype::Format;
 use crate::packed::{offset, quants_at, record_bytes, PackedActs, PackedJob, PACK_ROWS};
-use crate::quant::ActQ8_0;
+use crate::quant::{ActQ8_0, BlockQ8K};
 
 /// Activation rows of an AMX pass (the tiles' 16 rows).
 pub(super) const ROWS: usize = 16;
@@ -139,21 +139,119 @@ fn tiles_per_chunk(blocks: usize) -> usize {
 pub(super) unsafe trait Prescaling {
     /// One record, prescaled.
     type Record: Copy;
+    /// Where a row tile's sums are stored to be scaled.
+    type Sums;
     /// The VNNI pass for the rows past the last sixteen.
     type Rest: Pass;
-    /// Group `g`'s outputs for `acc.len() / 16` row tiles from tile `t0`, `wq` its two record
-    /// buffers and `acc` those rows' accumulators.
+    /// Record `b` of group `g`, prescaled into `out`.
     ///
     /// # Safety
-    /// As [`prescaled_groups`], with this thread's tiles configured for 64-deep products;
-    /// `g < job.rows / 16`, and `acc.len()` a multiple of 16 with `16 t0 + acc.len() <= job.m`.
-    unsafe fn group(
-        job: &PackedJob,
-        g: usize,
-        t0: usize,
-        wq: &mut [Self::Record; 2],
+    /// AVX-512 F/BW/VNNI and F16C; `job` is a job of the pass's format whose shapes agree,
+    /// `g < job.rows / 16`, `b < job.blocks`.
+    unsafe fn prescale(job: &PackedJob, g: usize, b: usize, out: &mut Self::Record);
+    /// Issues the products of record `w` for one row tile (`x`: the record's quants of its first
+    /// activation row, rows `stride` bytes apart) into the sum tiles of parity `odd`; `pending`
+    /// says the previous row tile's sums are still in the tiles, not yet drained.
+    ///
+    /// # Safety
+    /// AMX-INT8 with this thread's tiles configured for 64-deep products; `x` readable for 16
+    /// rows of 256 bytes `stride` apart.
+    unsafe fn issue(
+        x: *const i8,
+        stride: usize,
+        w: &Self::Record,
+        odd: bool,
+        pending: bool,
+        sums: &mut Self::Sums,
+    );
+    /// The float steps of the row tile whose products went into the tiles of parity `odd`
+    /// (stored first where `issue` has not stored them, and always when `last`): `w` its record,
+    /// `x` the record's activation block of the tile's first row (rows `blocks` blocks apart),
+    /// `acc` the tile's sixteen accumulators.
+    ///
+    /// # Safety
+    /// As `issue`, and AVX-512 F/VNNI; `x` readable for the sixteen rows' blocks.
+    unsafe fn drain(
+        odd: bool,
+        last: bool,
+        w: &Self::Record,
+        x: *const BlockQ8K,
+        blocks: usize,
+        sums: &mut Self::Sums,
         acc: &mut [__m512],
     );
+}
+
+/// Group `g`'s outputs for `acc.len() / 16` row tiles from tile `t0`, record by record: each
+/// record prescaled once (into `wq`, alternately) and multiplied with every row tile in turn, so
+/// its tiles stay in L1. A row tile's products are issued before the previous one's sums are
+/// drained, so the tile unit works while they are scaled. Each row's accumulator takes the
+/// records in order: the VNNI pass's float steps.
+///
+/// # Safety
+/// As [`prescaled_groups`], with this thread's tiles configured for 64-deep products;
+/// `g < job.rows / 16`, and `acc.len()` a multiple of 16 with `16 t0 + acc.len() <= job.m`.
+#[inline(always)]
+unsafe fn prescaled_group<P: Prescaling>(
+    job: &PackedJob,
+    g: usize,
+    t0: usize,
+    wq: &mut [P::Record; 2],
+    acc: &mut [__m512],
+) {
+    let blocks = job.blocks;
+    let tiles = acc.len() / ROWS;
+    if tiles == 0 {
+        return;
+    }
+    let PackedActs::Q8K(all) = job.acts else {
+        unreachable!("K-quant packed kernel with Q8_0 activations")
+    };
+    let stride = blocks * std::mem::size_of::<BlockQ8K>();
+    let mut sums = std::mem::MaybeUninit::<P::Sums>::uninit();
+    // SAFETY: the `acc.len()` activation rows from `16 t0` hold `blocks` blocks each (so a row
+    // tile's quants `stride` apart are readable); the output stores hit group g's outputs of
+    // those rows (this function's contract); every sum read was stored first, for the same
+    // record and row tile; the instruction sets and tiles per the contract.
+    unsafe {
+        let sums = &mut *sums.as_mut_ptr();
+        acc.fill(_mm512_setzero_ps());
+        // The (record, row tile) whose products were issued last and whose sums wait.
+        let mut pending: Option<(usize, usize)> = None;
+        let mut odd = false;
+        for b in 0..blocks {
+            P::prescale(job, g, b, &mut wq[b % 2]);
+            for t in 0..tiles {
+                let x = (*all.as_ptr().add(ROWS * (t0 + t) * blocks + b))
+                    .qs
+                    .as_ptr();
+                P::issue(x, stride, &wq[b % 2], odd, pending.is_some(), sums);
+                if let Some((pb, pt)) = pending {
+                    let x = all.as_ptr().add(ROWS * (t0 + pt) * blocks + pb);
+                    let acc = &mut acc[ROWS * pt..];
+                    P::drain(!odd, false, &wq[pb % 2], x, blocks, sums, acc);
+                }
+                pending = Some((b, t));
+                odd = !odd;
+            }
+        }
+        if let Some((pb, pt)) = pending {
+            let x = all.as_ptr().add(ROWS * (t0 + pt) * blocks + pb);
+            P::drain(
+                !odd,
+                true,
+                &wq[pb % 2],
+                x,
+                blocks,
+                sums,
+                &mut acc[ROWS * pt..],
+            );
+        }
+        for (row, a) in acc.iter().enumerate() {
+            let row = ROWS * t0 + row;
+            _mm512_storeu_ps(job.out.add(row * job.rows + g * PACK_ROWS), *a);
+        }
+    }
 }
 
 /// Writes all outputs of row groups `groups` of a K-quant job with pass `P`: its row tiles in
@@ -173,16 +271,16 @@ unsafe fn prescaled_groups<P: Prescaling>(job: &PackedJob, groups: std::ops::Ran
     let mut acc = vec![_mm512_setzero_ps(); tiles * ROWS];
     let chunk = tiles_per_chunk(job.blocks);
     // SAFETY: AMX is available and permitted (this function's contract) and the configuration
-    // is valid for palette 1; `P::group` gets the features enabled here, the tiles configured
-    // for 64-deep products and whole row tiles within `job.m`; the rest of its contract is
-    // this function's.
+    // is valid for palette 1; `prescaled_group` gets the features enabled here, the tiles
+    // configured for 64-deep products and whole row tiles within `job.m`; the rest of its
+    // contract is this function's.
     unsafe {
         asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
         for g in groups {
             let mut t0 = 0;
             while t0 < tiles {
                 let n = chunk.min(tiles - t0);
-                P::group(job, g, t0, &mut wq, &mut acc[..n * ROWS]);
+                prescaled_group::<P>(job, g, t0, &mut wq, &mut acc[..n * ROWS]);
                 t0 += n;
             }
             super::drive_rest::<P::Rest>(job, g, tiles * ROWS);

@@ -37,9 +37,7 @@ use super::amx::{Prescaling, ROWS};
 use super::packed512::{self, merge6, pick, unpack, widen_u8, Q4KPass};
 use super::{prefetch_record, Q4};
 use crate::dtype::Format;
-use crate::packed::{
-    record_bytes, PackedActs, PackedJob, PACK_ROWS, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES,
-};
+use crate::packed::{record_bytes, PackedJob, Q4K_HIGH, Q4K_MINS, Q4K_QUANTS, Q4K_SCALES};
 use crate::quant::BlockQ8K;
 
 /// One Q4_K record of a weight group, ready for the tile unit and the float steps.
@@ -59,7 +57,7 @@ pub(super) struct Prescaled {
 
 /// Two row tiles' sums, `hi` then `lo`, each sixteen activation rows of sixteen i32.
 #[repr(C, align(64))]
-struct Sums([[[i32; 16]; 16]; 4]);
+pub(super) struct Sums([[[i32; 16]; 16]; 4]);
 
 /// The Q4_K pass for `amx::prescaled_groups`.
 pub(super) struct Q4K;
@@ -67,17 +65,37 @@ pub(super) struct Q4K;
 // SAFETY: `Prescaled` is integers and float vectors, valid as zeroed bytes.
 unsafe impl Prescaling for Q4K {
     type Record = Prescaled;
+    type Sums = Sums;
     type Rest = Q4KPass;
     #[inline(always)]
-    unsafe fn group(
-        job: &PackedJob,
-        g: usize,
-        t0: usize,
-        wq: &mut [Prescaled; 2],
+    unsafe fn prescale(job: &PackedJob, g: usize, b: usize, out: &mut Prescaled) {
+        // SAFETY: forwarded.
+        unsafe { prescale(job, g, b, out) }
+    }
+    /// The sum tiles alternate (0-1, 2-3): nothing waits to be stored first.
+    #[inline(always)]
+    unsafe fn issue(x: *const i8, stride: usize, w: &Prescaled, odd: bool, _: bool, _: &mut Sums) {
+        // SAFETY: forwarded.
+        unsafe {
+            if odd {
+                products::<2>(x, stride, w);
+            } else {
+                products::<0>(x, stride, w);
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn drain(
+        odd: bool,
+        _: bool,
+        w: &Prescaled,
+        x: *const BlockQ8K,
+        blocks: usize,
+        sums: &mut Sums,
         acc: &mut [__m512],
     ) {
         // SAFETY: forwarded.
-        unsafe { group(job, g, t0, wq, acc) }
+        unsafe { drain(odd, w, x, blocks, &mut sums.0, acc) }
     }
 }
 
@@ -272,69 +290,6 @@ unsafe fn drain(
         } else {
             store::<0>(even_half);
             scale(w, x, blocks, even_half, acc);
-        }
-    }
-}
-
-/// Q4_K rows `16g..16g + 16` for `acc.len()` activation rows from row tile `t0` (whole tiles),
-/// record by record: each record prescaled once ([`prescale`]) and multiplied with every row
-/// tile in turn, so its tiles stay in L1. A row tile's products are issued before the previous
-/// one's sums are stored and scaled (the sum tiles alternate), so the tile unit works while they
-/// are. Each row's accumulator takes the records in order: the VNNI pass's float steps.
-///
-/// # Safety
-/// As `amx::prescaled_groups`, with this thread's tiles configured by
-/// `TileConfig::for_subblock(64)`;
-/// `g < job.rows / 16`, and `acc.len()` is a multiple of 16 with `16 t0 + acc.len() <= job.m`
-/// (the rows `16 t0..` are the ones computed).
-#[inline(always)]
-unsafe fn group(job: &PackedJob, g: usize, t0: usize, wq: &mut [Prescaled; 2], acc: &mut [__m512]) {
-    let blocks = job.blocks;
-    let tiles = acc.len() / ROWS;
-    if tiles == 0 {
-        return;
-    }
-    let PackedActs::Q8K(all) = job.acts else {
-        unreachable!("Q4_K packed kernel with Q8_0 activations")
-    };
-    let stride = blocks * std::mem::size_of::<BlockQ8K>();
-    let mut sums = std::mem::MaybeUninit::<Sums>::uninit();
-    // SAFETY: the `acc.len()` activation rows from `16 t0` hold `blocks` blocks each (so a row tile's
-    // quants `stride` apart are readable); the output stores hit group g's outputs of those rows
-    // (this function's contract); every sum read was stored first, for the same record and row
-    // tile; the instruction sets and tiles per the contract.
-    unsafe {
-        let sums = &mut (*sums.as_mut_ptr()).0;
-        acc.fill(_mm512_setzero_ps());
-        // The (record, row tile) whose products were issued last and whose sums wait.
-        let mut pending: Option<(usize, usize)> = None;
-        let mut odd = false;
-        for b in 0..blocks {
-            prescale(job, g, b, &mut wq[b % 2]);
-            for t in 0..tiles {
-                let x = (*all.as_ptr().add(ROWS * (t0 + t) * blocks + b))
-                    .qs
-                    .as_ptr();
-                if odd {
-                    products::<2>(x, stride, &wq[b % 2]);
-                } else {
-                    products::<0>(x, stride, &wq[b % 2]);
-                }
-                if let Some((pb, pt)) = pending {
-                    let x = all.as_ptr().add(ROWS * (t0 + pt) * blocks + pb);
-                    drain(!odd, &wq[pb % 2], x, blocks, sums, &mut acc[ROWS * pt..]);
-                }
-                pending = Some((b, t));
-                odd = !odd;
-            }
-        }
-        if let Some((pb, pt)) = pending {
-            let x = all.as_ptr().add(ROWS * (t0 + pt) * blocks + pb);
-            drain(!odd, &wq[pb % 2], x, blocks, sums, &mut acc[ROWS * pt..]);
-        }
-        for (row, a) in acc.iter().enumerate() {
-            let row = ROWS * t0 + row;
-            _mm512_storeu_ps(job.out.add(row * job.rows + g * PACK_ROWS), *a);
         }
     }
 }

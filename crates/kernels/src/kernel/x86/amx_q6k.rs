@@ -36,9 +36,7 @@ use super::amx::{Prescaling, ROWS};
 use super::packed512::{self, merge6, pick, Q6KPass};
 use super::prefetch_record;
 use crate::dtype::Format;
-use crate::packed::{
-    record_bytes, PackedActs, PackedJob, PACK_ROWS, Q6K_HIGH, Q6K_LOW, Q6K_SCALES,
-};
+use crate::packed::{record_bytes, PackedJob, Q6K_HIGH, Q6K_LOW, Q6K_SCALES};
 use crate::quant::BlockQ8K;
 
 /// One Q6_K record of a weight group, ready for the tile unit and the float steps.
@@ -57,7 +55,7 @@ pub(super) struct Prescaled {
 
 /// One row tile's four piece sums, each sixteen activation rows of sixteen i32.
 #[repr(C, align(64))]
-struct Sums([[[i32; 16]; 16]; 4]);
+pub(super) struct Sums([[[i32; 16]; 16]; 4]);
 
 /// The Q6_K pass for `amx::prescaled_groups`.
 pub(super) struct Q6K;
@@ -65,17 +63,48 @@ pub(super) struct Q6K;
 // SAFETY: `Prescaled` is integers and float vectors, valid as zeroed bytes.
 unsafe impl Prescaling for Q6K {
     type Record = Prescaled;
+    type Sums = Sums;
     type Rest = Q6KPass;
     #[inline(always)]
-    unsafe fn group(
-        job: &PackedJob,
-        g: usize,
-        t0: usize,
-        wq: &mut [Prescaled; 2],
-        acc: &mut [__m512],
+    unsafe fn prescale(job: &PackedJob, g: usize, b: usize, out: &mut Prescaled) {
+        // SAFETY: forwarded.
+        unsafe { prescale(job, g, b, out) }
+    }
+    /// One set of sum tiles: the previous row tile's sums are stored before they are zeroed.
+    #[inline(always)]
+    unsafe fn issue(
+        x: *const i8,
+        stride: usize,
+        w: &Prescaled,
+        _: bool,
+        pending: bool,
+        sums: &mut Sums,
     ) {
         // SAFETY: forwarded.
-        unsafe { group(job, g, t0, wq, acc) }
+        unsafe {
+            if pending {
+                store(sums);
+            }
+            products(x, stride, w);
+        }
+    }
+    #[inline(always)]
+    unsafe fn drain(
+        _: bool,
+        last: bool,
+        w: &Prescaled,
+        x: *const BlockQ8K,
+        blocks: usize,
+        sums: &mut Sums,
+        acc: &mut [__m512],
+    ) {
+        // SAFETY: forwarded; the last row tile's sums are still in the tiles.
+        unsafe {
+            if last {
+                store(sums);
+            }
+            scale(w, x, blocks, sums, acc);
+        }
     }
 }
 
@@ -259,67 +288,6 @@ unsafe fn scale(w: &Prescaled, x: *const BlockQ8K, blocks: usize, sums: &Sums, a
             let total = _mm512_sub_epi32(isum, _mm512_slli_epi32::<5>(corr));
             let dx = _mm512_set1_ps(x.d);
             *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(w.d, dx), *a);
-        }
-    }
-}
-
-/// Q6_K rows `16g..16g + 16` for `acc.len()` activation rows from row tile `t0` (whole tiles),
-/// record by record: each record prescaled once ([`prescale`]) and multiplied with every row
-/// tile in turn, so its tiles stay in L1. A row tile's sums are stored before the next one's
-/// products are issued and scaled while the tile unit works on them. Each row's accumulator
-/// takes the records in order: the VNNI pass's float steps.
-///
-/// # Safety
-/// As `amx::prescaled_groups`, with this thread's tiles configured by
-/// `TileConfig::for_subblock(64)`;
-/// `g < job.rows / 16`, and `acc.len()` is a multiple of 16 with `16 t0 + acc.len() <= job.m`
-/// (the rows `16 t0..` are the ones computed).
-#[inline(always)]
-unsafe fn group(job: &PackedJob, g: usize, t0: usize, wq: &mut [Prescaled; 2], acc: &mut [__m512]) {
-    let blocks = job.blocks;
-    let tiles = acc.len() / ROWS;
-    if tiles == 0 {
-        return;
-    }
-    let PackedActs::Q8K(all) = job.acts else {
-        unreachable!("Q6_K packed kernel with Q8_0 activations")
-    };
-    let stride = blocks * std::mem::size_of::<BlockQ8K>();
-    let mut sums = std::mem::MaybeUninit::<Sums>::uninit();
-    // SAFETY: the `acc.len()` activation rows from `16 t0` hold `blocks` blocks each (so a row tile's
-    // quants `stride` apart are readable); the output stores hit group g's outputs of those rows
-    // (this function's contract); the sums scaled were stored just before, for the same record
-    // and row tile; the instruction sets and tiles per the contract.
-    unsafe {
-        let sums = &mut *sums.as_mut_ptr();
-        acc.fill(_mm512_setzero_ps());
-        // The (record, row tile) whose products were issued last and whose sums wait.
-        let mut pending: Option<(usize, usize)> = None;
-        for b in 0..blocks {
-            prescale(job, g, b, &mut wq[b % 2]);
-            for t in 0..tiles {
-                let x = (*all.as_ptr().add(ROWS * (t0 + t) * blocks + b))
-                    .qs
-                    .as_ptr();
-                if pending.is_some() {
-                    store(sums);
-                }
-                products(x, stride, &wq[b % 2]);
-                if let Some((pb, pt)) = pending {
-                    let x = all.as_ptr().add(ROWS * (t0 + pt) * blocks + pb);
-                    scale(&wq[pb % 2], x, blocks, sums, &mut acc[ROWS * pt..]);
-                }
-                pending = Some((b, t));
-            }
-        }
-        if let Some((pb, pt)) = pending {
-            store(sums);
-            let x = all.as_ptr().add(ROWS * (t0 + pt) * blocks + pb);
-            scale(&wq[pb % 2], x, blocks, sums, &mut acc[ROWS * pt..]);
-        }
-        for (row, a) in acc.iter().enumerate() {
-            let row = ROWS * t0 + row;
-            _mm512_storeu_ps(job.out.add(row * job.rows + g * PACK_ROWS), *a);
         }
     }
 }
