@@ -133,11 +133,7 @@ impl Chunks {
     fn read(&mut self, index: usize, id: Option<u32>, text: &str) -> Option<(Vec<Out>, usize)> {
         let reader = self.readers.get_mut(index)?.as_mut()?;
         let before = reader.calls();
-        let outs = match id {
-            Some(id) => reader.token(id, text),
-            None => reader.end(text),
-        };
-        Some((outs, before))
+        Some((reader.next(id, text), before))
     }
 }
 

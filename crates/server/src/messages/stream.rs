@@ -23,7 +23,7 @@ use tokenizer::Tokenizer;
 use crate::base::ApiError;
 use crate::serving::events::{EventDriver, Queue};
 use crate::serving::run::Tagged;
-use crate::serving::tools::{ChoiceReader, Out};
+use crate::serving::tools::{self, ChoiceReader};
 
 use super::protocol::{ContentBlock, MessageUsage};
 use super::reply::{matched_stop, stop_reason, Blocks, Change};
@@ -184,11 +184,7 @@ impl EventDriver for Driver {
     fn read(&mut self, id: Option<u32>, text: String) {
         self.ids.extend(id);
         self.sent.push_str(&text);
-        let outs = match (&mut self.reader, id) {
-            (Some(r), Some(id)) => r.token(id, &text),
-            (Some(r), None) => r.end(&text),
-            (None, _) => vec![Out::Content(text)],
-        };
+        let outs = tools::read_next(self.reader.as_mut(), id, text);
         let mut changes = Vec::new();
         for o in outs {
             self.blocks.push(o, &mut changes);

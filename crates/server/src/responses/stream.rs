@@ -29,7 +29,7 @@ use crate::base::ApiError;
 use crate::serving::events::{EventDriver, Queue};
 use crate::serving::run::Tagged;
 use crate::serving::state::AppState;
-use crate::serving::tools::{ChoiceReader, Out};
+use crate::serving::tools::{self, ChoiceReader};
 
 use super::items::{Change, Items};
 use super::wire::{OutputItem, OutputMessage, OutputText, ReasoningText, Status, StreamEvent};
@@ -274,11 +274,7 @@ impl EventDriver for Driver {
     }
     /// Reads a token's text (`Some(id)`) or the last text of the reply into the output.
     fn read(&mut self, id: Option<u32>, text: String) {
-        let outs = match (&mut self.reader, id) {
-            (Some(r), Some(id)) => r.token(id, &text),
-            (Some(r), None) => r.end(&text),
-            (None, _) => vec![Out::Content(text)],
-        };
+        let outs = tools::read_next(self.reader.as_mut(), id, text);
         let mut changes = Vec::new();
         for o in outs {
             self.items.push(o, &mut changes);

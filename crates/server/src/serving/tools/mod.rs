@@ -26,5 +26,5 @@ pub mod request;
 pub use call::ParsedCall;
 pub use family::{Family, Markers};
 pub use parser::{parse_whole, CallParser, Out};
-pub use reply::{outcome_outs, read_outcome, ChoiceReader};
+pub use reply::{outcome_outs, read_next, read_outcome, ChoiceReader};
 pub use request::{setup_fields, ToolFields, ToolParse, ToolSetup};

@@ -13,6 +13,15 @@ use super::request::ToolParse;
 use crate::serving::reasoning::{Reasoning, Splitter};
 use crate::serving::run::Outcome;
 
+/// What a choice's `reader` releases for token `id` (`None`: the reply's end) decoded as
+/// `text`; without a reader (no tools, no reasoning parser) the text is content as it is.
+pub fn read_next(reader: Option<&mut ChoiceReader>, id: Option<u32>, text: String) -> Vec<Out> {
+    match reader {
+        Some(r) => r.next(id, &text),
+        None => vec![Out::Content(text)],
+    }
+}
+
 /// One choice's reader.
 #[derive(Debug)]
 pub struct ChoiceReader {
@@ -48,6 +57,14 @@ impl ChoiceReader {
     /// The reply ended with `text` still to read; returns everything left.
     pub fn end(&mut self, text: &str) -> Vec<Out> {
         self.read(text, true)
+    }
+
+    /// A stream's next read: token `id` (`Some`) or, with `None`, the reply's end.
+    pub fn next(&mut self, id: Option<u32>, text: &str) -> Vec<Out> {
+        match id {
+            Some(id) => self.token(id, text),
+            None => self.end(text),
+        }
     }
 
     fn read(&mut self, piece: &str, finished: bool) -> Vec<Out> {
