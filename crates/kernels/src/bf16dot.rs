@@ -3,7 +3,7 @@
 //! f32 FMA per instruction. An opt-in precision for float (F32 / F16 / BF16) weights, as vLLM's
 //! `--dtype bfloat16`; the f32 path ([`crate::matmul()`]) stays the exact one.
 //!
-//! Numerics (every path gives these bits):
+//! Numerics (every path but AMX gives these bits):
 //! - A weight or activation is rounded to the nearest BF16 (ties to even); NaNs stay NaN, and a
 //!   value under 2^-64 in magnitude becomes a signed zero. With no BF16 input that small, no
 //!   partial sum can be a subnormal (a non-zero one is a multiple of at least 2^-102), so the
@@ -18,7 +18,11 @@
 //!
 //! Paths: AVX-512 BF16 (`vdpbf16ps`, tiles of four weight rows by four activation rows), AVX2 /
 //! FMA (each 16-column half split into odd and even BF16 lanes with a mask and a shift), and a
-//! scalar reference.
+//! scalar reference. On CPUs with AMX-BF16, `tdpbf16ps` (`kernel::x86::amx_bf16`): sixteen weight
+//! rows by sixteen activation rows per instruction, with the same rounded operands and exact
+//! products; the tile unit adds them its own way (not specified bit for bit), so its sums agree
+//! with the lanes' to f32 rounding, not in every bit. It keeps batch invariance: an output
+//! depends only on its weight row and activation row.
 
 use crate::dtype::GgmlType;
 use crate::quant::float::{dequantize_bf16, dequantize_f16, dequantize_f32};
@@ -35,6 +39,10 @@ pub enum Bf16Path {
     Avx2,
     /// AVX-512 BF16 (`vdpbf16ps`).
     Avx512Bf16,
+    /// AMX-BF16 (`tdpbf16ps`, `kernel::x86::amx_bf16`): the same rounded operands and exact
+    /// products, but the tile unit's own sums, so not the bits of the paths above (see the
+    /// module docs). Used for weights of whole 16-row tiles; others take `Avx512Bf16`.
+    Amx,
 }
 
 impl Bf16Path {
@@ -44,6 +52,9 @@ impl Bf16Path {
         {
             use crate::Isa;
             let isa = crate::isa();
+            if isa >= Isa::Amx && crate::kernel::x86::amx_bf16::available() {
+                return Bf16Path::Amx;
+            }
             if isa >= Isa::Avx512Vnni && crate::kernel::x86::bf16dot::avx512bf16_available() {
                 return Bf16Path::Avx512Bf16;
             }
@@ -55,10 +66,11 @@ impl Bf16Path {
     }
 }
 
-/// Whether this CPU multiplies BF16 natively (`vdpbf16ps`), which is where BF16 pays: twice the
-/// multiply-adds per instruction of the f32 path. Elsewhere the emulation is no faster than f32.
+/// Whether this CPU multiplies BF16 natively (`vdpbf16ps` or `tdpbf16ps`), which is where BF16
+/// pays: twice the multiply-adds per instruction of the f32 path, or a whole tile's. Elsewhere
+/// the emulation is no faster than f32.
 pub fn native_bf16() -> bool {
-    Bf16Path::detect() == Bf16Path::Avx512Bf16
+    Bf16Path::detect() >= Bf16Path::Avx512Bf16
 }
 
 /// A weight matrix rounded to BF16, row-major: `rows` rows of `cols` values, `cols` a multiple
@@ -157,7 +169,7 @@ pub fn dot_scalar(w: &[u16], x: &[u16]) -> f32 {
     sum_lanes(&lanes)
 }
 
-/// Reusable buffer of BF16 activations.
+/// Reusable buffer of BF16 activations (row-major, or in the AMX path's tiles).
 #[derive(Debug, Default)]
 pub struct Bf16Scratch {
     acts: Vec<u16>,
@@ -166,7 +178,7 @@ pub struct Bf16Scratch {
 /// One call's operands, shared with the pool's threads.
 pub(crate) struct Bf16Job<'a> {
     pub w: &'a Bf16Rows,
-    /// `m` rows of `w.cols` BF16 activations.
+    /// `m` rows of `w.cols` BF16 activations; for [`Bf16Path::Amx`], packed in its tiles.
     pub x: &'a [u16],
     pub m: usize,
     /// `m * w.rows` outputs; each thread writes the columns of its own weight rows.
@@ -225,29 +237,39 @@ pub fn matmul_bf16_on(
     if m == 0 || w.rows == 0 {
         return;
     }
-    let path = path.min(Bf16Path::detect());
-    scratch.acts.resize(m * cols, 0);
-    {
-        let parts: Vec<std::ops::Range<usize>> = (0..m).map(|i| i * cols..(i + 1) * cols).collect();
-        let shares = crate::Shares::new(&mut scratch.acts[..m * cols], &parts);
-        th.for_each_range(m, 16, &|_, rows| {
-            for i in rows {
-                round_row(&x[i * cols..(i + 1) * cols], shares.take(i));
-            }
-        });
+    let mut path = path.min(Bf16Path::detect());
+    if path == Bf16Path::Amx && !w.rows.is_multiple_of(AMX_ROWS) {
+        path = Bf16Path::Avx512Bf16;
     }
+    let len = if path == Bf16Path::Amx {
+        pack_amx(th, x, m, cols, &mut scratch.acts)
+    } else {
+        round_rows(th, x, m, cols, &mut scratch.acts)
+    };
     let job = Bf16Job {
         w,
-        x: &scratch.acts[..m * cols],
+        x: &scratch.acts[..len],
         m,
         out: out.as_mut_ptr(),
+    };
+    let tile = if path == Bf16Path::Amx {
+        2 * AMX_ROWS
+    } else {
+        4
     };
     let chunk = if th.n() == 1 {
         w.rows
     } else {
-        w.rows.div_ceil(th.n() * 8).max(16).next_multiple_of(4)
+        w.rows.div_ceil(th.n() * 8).max(16).next_multiple_of(tile)
     };
     th.for_each_range(w.rows, chunk, &|_, range| match path {
+        #[cfg(target_arch = "x86_64")]
+        Bf16Path::Amx => {
+            // SAFETY: `path` is capped by detection, so AMX-BF16 is present and permitted;
+            // `w.rows` and every chunk are multiples of 16; `x` holds the packed groups; the
+            // range is this call's alone.
+            unsafe { crate::kernel::x86::amx_bf16::rows_amx(&job, range) }
+        }
         #[cfg(target_arch = "x86_64")]
         Bf16Path::Avx512Bf16 => {
             // SAFETY: `path` is capped by detection, so AVX-512 BF16 is present; the range is
@@ -269,6 +291,56 @@ pub fn matmul_bf16_on(
             }
         }
     });
+}
+
+/// Weight rows (and activation rows) of an AMX tile.
+const AMX_ROWS: usize = 16;
+
+/// Rounds `m` rows of `x` into `acts`, row-major; returns the values written.
+fn round_rows(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>) -> usize {
+    acts.resize(m * cols, 0);
+    let parts: Vec<std::ops::Range<usize>> = (0..m).map(|i| i * cols..(i + 1) * cols).collect();
+    let shares = crate::Shares::new(&mut acts[..m * cols], &parts);
+    th.for_each_range(m, 16, &|_, rows| {
+        for i in rows {
+            round_row(&x[i * cols..(i + 1) * cols], shares.take(i));
+        }
+    });
+    m * cols
+}
+
+/// Rounds `m` rows of `x` into `acts` in the AMX path's tiles (groups of sixteen rows, the last
+/// padded with zero rows); returns the values written.
+#[cfg(target_arch = "x86_64")]
+fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>) -> usize {
+    use crate::kernel::x86::amx_bf16::{pack_row, TILE_VALUES};
+    let group = cols / BLOCK * TILE_VALUES;
+    let groups = m.div_ceil(AMX_ROWS);
+    acts.resize(groups * group, 0);
+    let parts: Vec<std::ops::Range<usize>> =
+        (0..groups).map(|g| g * group..(g + 1) * group).collect();
+    let shares = crate::Shares::new(&mut acts[..groups * group], &parts);
+    th.for_each_range(groups, 1, &|_, gs| {
+        let mut row = vec![0u16; cols];
+        for g in gs {
+            let part = shares.take(g);
+            for n in 0..AMX_ROWS {
+                let i = g * AMX_ROWS + n;
+                if i < m {
+                    round_row(&x[i * cols..(i + 1) * cols], &mut row);
+                } else {
+                    row.fill(0);
+                }
+                pack_row(&row, n, part);
+            }
+        }
+    });
+    groups * group
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>) -> usize {
+    round_rows(th, x, m, cols, acts)
 }
 
 /// Activation rows per block of the SIMD paths: about 128 KiB of BF16 rows, a multiple of four.

@@ -1,6 +1,7 @@
 //! The BF16 matmul: every path (scalar, AVX2, AVX-512 BF16, as far as this CPU goes) gives the
-//! scalar reference's bits, whatever the batch; the rounding is BF16's; the results are those of
-//! the BF16-rounded operands.
+//! scalar reference's bits, whatever the batch; the AMX tile path sums the same products to f32
+//! accuracy and is batch invariant too; the rounding is BF16's; the results are those of the
+//! BF16-rounded operands.
 
 use kernels::bf16dot::{
     dot_scalar, from_bf16, matmul_bf16_on, to_bf16, Bf16Path, Bf16Rows, Bf16Scratch,
@@ -110,7 +111,19 @@ fn every_path_gives_the_scalar_bits_for_every_shape_and_batch() {
                 .collect();
             for threads in [1, 2] {
                 let th = Threads::new(threads);
-                for path in [Bf16Path::Scalar, Bf16Path::Avx2, Bf16Path::Avx512Bf16] {
+                // The tile path takes weights of whole 16-row tiles; the others fall back to
+                // AVX-512 BF16 (or the best path below it), with its bits.
+                let tiles = rows % 16 == 0;
+                let paths = [
+                    Bf16Path::Scalar,
+                    Bf16Path::Avx2,
+                    Bf16Path::Avx512Bf16,
+                    Bf16Path::Amx,
+                ];
+                for path in paths
+                    .into_iter()
+                    .filter(|&p| !(tiles && p == Bf16Path::Amx))
+                {
                     assert_eq!(
                         run(path, &th, &w, &x, m),
                         want,
@@ -126,7 +139,8 @@ fn every_path_gives_the_scalar_bits_for_every_shape_and_batch() {
 #[test]
 fn a_row_gets_the_same_bits_alone_and_in_a_large_batch() {
     let mut rng = Rng(99);
-    let (rows, cols, m) = (40, 256, 300);
+    // 48 weight rows: whole tiles for the AMX path, which is the fastest where there is one.
+    let (rows, cols, m) = (48, 256, 300);
     let (_, w) = matrix(&mut rng, rows, cols);
     let x: Vec<f32> = (0..m * cols).map(|_| rng.value()).collect();
     let th = Threads::new(2);
@@ -160,6 +174,36 @@ fn results_are_the_products_of_the_rounded_operands() {
                 .sum();
             let v = f64::from(f32::from_bits(got[i * rows + r]));
             assert!((v - exact).abs() < 1e-4, "({i}, {r}): {v} vs {exact}");
+        }
+    }
+}
+
+/// The AMX path (on CPUs without it, the best path there is) sums the products of the rounded
+/// operands to f32 accuracy, for every weight tile and activation group shape: one or two weight
+/// tiles, one or two groups, partial last groups.
+#[test]
+fn tile_sums_are_the_rounded_products_to_f32_accuracy() {
+    let mut rng = Rng(0xa3c);
+    let th = Threads::new(2);
+    for (rows, cols) in [(16, 32), (32, 768), (48, 96), (80, 320)] {
+        let (_, w) = matrix(&mut rng, rows, cols);
+        for m in [1, 5, 16, 17, 33, 47] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.value()).collect();
+            let got = run(Bf16Path::Amx, &th, &w, &x, m);
+            for i in 0..m {
+                for r in 0..rows {
+                    let products = (0..cols).map(|k| {
+                        f64::from(from_bf16(w.row(r)[k]))
+                            * f64::from(from_bf16(to_bf16(x[i * cols + k])))
+                    });
+                    let (exact, size) = products.fold((0.0, 0.0), |(s, a), p| (s + p, a + p.abs()));
+                    let v = f64::from(f32::from_bits(got[i * rows + r]));
+                    assert!(
+                        (v - exact).abs() <= size * f64::powi(2.0, -20),
+                        "{rows}x{cols}, m {m}, ({i}, {r}): {v} vs {exact}"
+                    );
+                }
+            }
         }
     }
 }

@@ -38,6 +38,7 @@ use crate::quant::{
 };
 
 pub(crate) mod amx;
+pub(crate) mod amx_bf16;
 mod amx_q4k;
 mod amx_q6k;
 pub(crate) mod attn;

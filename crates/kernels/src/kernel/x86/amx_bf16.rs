@@ -1,0 +1,305 @@
+//! The AMX-BF16 path of [`crate::bf16dot`]: `tdpbf16ps` multiplies a 16 x 32 tile of BF16
+//! weights by 32 x 16 BF16 activations, all 16 x 16 (weight row, activation row) sums of a
+//! 32-column block in one instruction, where `vdpbf16ps` does one (weight row, activation row)
+//! pair's 32 columns.
+//!
+//! Operands: the weights are the left tile, loaded straight from their rows (one tile row per
+//! weight row, stride one weight row); the activations are the right tile, which wants each tile
+//! row to hold one BF16 pair of sixteen activation rows, so [`crate::bf16dot`] rounds them into
+//! that layout ([`pack_acts`]): group `g` of sixteen activation rows, block `b` of 32 columns, is
+//! 1 KiB at `(g * blocks + b) * 512` values, row `k` holding the pairs `(x[16g + n][32b + 2k],
+//! x[16g + n][32b + 2k + 1])` for `n` in 0..16, rows past `m` zero. A sum tile is thus (weight row,
+//! activation row); it is transposed on the vector units on its way out.
+//!
+//! Blocking: two weight tiles by two activation tiles, four sum tiles (tiles 0-3 sums, 4-5
+//! weights, 6-7 activations), four loads per four products; activation groups in chunks of about
+//! 1 MiB, so they stay in L2 while every pair of weight tiles passes over them.
+//!
+//! Numerics: the products of the rounded operands are exact in f32; how the tile unit adds them
+//! is its own (Intel does not specify it bit for bit, and on the Xeon we measured it matches no
+//! order of f32 additions). So this path does not give the other paths' bits. It keeps what the
+//! callers rely on: each output depends only on its weight row and activation row (never on the
+//! batch, the tile or the thread), and its error is that of f32 sums.
+
+// Index loops address parallel register arrays; iterator forms would hide the unrolled shape.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use crate::bf16dot::{Bf16Job, BLOCK};
+
+/// Rows of a tile: sixteen weight rows, sixteen activation rows.
+pub(crate) const ROWS: usize = 16;
+
+/// BF16 values of one packed activation tile (sixteen rows by one 32-column block).
+pub(crate) const TILE_VALUES: usize = ROWS * BLOCK;
+
+/// Bytes of packed activation groups a call keeps in L2 while the weight tiles pass over them.
+const ACT_BUDGET: usize = 1 << 20;
+
+/// Whether the CPU has AMX-BF16 (CPUID 7.0 EDX bit 22) beside the AMX tiles the INT8 passes
+/// use, with the OS's permission, and AVX-512 BF16 for the rest of the path.
+pub(crate) fn available() -> bool {
+    // `cpuid` exists on every x86-64 CPU; leaf 7 reads as zeros where unsupported.
+    let leaf7 = __cpuid_count(7, 0);
+    leaf7.edx & (1 << 22) != 0 && super::amx::available() && super::bf16dot::avx512bf16_available()
+}
+
+/// Writes activation row `n` of a group (its BF16 values `row`, `row.len()` a multiple of 32)
+/// into the group's packed tiles `group` (`row.len() / 32` tiles of [`TILE_VALUES`]).
+pub(crate) fn pack_row(row: &[u16], n: usize, group: &mut [u16]) {
+    for (b, block) in row.chunks_exact(BLOCK).enumerate() {
+        let tile = &mut group[b * TILE_VALUES..(b + 1) * TILE_VALUES];
+        for (k, pair) in block.chunks_exact(2).enumerate() {
+            let at = 2 * (k * ROWS + n);
+            tile[at] = pair[0];
+            tile[at + 1] = pair[1];
+        }
+    }
+}
+
+/// Tile configuration, palette 1: all eight tiles 16 rows of 64 bytes.
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+const CONFIG: TileConfig = {
+    let mut c = [0u8; 64];
+    c[0] = 1;
+    let mut t = 0;
+    while t < 8 {
+        c[16 + 2 * t] = 64;
+        c[48 + t] = ROWS as u8;
+        t += 1;
+    }
+    TileConfig(c)
+};
+
+/// A 16 x 16 f32 tile in memory, 64-byte aligned.
+#[repr(C, align(64))]
+struct SumTile([f32; ROWS * ROWS]);
+
+/// `tileloadd tmm{T}` from `ptr`, rows `stride` bytes apart.
+///
+/// # Safety
+/// Tiles configured ([`CONFIG`]); sixteen rows of 64 bytes readable at `ptr + i * stride`.
+#[inline(always)]
+unsafe fn load<const T: usize>(ptr: *const u16, stride: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm!("tileloadd tmm{t}, [{p} + {s}*1]", t = const T, p = in(reg) ptr, s = in(reg) stride,
+            options(nostack, readonly));
+    }
+}
+
+/// `tdpbf16ps tmm{C}, tmm{A}, tmm{B}`.
+///
+/// # Safety
+/// Tiles configured and loaded.
+#[inline(always)]
+unsafe fn product<const C: usize, const A: usize, const B: usize>() {
+    // SAFETY: register-only tile operation; the caller's contract.
+    unsafe {
+        asm!("tdpbf16ps tmm{c}, tmm{a}, tmm{b}", c = const C, a = const A, b = const B,
+            options(nostack, nomem));
+    }
+}
+
+/// `tilezero tmm{T}`.
+///
+/// # Safety
+/// Tiles configured.
+#[inline(always)]
+unsafe fn zero<const T: usize>() {
+    // SAFETY: register-only tile operation; the caller's contract.
+    unsafe { asm!("tilezero tmm{t}", t = const T, options(nostack, nomem)) };
+}
+
+/// `tilestored` tile `T` to `out` (64-byte rows).
+///
+/// # Safety
+/// Tiles configured.
+#[inline(always)]
+unsafe fn store<const T: usize>(out: &mut SumTile) {
+    // SAFETY: `out` holds sixteen 64-byte rows; the caller's contract.
+    unsafe {
+        asm!("tilestored [{p} + {s}*1], tmm{t}", t = const T, p = in(reg) out.0.as_mut_ptr(),
+            s = in(reg) 64usize, options(nostack));
+    }
+}
+
+/// The transpose of a 16 x 16 tile, in four stages: stage `b` (1, 2, 4, 8) swaps the
+/// off-diagonal `b x b` blocks of every `2b x 2b` block, whose own blocks the earlier stages
+/// transposed.
+///
+/// # Safety
+/// AVX-512 F enabled in the caller.
+#[inline(always)]
+unsafe fn transpose(t: &SumTile) -> [__m512; ROWS] {
+    // SAFETY: AVX-512 F per the contract; sixteen aligned 64-byte loads within the tile.
+    unsafe {
+        let mut r: [__m512; ROWS] =
+            std::array::from_fn(|i| _mm512_load_ps(t.0.as_ptr().add(16 * i)));
+        let mut b = 1;
+        while b < ROWS {
+            // Row p (bit b clear) keeps its own lanes with bit b clear and takes row q's lanes
+            // j - b where bit b is set; row q the converse.
+            let ip: [i32; 16] = std::array::from_fn(|j| {
+                if j & b == 0 {
+                    j as i32
+                } else {
+                    (16 + j - b) as i32
+                }
+            });
+            let iq: [i32; 16] = std::array::from_fn(|j| {
+                if j & b == 0 {
+                    (j + b) as i32
+                } else {
+                    (16 + j) as i32
+                }
+            });
+            let (ip, iq) = (
+                _mm512_loadu_si512(ip.as_ptr().cast()),
+                _mm512_loadu_si512(iq.as_ptr().cast()),
+            );
+            for p in 0..ROWS {
+                if p & b == 0 {
+                    let q = p | b;
+                    let (rp, rq) = (r[p], r[q]);
+                    r[p] = _mm512_permutex2var_ps(rp, ip, rq);
+                    r[q] = _mm512_permutex2var_ps(rp, iq, rq);
+                }
+            }
+            b *= 2;
+        }
+        r
+    }
+}
+
+/// Writes sum tile `t` (weight rows `r..r + 16` by the activation rows of group `g`) to the
+/// outputs, skipping activation rows at or past `m`.
+///
+/// # Safety
+/// AVX-512 F enabled; `r + 16 <= job.w.rows`; no other thread writes these weight rows.
+#[inline(always)]
+unsafe fn write(job: &Bf16Job, t: &SumTile, r: usize, g: usize) {
+    // SAFETY: the caller's contract; each store writes sixteen outputs of activation row
+    // `i < m` at weight rows r..r + 16, inside the `m * rows` output.
+    unsafe {
+        let cols = transpose(t);
+        for (n, v) in cols.iter().enumerate() {
+            let i = g * ROWS + n;
+            if i < job.m {
+                _mm512_storeu_ps(job.out.add(i * job.w.rows + r), *v);
+            }
+        }
+    }
+}
+
+/// `W` weight tiles (rows `r..r + 16 W`) by `A` activation groups (`g..g + A`) over all blocks:
+/// sum tile `2w + a` holds weight tile `w` by group `a`.
+///
+/// # Safety
+/// Tiles configured; AVX-512 F enabled; the weight rows and groups exist (`acts` holds the
+/// packed groups); no other thread writes these weight rows.
+#[inline(always)]
+unsafe fn block<const W: usize, const A: usize>(
+    job: &Bf16Job,
+    r: usize,
+    g: usize,
+    sums: &mut SumTile,
+) {
+    let cols = job.w.cols;
+    let blocks = cols / BLOCK;
+    let stride = cols * 2;
+    let w0 = job.w.row(r).as_ptr();
+    // SAFETY: the caller's contract; loads read weight rows r..r + 16 W at 64-byte column
+    // offsets below the row's end, and whole 1 KiB packed tiles of groups g..g + A.
+    unsafe {
+        zero::<0>();
+        if A == 2 {
+            zero::<1>();
+        }
+        if W == 2 {
+            zero::<2>();
+            if A == 2 {
+                zero::<3>();
+            }
+        }
+        let acts = job.x.as_ptr().add(g * blocks * TILE_VALUES);
+        for b in 0..blocks {
+            load::<4>(w0.add(b * BLOCK), stride);
+            load::<6>(acts.add(b * TILE_VALUES), 64);
+            if A == 2 {
+                load::<7>(acts.add((blocks + b) * TILE_VALUES), 64);
+            }
+            product::<0, 4, 6>();
+            if A == 2 {
+                product::<1, 4, 7>();
+            }
+            if W == 2 {
+                load::<5>(w0.add(ROWS * cols + b * BLOCK), stride);
+                product::<2, 5, 6>();
+                if A == 2 {
+                    product::<3, 5, 7>();
+                }
+            }
+        }
+        store::<0>(sums);
+        write(job, sums, r, g);
+        if A == 2 {
+            store::<1>(sums);
+            write(job, sums, r, g + 1);
+        }
+        if W == 2 {
+            store::<2>(sums);
+            write(job, sums, r + ROWS, g);
+            if A == 2 {
+                store::<3>(sums);
+                write(job, sums, r + ROWS, g + 1);
+            }
+        }
+    }
+}
+
+/// Weight rows `range` of `job` (whose `x` is packed by [`pack_row`]) with AMX-BF16.
+///
+/// # Safety
+/// [`available`] holds; `range` lies in `0..job.w.rows` with `range.start` and `range.end`
+/// multiples of 16 (or `range.end == job.w.rows`, itself a multiple of 16); `job.x` holds
+/// `job.m.div_ceil(16)` packed groups; no other thread writes these rows.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bf16")]
+pub(crate) unsafe fn rows_amx(job: &Bf16Job, range: Range<usize>) {
+    let blocks = job.w.cols / BLOCK;
+    let groups = job.m.div_ceil(ROWS);
+    let chunk = (ACT_BUDGET / (blocks * TILE_VALUES * 2)).max(2);
+    let mut sums = SumTile([0.0; ROWS * ROWS]);
+    // SAFETY: AMX-BF16 is available and permitted (the contract) and the configuration is valid
+    // for palette 1; `block` gets whole weight tiles within `range` and groups within
+    // `0..groups`; the tiles are released before returning.
+    unsafe {
+        asm!("ldtilecfg [{}]", in(reg) CONFIG.0.as_ptr(), options(nostack, readonly));
+        let mut g0 = 0;
+        while g0 < groups {
+            let g1 = (g0 + chunk).min(groups);
+            let mut r = range.start;
+            while r < range.end {
+                let two = r + 2 * ROWS <= range.end;
+                let mut g = g0;
+                while g < g1 {
+                    match (two, g + 2 <= g1) {
+                        (true, true) => block::<2, 2>(job, r, g, &mut sums),
+                        (true, false) => block::<2, 1>(job, r, g, &mut sums),
+                        (false, true) => block::<1, 2>(job, r, g, &mut sums),
+                        (false, false) => block::<1, 1>(job, r, g, &mut sums),
+                    }
+                    g += if g + 2 <= g1 { 2 } else { 1 };
+                }
+                r += if two { 2 * ROWS } else { ROWS };
+            }
+            g0 = g1;
+        }
+        asm!("tilerelease", options(nostack, nomem));
+    }
+}
