@@ -1,7 +1,8 @@
 //! Bidirectional (non-causal) attention of an encoder, each input attending to itself alone.
 //!
-//! One task per (input, head), handed out by the pool: scores of two queries at a time against
-//! blocks of three keys (`kernels::attn::dots`, each pair's dot as a lone dot would be), scaled,
+//! One task per (input, head), handed out by the pool: scores of four queries at a time against
+//! blocks of four keys where AVX-512VL gives the registers (`kernels::attn::dots4`), else two
+//! against three (`dots`), each pair's dot as a lone dot would be; scaled,
 //! a softmax in f32 (sum in f64), then the weighted sum of V (`axpy_block`). A query's result
 //! depends only on its own input, and every task runs the same operations whatever else is in
 //! the batch, so results are batch invariant. Outputs are written head-major (each task one
@@ -10,7 +11,9 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
-use kernels::attn::{axpy_block, dots, exp_neg, Avx2, Block, Lanes, Portable, KEYS_PER_BLOCK};
+use kernels::attn::{
+    axpy_block, dots, dots4, exp_neg, Avx2, Block, Lanes, Portable, Wide, KEYS4, KEYS_PER_BLOCK,
+};
 use kernels::{Shares, Threads};
 
 /// The shapes of one attention call; Q, K and V rows are `d = n_heads * head_dim` wide.
@@ -119,22 +122,45 @@ impl Task {
         }
         let at = |i: usize| (start + i) * d + col;
         let [q, k, v] = qkv;
-        if sc.len() < 2 * len {
-            sc.resize(2 * len, 0.0);
+        // Four queries by four keys where AVX-512VL gives the registers (`dots4`), else two by
+        // three (`dots`): the same bits per (query, key) either way.
+        let wide = if L::SIMD { Wide::detect() } else { None };
+        let nq = if wide.is_some() { 4 } else { 2 };
+        if sc.len() < nq * len {
+            sc.resize(nq * len, 0.0);
         }
-        let (s0, s1) = sc[..2 * len].split_at_mut(len);
         let last = len - 1;
-        for i in (0..len).step_by(2) {
-            let pair = [row(q, at(i), hd), row(q, at((i + 1).min(last)), hd)];
-            for j in (0..len).step_by(KEYS_PER_BLOCK) {
-                let keys = std::array::from_fn(|b| row(k, at((j + b).min(last)), hd));
-                let got = dots(lanes, pair, keys);
-                for b in 0..KEYS_PER_BLOCK.min(len - j) {
-                    s0[j + b] = got[0][b] * self.s.scale;
-                    s1[j + b] = got[1][b] * self.s.scale;
+        let qrow = |i: usize| row(q, at(i.min(last)), hd);
+        for i in (0..len).step_by(nq) {
+            let scores = &mut sc[..nq * len];
+            match wide {
+                Some(wide) => {
+                    let qs: [&[f32]; 4] = std::array::from_fn(|a| qrow(i + a));
+                    for j in (0..len).step_by(KEYS4) {
+                        let keys = std::array::from_fn(|b| row(k, at((j + b).min(last)), hd));
+                        let got = dots4(wide, qs, keys);
+                        for (a, g) in got.iter().enumerate() {
+                            for b in 0..KEYS4.min(len - j) {
+                                scores[a * len + j + b] = g[b] * self.s.scale;
+                            }
+                        }
+                    }
+                }
+                None => {
+                    let pair = [qrow(i), qrow(i + 1)];
+                    for j in (0..len).step_by(KEYS_PER_BLOCK) {
+                        let keys = std::array::from_fn(|b| row(k, at((j + b).min(last)), hd));
+                        let got = dots(lanes, pair, keys);
+                        for (a, g) in got.iter().enumerate() {
+                            for b in 0..KEYS_PER_BLOCK.min(len - j) {
+                                scores[a * len + j + b] = g[b] * self.s.scale;
+                            }
+                        }
+                    }
                 }
             }
-            for (qi, scores) in [(i, &mut *s0), (i + 1, &mut *s1)] {
+            for (a, scores) in scores.chunks_exact_mut(len).enumerate() {
+                let qi = i + a;
                 if qi >= len {
                     break;
                 }
