@@ -24,6 +24,8 @@
 //! with the lanes' to f32 rounding, not in every bit. It keeps batch invariance: an output
 //! depends only on its weight row and activation row.
 
+use std::borrow::Cow;
+
 use crate::dtype::GgmlType;
 use crate::quant::float::{dequantize_bf16, dequantize_f16, dequantize_f32};
 use crate::threads::Threads;
@@ -75,17 +77,46 @@ pub fn native_bf16() -> bool {
 
 /// A weight matrix rounded to BF16, row-major: `rows` rows of `cols` values, `cols` a multiple
 /// of [`BLOCK`].
+/// Owned (rounded at load) or borrowed (a BF16 tensor of the file, used in place).
 #[derive(Debug, Clone)]
-pub struct Bf16Rows {
-    pub(crate) data: Vec<u16>,
+pub struct Bf16Rows<'a> {
+    pub(crate) data: Cow<'a, [u16]>,
     pub rows: usize,
     pub cols: usize,
 }
 
-impl Bf16Rows {
+impl<'a> Bf16Rows<'a> {
+    /// BF16 rows in ggml's layout (little-endian `u16`s) as they are: borrowed where the bytes
+    /// are 2-aligned on a little-endian machine (a GGUF tensor always is), else copied. `None`
+    /// for a column count that is not a multiple of [`BLOCK`] or data of another size.
+    pub fn view(data: &'a [u8], rows: usize, cols: usize) -> Option<Bf16Rows<'a>> {
+        if cols == 0 || !cols.is_multiple_of(BLOCK) || data.len() != rows * cols * 2 {
+            return None;
+        }
+        // SAFETY: every bit pattern is a valid u16; `align_to` puts only whole, aligned u16s in
+        // the middle part.
+        let (head, mid, _) = unsafe { data.align_to::<u16>() };
+        let data = if cfg!(target_endian = "little") && head.is_empty() && mid.len() == rows * cols
+        {
+            Cow::Borrowed(mid)
+        } else {
+            Cow::Owned(
+                data.chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            )
+        };
+        Some(Bf16Rows { data, rows, cols })
+    }
+
     /// Rounds a float matrix (F32, F16 or BF16 rows in ggml's layout) to BF16. `None` for any
     /// other type, a column count that is not a multiple of [`BLOCK`], or data of another size.
-    pub fn from_float(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Option<Bf16Rows> {
+    pub fn from_float(
+        ty: GgmlType,
+        data: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Option<Bf16Rows<'static>> {
         let width = match ty {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,
@@ -108,7 +139,7 @@ impl Bf16Rows {
             round_row(&row, dst);
         }
         Some(Bf16Rows {
-            data: out,
+            data: Cow::Owned(out),
             rows,
             cols,
         })
@@ -177,7 +208,7 @@ pub struct Bf16Scratch {
 
 /// One call's operands, shared with the pool's threads.
 pub(crate) struct Bf16Job<'a> {
-    pub w: &'a Bf16Rows,
+    pub w: &'a Bf16Rows<'a>,
     /// `m` rows of `w.cols` BF16 activations; for [`Bf16Path::Amx`], packed in its tiles.
     pub x: &'a [u16],
     pub m: usize,
@@ -313,7 +344,7 @@ fn round_rows(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16
 /// padded with zero rows); returns the values written.
 #[cfg(target_arch = "x86_64")]
 fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>) -> usize {
-    use crate::kernel::x86::amx_bf16::{pack_row, TILE_VALUES};
+    use crate::kernel::x86::amx_bf16::{pack_group, TILE_VALUES};
     let group = cols / BLOCK * TILE_VALUES;
     let groups = m.div_ceil(AMX_ROWS);
     acts.resize(groups * group, 0);
@@ -321,18 +352,12 @@ fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>)
         (0..groups).map(|g| g * group..(g + 1) * group).collect();
     let shares = crate::Shares::new(&mut acts[..groups * group], &parts);
     th.for_each_range(groups, 1, &|_, gs| {
-        let mut row = vec![0u16; cols];
         for g in gs {
-            let part = shares.take(g);
-            for n in 0..AMX_ROWS {
-                let i = g * AMX_ROWS + n;
-                if i < m {
-                    round_row(&x[i * cols..(i + 1) * cols], &mut row);
-                } else {
-                    row.fill(0);
-                }
-                pack_row(&row, n, part);
-            }
+            let rows = AMX_ROWS.min(m - g * AMX_ROWS);
+            let x = &x[g * AMX_ROWS * cols..(g * AMX_ROWS + rows) * cols];
+            // SAFETY: only the AMX path packs, and it runs where AMX-BF16 (with AVX-512 F and
+            // BW) was detected; the slices hold `rows` rows and one group's tiles.
+            unsafe { pack_group(x, rows, cols, shares.take(g)) };
         }
     });
     groups * group

@@ -10,9 +10,12 @@
 //!   weight row is read from memory once and multiplied with all `m` activation rows while it is
 //!   hot in L1, in groups of up to four activation rows per pass so one unpacked weight block
 //!   feeds four dot products.
-//!   Float weights (F32/F16/BF16) run tiled kernels instead (`float_tiled` with AVX2, `float512`
+//!   Float weights (F32/F16) run tiled kernels instead (`float_tiled` with AVX2, `float512`
 //!   with AVX-512): several weight rows by several activation rows per tile, over blocks of
-//!   activation rows that stay in L2, each output with the bits of the per-row kernel.
+//!   activation rows that stay in L2, each output with the bits of the per-row kernel. BF16
+//!   weights (whole 32-column blocks) multiply as llama.cpp does, with activations rounded to
+//!   BF16 ([`crate::bf16dot`]: `vdpbf16ps`, or `tdpbf16ps` tiles on AMX); other BF16 shapes as
+//!   F16.
 //! - Weights repacked by [`crate::packed::pack`] ([`Layout::X16`]) take the packed path instead:
 //!   Q8_0 (or Q8_K) activations, sixteen weight rows per pass, with the AVX-512 VNNI or the
 //!   AVX2 kernel as the CPU allows and a scalar kernel of identical bits elsewhere.
@@ -23,6 +26,7 @@
 //! bits `dot::<1>` would.
 
 use crate::act::Activation;
+use crate::bf16dot::{self, matmul_bf16_on, Bf16Path, Bf16Rows, Bf16Scratch};
 use crate::dtype::{Format, GgmlType};
 use crate::error::KernelError;
 use crate::kernel::{self, detect_isa, isa, DotKernel, Isa, KernelVisitor, RowsJob};
@@ -126,6 +130,7 @@ pub struct MatmulScratch {
     pub(crate) q8_0: Vec<ActQ8_0>,
     pub(crate) q8_0x2: Vec<ActQ8_0x2>,
     pub(crate) q8_k: Vec<BlockQ8K>,
+    pub(crate) bf16: Bf16Scratch,
 }
 
 impl MatmulScratch {
@@ -173,6 +178,10 @@ pub fn matmul_with_isa(
         packed::run(threads, &[packed_job(w, acts, blocks, m, out)], isa);
         return;
     }
+    if format == Format::BF16 && w.cols.is_multiple_of(bf16dot::BLOCK) {
+        bf16_weights(isa, threads, w, x, m, out, scratch);
+        return;
+    }
     kernel::visit(
         isa,
         format,
@@ -185,6 +194,35 @@ pub fn matmul_with_isa(
             out: OutPtr(out.as_mut_ptr()),
         },
     );
+}
+
+/// BF16 weights multiply as llama.cpp multiplies them: activations rounded to BF16, products
+/// summed in f32 ([`crate::bf16dot`], whose AMX path runs where the CPU has AMX-BF16), on the
+/// path `isa` allows. The weights are read in place.
+fn bf16_weights(
+    isa: Isa,
+    threads: &Threads,
+    w: &Weights,
+    x: &[f32],
+    m: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    let path = match isa {
+        Isa::Scalar => Bf16Path::Scalar,
+        Isa::Avx2 => Bf16Path::Avx2,
+        Isa::Avx512Vnni => Bf16Path::Avx512Bf16,
+        Isa::Amx => Bf16Path::Amx,
+    };
+    let Some(rows) = Bf16Rows::view(w.data, w.rows, w.cols) else {
+        panic!(
+            "matmul: BF16 weights of {} rows of {} columns in {} bytes",
+            w.rows,
+            w.cols,
+            w.data.len()
+        );
+    };
+    matmul_bf16_on(path, threads, &rows, x, m, out, &mut scratch.bf16);
 }
 
 /// [`matmul`] of `K` matrices with the same input `x` (attention Q, K and V; the MLP's gate and

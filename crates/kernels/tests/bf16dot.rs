@@ -37,7 +37,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn matrix(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<f32>, Bf16Rows) {
+fn matrix(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<f32>, Bf16Rows<'static>) {
     let w: Vec<f32> = (0..rows * cols).map(|_| rng.value()).collect();
     let b = Bf16Rows::from_float(GgmlType::F32, &f32_bytes(&w), rows, cols).expect("shape");
     (w, b)
@@ -203,6 +203,98 @@ fn tile_sums_are_the_rounded_products_to_f32_accuracy() {
                         "{rows}x{cols}, m {m}, ({i}, {r}): {v} vs {exact}"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// BF16 weights given to `kernels::matmul` (a BF16 tensor of a GGUF file, in place) multiply
+/// with BF16-rounded activations, as llama.cpp multiplies them: the bits of `matmul_bf16` on the
+/// path of the same instruction set, whether the bytes are borrowed or (misaligned) copied.
+#[test]
+fn bf16_weights_in_matmul_take_the_bf16_arithmetic() {
+    use kernels::{matmul_with_isa, Isa, MatmulScratch, Weights};
+    let mut rng = Rng(0xbf16);
+    let (rows, cols, m) = (48, 256, 7);
+    let w: Vec<f32> = (0..rows * cols).map(|_| rng.value()).collect();
+    // One spare byte in front, to also hand the route bytes at an odd address.
+    let mut bytes = vec![0u8];
+    bytes.extend(w.iter().flat_map(|&v| to_bf16(v).to_le_bytes()));
+    let x: Vec<f32> = (0..m * cols).map(|_| rng.value()).collect();
+    let th = Threads::new(2);
+    for (isa, path) in [
+        (Isa::Scalar, Bf16Path::Scalar),
+        (Isa::Avx2, Bf16Path::Avx2),
+        (Isa::Avx512Vnni, Bf16Path::Avx512Bf16),
+        (Isa::Amx, Bf16Path::Amx),
+    ] {
+        let rounded = Bf16Rows::view(&bytes[1..], rows, cols).expect("shape");
+        let want = run(path, &th, &rounded, &x, m);
+        for at in [&bytes[1..], &bytes[1..].to_vec()[..]] {
+            let weights = Weights::new(GgmlType::BF16, at, rows, cols).expect("weights");
+            let mut out = vec![0f32; m * rows];
+            matmul_with_isa(
+                isa,
+                &th,
+                &weights,
+                &x,
+                m,
+                &mut out,
+                &mut MatmulScratch::new(),
+            );
+            let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "{isa:?}");
+        }
+    }
+}
+
+/// Through an identity matrix every path hands back each activation rounded to BF16: ties to
+/// even, tiny magnitudes flushed to zero, large values kept; a NaN makes its row NaN.
+/// (The AMX path rounds 16 values at a time on the vector units; the others one at a time.)
+#[test]
+fn an_identity_returns_the_rounded_activations_on_every_path() {
+    let n = 32;
+    let mut w = vec![0f32; n * n];
+    for r in 0..n {
+        w[r * n + r] = 1.0;
+    }
+    let w = Bf16Rows::from_float(GgmlType::F32, &f32_bytes(&w), n, n).expect("shape");
+    let special = [
+        1.0 + 1.0 / 256.0,
+        1.0 + 3.0 / 256.0,
+        -(1.0 + 3.0 / 256.0),
+        1.0 + 1.0 / 256.0 + 1e-6,
+        1e-20,
+        -1e-25,
+        -0.0,
+        3.0e38,
+        -2.5,
+        7.0e-19,
+        123456.78,
+    ];
+    let mut rng = Rng(41);
+    let m = 19;
+    let mut x: Vec<f32> = (0..m * n).map(|_| rng.value()).collect();
+    x[..special.len()].copy_from_slice(&special);
+    x[5 * n + 7] = f32::NAN;
+    let th = Threads::new(2);
+    for path in [
+        Bf16Path::Scalar,
+        Bf16Path::Avx2,
+        Bf16Path::Avx512Bf16,
+        Bf16Path::Amx,
+    ] {
+        let got = run(path, &th, &w, &x, m);
+        for i in 0..m {
+            for r in 0..n {
+                let v = f32::from_bits(got[i * n + r]);
+                if i == 5 {
+                    assert!(v.is_nan(), "{path:?} ({i}, {r}): {v}");
+                    continue;
+                }
+                let want = from_bf16(to_bf16(x[i * n + r]));
+                // A signed zero comes back +0: the sums start at +0.
+                assert_eq!(v, want, "{path:?} ({i}, {r}) of {}", x[i * n + r]);
             }
         }
     }

@@ -13,6 +13,11 @@ use kernels::{
 
 /// Activations as the kernels of `ty` see them after quantization, decoded to f32.
 fn decoded_activations(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    // BF16 weights of whole 32-column blocks take BF16-rounded activations, as llama.cpp's.
+    if ty == GgmlType::BF16 && x.len().is_multiple_of(kernels::bf16dot::BLOCK) {
+        let round = |v: f32| kernels::bf16dot::from_bf16(kernels::bf16dot::to_bf16(v));
+        return x.iter().map(|&v| round(v)).collect();
+    }
     match Format::from_ggml(ty).expect("supported").act_kind() {
         ActKind::F32 => x.to_vec(),
         ActKind::Q8_0 => {

@@ -41,7 +41,7 @@ pub(crate) struct Linear {
     pub b: Option<Vec<f32>>,
     /// The weights rounded to BF16 when the encoder multiplies in BF16 (`Dtype::Bfloat16`);
     /// then `w`'s file pages are released and only these are read.
-    pub bf16: Option<Bf16Rows>,
+    pub bf16: Option<Bf16Rows<'static>>,
 }
 
 /// Scratch of the two matmul paths.

@@ -47,15 +47,59 @@ pub(crate) fn available() -> bool {
     leaf7.edx & (1 << 22) != 0 && super::amx::available() && super::bf16dot::avx512bf16_available()
 }
 
-/// Writes activation row `n` of a group (its BF16 values `row`, `row.len()` a multiple of 32)
-/// into the group's packed tiles `group` (`row.len() / 32` tiles of [`TILE_VALUES`]).
-pub(crate) fn pack_row(row: &[u16], n: usize, group: &mut [u16]) {
-    for (b, block) in row.chunks_exact(BLOCK).enumerate() {
-        let tile = &mut group[b * TILE_VALUES..(b + 1) * TILE_VALUES];
-        for (k, pair) in block.chunks_exact(2).enumerate() {
-            let at = 2 * (k * ROWS + n);
-            tile[at] = pair[0];
-            tile[at + 1] = pair[1];
+/// Sixteen f32 values rounded to BF16 as [`crate::bf16dot::to_bf16`] rounds them (nearest, ties
+/// to even; NaNs kept quiet; magnitudes under 2^-64 to a signed zero), each in the low half of
+/// its 32-bit lane.
+///
+/// # Safety
+/// AVX-512 F enabled in the caller.
+#[inline(always)]
+unsafe fn round16(v: __m512) -> __m512i {
+    // SAFETY: register operations only; AVX-512 F per the contract.
+    unsafe {
+        let b = _mm512_castps_si512(v);
+        let high = _mm512_srli_epi32::<16>(b);
+        let lsb = _mm512_and_si512(high, _mm512_set1_epi32(1));
+        let bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb);
+        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
+        let abs = _mm512_and_si512(b, _mm512_set1_epi32(0x7fff_ffff));
+        let nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f80_0000));
+        let quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+        let exp = _mm512_and_si512(_mm512_srli_epi32::<23>(b), _mm512_set1_epi32(0xff));
+        let tiny = _mm512_cmplt_epu32_mask(exp, _mm512_set1_epi32(127 - 64));
+        let sign = _mm512_and_si512(high, _mm512_set1_epi32(0x8000));
+        let r = _mm512_mask_blend_epi32(nan, rounded, quiet);
+        _mm512_mask_blend_epi32(tiny, r, sign)
+    }
+}
+
+/// Rounds activation rows `x` (`rows <= 16` rows of `cols` values, `cols` a multiple of 32) into
+/// one group's packed tiles `group` (`cols / 32` tiles of [`TILE_VALUES`]); rows past `rows` are
+/// zero. Per block, the sixteen rows' BF16 pairs are a 16 x 16 matrix of 32-bit words, which the
+/// tile wants transposed (row `k` holding pair `k` of every row).
+///
+/// # Safety
+/// The CPU has AVX-512 F and BW.
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+pub(crate) unsafe fn pack_group(x: &[f32], rows: usize, cols: usize, group: &mut [u16]) {
+    assert!(rows <= ROWS && x.len() >= rows * cols && group.len() >= cols / BLOCK * TILE_VALUES);
+    // SAFETY: loads read 32 floats at n * cols + 32 b <= rows * cols - 32; stores write 1 KiB at
+    // tile b < cols / 32 of `group` (both checked above); features per the contract.
+    unsafe {
+        for b in 0..cols / BLOCK {
+            let pairs: [__m512; ROWS] = std::array::from_fn(|n| {
+                if n >= rows {
+                    return _mm512_setzero_ps();
+                }
+                let at = x.as_ptr().add(n * cols + b * BLOCK);
+                let lo = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(at)));
+                let hi = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(at.add(16))));
+                _mm512_castsi512_ps(_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi))
+            });
+            let tile = group.as_mut_ptr().add(b * TILE_VALUES);
+            for (k, v) in transpose(pairs).iter().enumerate() {
+                _mm512_storeu_ps(tile.add(k * 2 * ROWS).cast(), *v);
+            }
         }
     }
 }
@@ -136,11 +180,9 @@ unsafe fn store<const T: usize>(out: &mut SumTile) {
 /// # Safety
 /// AVX-512 F enabled in the caller.
 #[inline(always)]
-unsafe fn transpose(t: &SumTile) -> [__m512; ROWS] {
-    // SAFETY: AVX-512 F per the contract; sixteen aligned 64-byte loads within the tile.
+unsafe fn transpose(mut r: [__m512; ROWS]) -> [__m512; ROWS] {
+    // SAFETY: register operations only; AVX-512 F per the contract.
     unsafe {
-        let mut r: [__m512; ROWS] =
-            std::array::from_fn(|i| _mm512_load_ps(t.0.as_ptr().add(16 * i)));
         let mut b = 1;
         while b < ROWS {
             // Row p (bit b clear) keeps its own lanes with bit b clear and takes row q's lanes
@@ -187,7 +229,9 @@ unsafe fn write(job: &Bf16Job, t: &SumTile, r: usize, g: usize) {
     // SAFETY: the caller's contract; each store writes sixteen outputs of activation row
     // `i < m` at weight rows r..r + 16, inside the `m * rows` output.
     unsafe {
-        let cols = transpose(t);
+        let rows: [__m512; ROWS] =
+            std::array::from_fn(|i| _mm512_load_ps(t.0.as_ptr().add(ROWS * i)));
+        let cols = transpose(rows);
         for (n, v) in cols.iter().enumerate() {
             let i = g * ROWS + n;
             if i < job.m {
