@@ -128,7 +128,8 @@ pub enum Dtype {
     /// Weights as the file stores them, activations in f32, f32 sums.
     Float32,
     /// Weights and activations rounded to BF16, f32 sums (`kernels::bf16dot`): about 1.45x the
-    /// matmul speed with AVX-512 BF16, the same bits (emulated, no faster) elsewhere.
+    /// matmul speed with AVX-512 BF16, the same bits (emulated, no faster) elsewhere; with
+    /// AMX-BF16, tiles about 5x faster still, whose sums agree to f32 accuracy.
     Bfloat16,
 }
 
