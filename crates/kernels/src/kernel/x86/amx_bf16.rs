@@ -6,7 +6,7 @@
 //! Operands: the weights are the left tile, loaded straight from their rows (one tile row per
 //! weight row, stride one weight row); the activations are the right tile, which wants each tile
 //! row to hold one BF16 pair of sixteen activation rows, so [`crate::bf16dot`] rounds them into
-//! that layout ([`pack_acts`]): group `g` of sixteen activation rows, block `b` of 32 columns, is
+//! that layout ([`pack_group`]): group `g` of sixteen activation rows, block `b` of 32 columns, is
 //! 1 KiB at `(g * blocks + b) * 512` values, row `k` holding the pairs `(x[16g + n][32b + 2k],
 //! x[16g + n][32b + 2k + 1])` for `n` in 0..16, rows past `m` zero. A sum tile is thus (weight row,
 //! activation row); it is transposed on the vector units on its way out.
@@ -307,7 +307,7 @@ unsafe fn block<const W: usize, const A: usize>(
     }
 }
 
-/// Weight rows `range` of `job` (whose `x` is packed by [`pack_row`]) with AMX-BF16.
+/// Weight rows `range` of `job` (whose `x` is packed by [`pack_group`]) with AMX-BF16.
 ///
 /// # Safety
 /// [`available`] holds; `range` lies in `0..job.w.rows` with `range.start` and `range.end`
