@@ -179,7 +179,18 @@ pub fn matmul_with_isa(
         return;
     }
     if format == Format::BF16 && w.cols.is_multiple_of(bf16dot::BLOCK) {
-        bf16_weights(isa, threads, w, x, m, out, scratch);
+        // BF16 weights multiply as llama.cpp multiplies them: activations rounded to BF16,
+        // products summed in f32 (`bf16dot`, AMX tiles where the CPU has AMX-BF16), the weights
+        // read in place.
+        let Some(rows) = Bf16Rows::view(w.data, w.rows, w.cols) else {
+            panic!(
+                "matmul: BF16 weights of {} x {} in {} bytes",
+                w.rows,
+                w.cols,
+                w.data.len()
+            );
+        };
+        matmul_bf16_on(bf16_path(isa), threads, &rows, x, m, out, &mut scratch.bf16);
         return;
     }
     kernel::visit(
@@ -196,33 +207,14 @@ pub fn matmul_with_isa(
     );
 }
 
-/// BF16 weights multiply as llama.cpp multiplies them: activations rounded to BF16, products
-/// summed in f32 ([`crate::bf16dot`], whose AMX path runs where the CPU has AMX-BF16), on the
-/// path `isa` allows. The weights are read in place.
-fn bf16_weights(
-    isa: Isa,
-    threads: &Threads,
-    w: &Weights,
-    x: &[f32],
-    m: usize,
-    out: &mut [f32],
-    scratch: &mut MatmulScratch,
-) {
-    let path = match isa {
+/// The BF16 path of instruction set `isa`.
+fn bf16_path(isa: Isa) -> Bf16Path {
+    match isa {
         Isa::Scalar => Bf16Path::Scalar,
         Isa::Avx2 => Bf16Path::Avx2,
         Isa::Avx512Vnni => Bf16Path::Avx512Bf16,
         Isa::Amx => Bf16Path::Amx,
-    };
-    let Some(rows) = Bf16Rows::view(w.data, w.rows, w.cols) else {
-        panic!(
-            "matmul: BF16 weights of {} rows of {} columns in {} bytes",
-            w.rows,
-            w.cols,
-            w.data.len()
-        );
-    };
-    matmul_bf16_on(path, threads, &rows, x, m, out, &mut scratch.bf16);
+    }
 }
 
 /// [`matmul`] of `K` matrices with the same input `x` (attention Q, K and V; the MLP's gate and

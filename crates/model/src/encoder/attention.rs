@@ -138,24 +138,14 @@ impl Task {
                     let qs: [&[f32]; 4] = std::array::from_fn(|a| qrow(i + a));
                     for j in (0..len).step_by(KEYS4) {
                         let keys = std::array::from_fn(|b| row(k, at((j + b).min(last)), hd));
-                        let got = dots4(wide, qs, keys);
-                        for (a, g) in got.iter().enumerate() {
-                            for b in 0..KEYS4.min(len - j) {
-                                scores[a * len + j + b] = g[b] * self.s.scale;
-                            }
-                        }
+                        put(scores, len, j, &dots4(wide, qs, keys), self.s.scale);
                     }
                 }
                 None => {
                     let pair = [qrow(i), qrow(i + 1)];
                     for j in (0..len).step_by(KEYS_PER_BLOCK) {
                         let keys = std::array::from_fn(|b| row(k, at((j + b).min(last)), hd));
-                        let got = dots(lanes, pair, keys);
-                        for (a, g) in got.iter().enumerate() {
-                            for b in 0..KEYS_PER_BLOCK.min(len - j) {
-                                scores[a * len + j + b] = g[b] * self.s.scale;
-                            }
-                        }
+                        put(scores, len, j, &dots(lanes, pair, keys), self.s.scale);
                     }
                 }
             }
@@ -176,6 +166,17 @@ impl Task {
                 };
                 axpy_block::<1, L, f32, ()>(lanes, acc, scores, &block, |p| row(v, at(p), hd));
             }
+        }
+    }
+}
+
+/// Scaled dots of a block of queries (rows of `scores`, each `len` long) with keys `j..j + K`
+/// (those before `len`).
+#[inline(always)]
+fn put<const K: usize>(scores: &mut [f32], len: usize, j: usize, got: &[[f32; K]], scale: f32) {
+    for (a, g) in got.iter().enumerate() {
+        for b in 0..K.min(len - j) {
+            scores[a * len + j + b] = g[b] * scale;
         }
     }
 }
