@@ -75,9 +75,8 @@ pub fn native_bf16() -> bool {
     Bf16Path::detect() >= Bf16Path::Avx512Bf16
 }
 
-/// A weight matrix rounded to BF16, row-major: `rows` rows of `cols` values, `cols` a multiple
-/// of [`BLOCK`].
-/// Owned (rounded at load) or borrowed (a BF16 tensor of the file, used in place).
+/// A weight matrix in BF16, row-major: `rows` rows of `cols` values, `cols` a multiple of
+/// [`BLOCK`]; owned (rounded at load) or borrowed (a BF16 tensor of the file, used in place).
 #[derive(Debug, Clone)]
 pub struct Bf16Rows<'a> {
     pub(crate) data: Cow<'a, [u16]>,

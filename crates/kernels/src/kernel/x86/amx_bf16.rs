@@ -28,6 +28,7 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::amx::TileConfig;
 use crate::bf16dot::{Bf16Job, BLOCK};
 
 /// Rows of a tile: sixteen weight rows, sixteen activation rows.
@@ -104,21 +105,9 @@ pub(crate) unsafe fn pack_group(x: &[f32], rows: usize, cols: usize, group: &mut
     }
 }
 
-/// Tile configuration, palette 1: all eight tiles 16 rows of 64 bytes.
-#[repr(C, align(64))]
-struct TileConfig([u8; 64]);
-
-const CONFIG: TileConfig = {
-    let mut c = [0u8; 64];
-    c[0] = 1;
-    let mut t = 0;
-    while t < 8 {
-        c[16 + 2 * t] = 64;
-        c[48 + t] = ROWS as u8;
-        t += 1;
-    }
-    TileConfig(c)
-};
+/// Tile configuration: every tile sixteen rows of 64 bytes, which is the INT8 passes'
+/// configuration for 64-quant sub-blocks (a 64-byte row holds 32 BF16 values or 16 pairs).
+const CONFIG: TileConfig = TileConfig::for_subblock(64);
 
 /// A 16 x 16 f32 tile in memory, 64-byte aligned.
 #[repr(C, align(64))]
