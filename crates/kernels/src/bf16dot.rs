@@ -24,8 +24,9 @@
 //! with the lanes' to f32 rounding, not in every bit. It keeps batch invariance: an output
 //! depends only on its weight row and activation row.
 
-use std::borrow::Cow;
+use std::ops::Deref;
 
+use crate::aligned::AlignedU16;
 use crate::dtype::GgmlType;
 use crate::quant::float::{dequantize_bf16, dequantize_f16, dequantize_f32};
 use crate::threads::Threads;
@@ -79,7 +80,7 @@ pub fn native_bf16() -> bool {
 /// [`BLOCK`]; owned (rounded at load) or borrowed (a BF16 tensor of the file, used in place).
 #[derive(Debug, Clone)]
 pub struct Bf16Rows<'a> {
-    pub(crate) data: Cow<'a, [u16]>,
+    pub(crate) data: Bf16Data<'a>,
     pub rows: usize,
     pub cols: usize,
 }
@@ -97,13 +98,13 @@ impl<'a> Bf16Rows<'a> {
         let (head, mid, _) = unsafe { data.align_to::<u16>() };
         let data = if cfg!(target_endian = "little") && head.is_empty() && mid.len() == rows * cols
         {
-            Cow::Borrowed(mid)
+            Bf16Data::Borrowed(mid)
         } else {
-            Cow::Owned(
-                data.chunks_exact(2)
-                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
-                    .collect(),
-            )
+            let mut owned = AlignedU16::zeroed(rows * cols);
+            for (v, b) in owned.iter_mut().zip(data.chunks_exact(2)) {
+                *v = u16::from_le_bytes([b[0], b[1]]);
+            }
+            Bf16Data::Owned(owned)
         };
         Some(Bf16Rows { data, rows, cols })
     }
@@ -124,7 +125,7 @@ impl<'a> Bf16Rows<'a> {
         if cols == 0 || !cols.is_multiple_of(BLOCK) || data.len() != rows * cols * width {
             return None;
         }
-        let mut out = vec![0u16; rows * cols];
+        let mut out = AlignedU16::zeroed(rows * cols);
         let mut row = vec![0f32; cols];
         for (src, dst) in data
             .chunks_exact(cols * width)
@@ -138,7 +139,7 @@ impl<'a> Bf16Rows<'a> {
             round_row(&row, dst);
         }
         Some(Bf16Rows {
-            data: Cow::Owned(out),
+            data: Bf16Data::Owned(out),
             rows,
             cols,
         })
@@ -147,6 +148,25 @@ impl<'a> Bf16Rows<'a> {
     /// The BF16 values of row `r`.
     pub fn row(&self, r: usize) -> &[u16] {
         &self.data[r * self.cols..(r + 1) * self.cols]
+    }
+}
+
+/// The values of a [`Bf16Rows`]: a file's tensor in place, or rounded at load into 64-byte aligned
+/// storage (whole AMX tile rows per cache line).
+#[derive(Debug, Clone)]
+pub(crate) enum Bf16Data<'a> {
+    Borrowed(&'a [u16]),
+    Owned(AlignedU16),
+}
+
+impl Deref for Bf16Data<'_> {
+    type Target = [u16];
+
+    fn deref(&self) -> &[u16] {
+        match self {
+            Bf16Data::Borrowed(s) => s,
+            Bf16Data::Owned(v) => v,
+        }
     }
 }
 
@@ -202,7 +222,7 @@ pub fn dot_scalar(w: &[u16], x: &[u16]) -> f32 {
 /// Reusable buffer of BF16 activations (row-major, or in the AMX path's tiles).
 #[derive(Debug, Default)]
 pub struct Bf16Scratch {
-    acts: Vec<u16>,
+    acts: AlignedU16,
 }
 
 /// One call's operands, shared with the pool's threads.
@@ -327,8 +347,8 @@ pub fn matmul_bf16_on(
 const AMX_ROWS: usize = 16;
 
 /// Rounds `m` rows of `x` into `acts`, row-major; returns the values written.
-fn round_rows(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>) -> usize {
-    acts.resize(m * cols, 0);
+fn round_rows(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut AlignedU16) -> usize {
+    acts.resize(m * cols);
     let parts: Vec<std::ops::Range<usize>> = (0..m).map(|i| i * cols..(i + 1) * cols).collect();
     let shares = crate::Shares::new(&mut acts[..m * cols], &parts);
     th.for_each_range(m, 16, &|_, rows| {
@@ -342,11 +362,11 @@ fn round_rows(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16
 /// Rounds `m` rows of `x` into `acts` in the AMX path's tiles (groups of sixteen rows, the last
 /// padded with zero rows); returns the values written.
 #[cfg(target_arch = "x86_64")]
-fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>) -> usize {
+fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut AlignedU16) -> usize {
     use crate::kernel::x86::amx_bf16::{pack_group, TILE_VALUES};
     let group = cols / BLOCK * TILE_VALUES;
     let groups = m.div_ceil(AMX_ROWS);
-    acts.resize(groups * group, 0);
+    acts.resize(groups * group);
     let parts: Vec<std::ops::Range<usize>> =
         (0..groups).map(|g| g * group..(g + 1) * group).collect();
     let shares = crate::Shares::new(&mut acts[..groups * group], &parts);
@@ -363,7 +383,7 @@ fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut Vec<u16>) -> usize {
+fn pack_amx(th: &Threads, x: &[f32], m: usize, cols: usize, acts: &mut AlignedU16) -> usize {
     round_rows(th, x, m, cols, acts)
 }
 

@@ -15,6 +15,7 @@
 //! Dependency direction: this crate knows nothing about models; it takes byte slices and shapes.
 
 mod act;
+pub mod aligned;
 pub mod attn;
 pub mod bf16dot;
 pub mod dtype;

@@ -8,8 +8,9 @@
 //! dequantized (`kernels::dequantize_row`, gguf-py's values bit for bit) and rounded to the
 //! nearest BF16 (ties to even, as torch's cast); vectors (norms, biases) keep their type. The
 //! metadata is copied with `general.file_type` set to BF16 (32, llama.cpp's
-//! `LLAMA_FTYPE_MOSTLY_BF16`). Tensors are written one at a time (`GgufStreamWriter`), so only
-//! one tensor's copy is in memory.
+//! `LLAMA_FTYPE_MOSTLY_BF16`) and `general.alignment` set to 64: each tensor starts on a cache
+//! line, so AMX tile rows read in place are one line each. Tensors are written one at a time
+//! (`GgufStreamWriter`), so only one tensor's copy is in memory.
 
 use std::io::BufWriter;
 
@@ -31,6 +32,8 @@ fn run(input: &str, output: &str) -> Result<(), String> {
     let file = GgufFile::open(input).map_err(|e| format!("{input}: {e}"))?;
     let mut md = file.metadata().clone();
     md.insert("general.file_type", Value::U32(32));
+    // Tensors start on cache lines, so AMX tile rows (64 bytes) read in place are one line each.
+    md.insert("general.alignment", Value::U32(64));
     let convert = |dims: &[u64]| dims.len() >= 2;
     let specs: Vec<StreamTensor> = file
         .tensors()

@@ -11,6 +11,12 @@
 //! x[16g + n][32b + 2k + 1])` for `n` in 0..16, rows past `m` zero. A sum tile is thus (weight row,
 //! activation row); it is transposed on the vector units on its way out.
 //!
+//! Alignment: a tile row is 64 bytes, and one that straddles two cache lines loads several
+//! times slower (six times for loads alone on the Xeon we measured). The packed activations
+//! and the weights rounded at load live in [`crate::aligned::AlignedU16`]; weights read in place
+//! from a file start on a cache line when the file's tensors do (`general.alignment` 64, as the
+//! `to_bf16` example writes; llama.cpp's default of 32 leaves that to chance).
+//!
 //! Blocking: two weight tiles by two activation tiles, four sum tiles (tiles 0-3 sums, 4-5
 //! weights, 6-7 activations), four loads per four products; activation groups in chunks of about
 //! 1 MiB, so they stay in L2 while every pair of weight tiles passes over them.
