@@ -19,7 +19,10 @@
 #   BF16_DIR           BF16 checkpoint for vLLM (default $TESSERA_PEERS_DIR/bf16/<model stem>)
 #   SERVERS            which to run, in order (default "tessera-slo tessera llama-np16 llama-np32
 #                      vllm"; tessera-slo is Tessera told the same targets, --slo-ttft-ms /
-#                      --slo-tpot-ms, which its scheduler then aims at)
+#                      --slo-tpot-ms, which its scheduler then aims at; tessera-slo-bf16 is the
+#                      same on the BF16 weights vLLM serves, as a GGUF: BF16_GGUF)
+#   BF16_GGUF          BF16 GGUF for tessera-slo-bf16 (default $TESSERA_PEERS_DIR/bf16/<stem>-bf16.gguf,
+#                      written from GGUF by the to_bf16 example when missing)
 #   PORT               loopback port, 8700-8799 (default 8711)
 #   TTFT_MS, TPOT_MS   goodput objectives (default 2000; TPOT 100, or 150 for a 1.5B model)
 #   CTX_PER_SLOT       llama-server context per slot, and vLLM's --max-model-len (default 2048:
@@ -123,6 +126,15 @@ vllm() {
     --host 127.0.0.1 --port "$PORT"
 }
 
+bf16_gguf() { # the BF16 GGUF tessera-slo-bf16 serves, written when missing
+  local f="${BF16_GGUF:-$PEERS/bf16/$STEM-bf16.gguf}"
+  if [[ ! -f "$f" ]]; then
+    mkdir -p "$(dirname "$f")"
+    (cd "$REPO" && cargo run --release -q -p tessera-model --example to_bf16 -- "$GGUF" "$f") >&2
+  fi
+  echo "$f"
+}
+
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'): $STEM on $CPU ($(nproc) cores; $ISA)"
 echo "# tessera $("$BIN" --version 2>/dev/null || echo '?'); objectives TTFT <= $TTFT_MS ms, TPOT <= $TPOT_MS ms"
 
@@ -131,11 +143,13 @@ for s in $SERVERS; do
     tessera) run tessera "$BIN" serve --model "$GGUF" --host 127.0.0.1 --port "$PORT" ;;
     tessera-slo) run tessera-slo "$BIN" serve --model "$GGUF" --host 127.0.0.1 --port "$PORT" \
         --slo-ttft-ms "$TTFT_MS" --slo-tpot-ms "$TPOT_MS" ;;
+    tessera-slo-bf16) run tessera-slo-bf16 "$BIN" serve --model "$(bf16_gguf)" --host 127.0.0.1 \
+        --port "$PORT" --slo-ttft-ms "$TTFT_MS" --slo-tpot-ms "$TPOT_MS" ;;
     tessera-slo-1024) run tessera-slo-1024 "$BIN" serve --model "$GGUF" --host 127.0.0.1 \
         --port "$PORT" --slo-ttft-ms "$TTFT_MS" --slo-tpot-ms "$TPOT_MS" --max-batch-tokens 1024 ;;
     llama-np*) llama "${s#llama-np}" ;;
     vllm) vllm ;;
-    *) echo "error: unknown server '$s' (tessera, tessera-slo, tessera-slo-1024, llama-npN, vllm)" >&2; exit 1 ;;
+    *) echo "error: unknown server '$s' (tessera, tessera-slo, tessera-slo-bf16, tessera-slo-1024, llama-npN, vllm)" >&2; exit 1 ;;
   esac
 done
 
@@ -148,6 +162,8 @@ for name in "${DONE[@]}"; do
   PLOTS+=(--plot "$OUT/$name.json")
   if [[ "$name" == vllm ]]; then
     TABLE+=(--run "$OUT/$name.json" "BF16, unpacked from the ${QUANT:-GGUF} file")
+  elif [[ "$name" == *-bf16 ]]; then
+    TABLE+=(--run "$OUT/$name.json" "BF16 (GGUF), from the ${QUANT:-GGUF} file by to_bf16")
   else
     TABLE+=(--run "$OUT/$name.json" "${QUANT:-GGUF} (GGUF)")
   fi
