@@ -1,7 +1,8 @@
 //! Paged attention at the default model's shapes (4 query heads, 1 KV head, head dim 256, f16
 //! cache, tiles of 16): 16 decoding sequences at 512 tokens of context (one layer, its 8 MB of
 //! K/V warm in cache, and 18 layers in turn, read from memory as in a model's step), and one
-//! 128-query prefill chunk at 1,024 tokens of context.
+//! 128-query prefill chunk at 1,024 tokens of context; the same prefill chunk at
+//! Qwen2.5-0.5B's shapes (14 query heads, 2 KV heads, head dim 64).
 //! `cargo bench -p tessera-model --bench attention`.
 
 use std::sync::Mutex;
@@ -15,10 +16,10 @@ use model::kv::{KvDtype, KvGroup, KvLayout, KvPool, TileId};
 const TS: usize = 16;
 const HD: usize = 256;
 
-fn layout() -> KvLayout {
+fn layout(kv_dim: usize) -> KvLayout {
     KvLayout {
         tile_size: TS,
-        kv_dim: HD,
+        kv_dim,
         groups: vec![KvGroup {
             layers: vec![0],
             window: None,
@@ -36,16 +37,21 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
 
 /// A pool holding `seqs` sequences of `len` tokens each, and their tile tables.
 fn filled(seqs: usize, len: usize) -> (KvPool, Vec<Vec<TileId>>) {
+    filled_dim(seqs, len, HD)
+}
+
+/// [`filled`] with K/V rows of `kv_dim`.
+fn filled_dim(seqs: usize, len: usize, kv_dim: usize) -> (KvPool, Vec<Vec<TileId>>) {
     let per_seq = len.div_ceil(TS);
-    let mut pool = KvPool::new(layout(), seqs * per_seq);
+    let mut pool = KvPool::new(layout(kv_dim), seqs * per_seq);
     let mut tables = Vec::new();
     for s in 0..seqs {
         let table: Vec<TileId> = (0..per_seq)
             .map(|t| TileId((s * per_seq + t) as u32))
             .collect();
         for pos in 0..len {
-            let k = values(HD, s * 10_000 + pos);
-            let v = values(HD, s * 10_000 + pos + 5);
+            let k = values(kv_dim, s * 10_000 + pos);
+            let v = values(kv_dim, s * 10_000 + pos + 5);
             pool.store(table[pos / TS], 0, pos % TS, &k, &v);
         }
         tables.push(table);
@@ -126,6 +132,24 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(128 * 1024));
     g.bench_function("prefill_128_at_1024", |b| {
         b.iter(|| attend_all(&threads, &pool, &chunk, heads, &q, &mut out, &mut scratch))
+    });
+
+    let qwen = Heads {
+        n_heads: 14,
+        n_kv_heads: 2,
+        head_dim: 64,
+        scale: 1.0 / 8.0,
+        ..heads
+    };
+    let (pool, tables) = filled_dim(1, 1024, 2 * 64);
+    let chunk = [ChunkAttention {
+        tiles: &tables[0],
+        ..chunk[0]
+    }];
+    let q = values(128 * 14 * 64, 2);
+    let mut out = vec![0f32; q.len()];
+    g.bench_function("prefill_128_at_1024_qwen_0.5b", |b| {
+        b.iter(|| attend_all(&threads, &pool, &chunk, qwen, &q, &mut out, &mut scratch))
     });
     g.finish();
 }

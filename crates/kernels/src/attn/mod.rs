@@ -114,6 +114,9 @@ pub const KEYS_PER_BLOCK: usize = 3;
 /// Keys per block of [`dots4`].
 pub const KEYS4: usize = 4;
 
+/// Keys per block of [`dots_t`]: one 512-bit register of scores.
+pub const KEYS_T: usize = 16;
+
 /// Floats of each head's accumulator per pass of the 512-bit `axpy_block`.
 #[cfg(target_arch = "x86_64")]
 pub(crate) const WIDE: usize = 64;
@@ -224,6 +227,60 @@ pub fn dots4<E: KvElem>(wide: Wide, q: [&[f32]; 4], k: [&[E]; KEYS4]) -> [[f32; 
     {
         dots_portable(q, k)
     }
+}
+
+/// [`dots`] for `H` query rows (heads sharing a KV head) by [`KEYS_T`] keys stored transposed:
+/// `kt` holds `q[0].len()` rows `stride` floats apart, row `i` holding element `i` of the
+/// sixteen keys. Each key's lane `j` (elements `j`, `j + 8`, ...) is one register of sixteen
+/// keys, so no lane has to be reduced within a register; the sums are those of [`dots`] bit
+/// for bit. The head dimension must be a multiple of eight (there is then no tail).
+///
+/// Panics if the shapes do not fit (a caller bug).
+#[inline(always)]
+pub fn dots_t<const H: usize>(
+    wide: Wide,
+    q: [&[f32]; H],
+    kt: &[f32],
+    stride: usize,
+) -> [[f32; KEYS_T]; H] {
+    let _ = wide;
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: a `Wide` value exists only where AVX-512 F/VL, AVX2, FMA and F16C were
+        // detected.
+        unsafe { x86::dots_t(q, kt, stride) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        dots_t_portable(q, kt, stride)
+    }
+}
+
+/// The portable form of [`dots_t`]: the keys gathered back into rows, then [`dots`]'s
+/// arithmetic.
+pub fn dots_t_portable<const H: usize>(
+    q: [&[f32]; H],
+    kt: &[f32],
+    stride: usize,
+) -> [[f32; KEYS_T]; H] {
+    let n = q[0].len();
+    assert!(
+        n.is_multiple_of(8)
+            && stride >= KEYS_T
+            && (n == 0 || kt.len() >= (n - 1) * stride + KEYS_T),
+        "dots_t: shapes"
+    );
+    let keys: Vec<Vec<f32>> = (0..KEYS_T)
+        .map(|k| (0..n).map(|i| kt[i * stride + k]).collect())
+        .collect();
+    let mut out = [[0.0f32; KEYS_T]; H];
+    for (k, key) in keys.iter().enumerate() {
+        let d = dots_portable::<f32, H, 1>(q, [key]);
+        for a in 0..H {
+            out[a][k] = d[a][0];
+        }
+    }
+    out
 }
 
 /// The portable form of [`dots`] for `H` query rows by `K` key rows.

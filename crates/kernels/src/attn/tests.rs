@@ -319,3 +319,55 @@ fn a_sink_takes_its_share_of_the_softmax_and_no_probability() {
     softmax_f16(Portable, &mut without, None);
     assert_eq!(with, without, "a sink at -inf is no sink");
 }
+
+#[test]
+fn transposed_dots_give_the_bits_of_dots() {
+    let row = |seed: usize, n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
+            .collect()
+    };
+    for hd in [8, 64, 136, 256] {
+        let stride = 24;
+        let qs: Vec<Vec<f32>> = (0..2).map(|a| row(40 + a, hd)).collect();
+        let mut keys: Vec<Vec<f32>> = (0..KEYS_T).map(|k| row(50 + k, hd)).collect();
+        // Signed zeros and cancellation: key 3 is zero, key 4 the negation of key 5.
+        keys[3].iter_mut().for_each(|x| *x = -0.0);
+        keys[4] = keys[5].iter().map(|x| -x).collect();
+        let mut kt = vec![f32::NAN; (hd - 1) * stride + KEYS_T];
+        for (k, key) in keys.iter().enumerate() {
+            for (i, &x) in key.iter().enumerate() {
+                kt[i * stride + k] = x;
+            }
+        }
+        let q: [&[f32]; 2] = [&qs[0], &qs[1]];
+        let portable = dots_t_portable(q, &kt, stride);
+        for (k, key) in keys.iter().enumerate() {
+            let one = dots(Portable, q, [&key[..]; KEYS_PER_BLOCK]);
+            for a in 0..2 {
+                assert_eq!(
+                    portable[a][k].to_bits(),
+                    one[a][0].to_bits(),
+                    "hd {hd} head {a} key {k}"
+                );
+            }
+        }
+        if let Some(wide) = Wide::detect() {
+            let three = dots_t(wide, [q[0], q[1], q[0]], &kt, stride);
+            let two = dots_t(wide, q, &kt, stride);
+            let one = dots_t(wide, [q[1]], &kt, stride);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(two.as_flattened()),
+                bits(portable.as_flattened()),
+                "hd {hd}"
+            );
+            assert_eq!(bits(&one[0]), bits(&portable[1]), "hd {hd}, one head");
+            assert_eq!(
+                bits(three.as_flattened()[..32].as_ref()),
+                bits(portable.as_flattened())
+            );
+            assert_eq!(bits(&three[2]), bits(&portable[0]), "hd {hd}, three heads");
+        }
+    }
+}

@@ -36,6 +36,8 @@ use crate::kv::{KvPool, TileId};
 mod ahead;
 mod kernel;
 mod plan;
+#[cfg(test)]
+mod tests;
 
 /// `e^x` for `x <= 0`, as the attention softmax computes it (the sampler's softmax uses it too).
 pub(crate) use kernels::attn::exp_neg;
@@ -80,6 +82,8 @@ pub struct AttnScratch {
     /// The task's queries, scaled and rounded to f16.
     m: Vec<f32>,
     acc: Vec<f32>,
+    /// A converted tile's keys transposed (`kernel::transpose_keys`).
+    kt: Vec<f32>,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {

@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::attn::{Block, KvElem, Progress, KEYS4, KEYS_PER_BLOCK, WIDE};
+use crate::attn::{Block, KvElem, Progress, KEYS4, KEYS_PER_BLOCK, KEYS_T, WIDE};
 
 /// Eight elements as f32 (f16 bits converted with F16C, exactly).
 ///
@@ -163,6 +163,55 @@ pub(crate) unsafe fn dots<E: KvElem>(
 pub(crate) unsafe fn dots4<E: KvElem>(q: [&[f32]; 4], k: [&[E]; KEYS4]) -> [[f32; KEYS4]; 4] {
     // SAFETY: forwarded.
     unsafe { dots_block(q, k) }
+}
+
+/// `crate::attn::dots_t`: lane `j` of sixteen keys in one register (`acc[a][j]`), the
+/// fused multiply-adds over elements `j`, `j + 8`, ... in order, then the eight lanes added in
+/// order from the empty sum, and the (empty) tail added, as `dots_block` and `lane_sums8` do.
+///
+/// # Safety
+/// AVX-512F/VL, AVX2, FMA and F16C must be available.
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
+pub(crate) unsafe fn dots_t<const H: usize>(
+    q: [&[f32]; H],
+    kt: &[f32],
+    stride: usize,
+) -> [[f32; KEYS_T]; H] {
+    let n = q[0].len();
+    assert!(
+        n.is_multiple_of(8)
+            && q.iter().all(|r| r.len() == n)
+            && stride >= KEYS_T
+            && (n == 0 || kt.len() >= (n - 1) * stride + KEYS_T),
+        "dots_t: shapes"
+    );
+    // SAFETY: every load reads sixteen floats of row i < n at i * stride, inside `kt`
+    // (asserted), and q[a][i] with i < n; features per the contract.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 8]; H];
+        let mut i = 0;
+        while i < n {
+            for j in 0..8 {
+                let kv = _mm512_loadu_ps(kt.as_ptr().add((i + j) * stride));
+                for (qa, acc_a) in q.iter().zip(acc.iter_mut()) {
+                    let qv = _mm512_set1_ps(*qa.as_ptr().add(i + j));
+                    acc_a[j] = _mm512_fmadd_ps(qv, kv, acc_a[j]);
+                }
+            }
+            i += 8;
+        }
+        let empty: f32 = [0.0f32; 0].iter().sum();
+        let e = _mm512_set1_ps(empty);
+        let mut out = [[0.0f32; KEYS_T]; H];
+        for a in 0..H {
+            let mut sum = e;
+            for lane in acc[a] {
+                sum = _mm512_add_ps(sum, lane);
+            }
+            _mm512_storeu_ps(out[a].as_mut_ptr(), _mm512_add_ps(sum, e));
+        }
+        out
+    }
 }
 
 /// `dot(q[a], k[b])` for `H` query rows by `K` key rows, each as a lone dot product would be

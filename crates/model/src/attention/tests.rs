@@ -1,0 +1,101 @@
+//! A chunk's queries attended together (converted tiles; on AVX-512 the transposed K·Q blocks)
+//! give the bits of the same queries attended one by one (f16 tiles read as stored).
+
+use std::sync::Mutex;
+
+use kernels::Threads;
+
+use super::{attend_all, AttnScratch, ChunkAttention, Heads};
+use crate::kv::{KvDtype, KvGroup, KvLayout, KvPool, TileId};
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0)
+        .collect()
+}
+
+/// One sequence of `len` tokens in tiles of `ts`, `kv_dim` wide; its pool and tile table.
+fn filled(ts: usize, kv_dim: usize, len: usize) -> (KvPool, Vec<TileId>) {
+    let layout = KvLayout {
+        tile_size: ts,
+        kv_dim,
+        groups: vec![KvGroup {
+            layers: vec![0],
+            window: None,
+        }],
+        layer_slot: vec![(0, 0)],
+        dtype: KvDtype::F16,
+    };
+    let n_tiles = len.div_ceil(ts);
+    let mut pool = KvPool::new(layout, n_tiles);
+    let table: Vec<TileId> = (0..n_tiles).map(|t| TileId(t as u32)).collect();
+    for pos in 0..len {
+        let (k, v) = (values(kv_dim, pos), values(kv_dim, pos + 50_000));
+        pool.store(table[pos / ts], 0, pos % ts, &k, &v);
+    }
+    (pool, table)
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
+    // (heads, KV heads, head dim, tile size, window): Qwen2.5-0.5B's shape (seven heads per KV
+    // head: pairs and a lone head), Gemma 3's, and tiles that are not a multiple of sixteen.
+    let shapes = [
+        (14, 2, 64, 16, None),
+        (4, 1, 256, 16, Some(21)),
+        (6, 2, 32, 12, None),
+    ];
+    let threads = Threads::new(2);
+    for (n_heads, n_kv, hd, ts, window) in shapes {
+        let (start, n) = (19, 37);
+        let (pool, table) = filled(ts, n_kv * hd, start + n);
+        let heads = Heads {
+            n_heads,
+            n_kv_heads: n_kv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            softcap: 0.0,
+            sinks: None,
+        };
+        let q = values(n * n_heads * hd, 7);
+        let chunk = |first: usize, len: usize| ChunkAttention {
+            tiles: &table,
+            in_group: 0,
+            start_pos: start + first,
+            first_row: first,
+            len,
+            window,
+        };
+        let mut scratch: Vec<Mutex<AttnScratch>> = Vec::new();
+        let mut whole = vec![0f32; q.len()];
+        attend_all(
+            &threads,
+            &pool,
+            &[chunk(0, n)],
+            heads,
+            &q,
+            &mut whole,
+            &mut scratch,
+        );
+        let singles: Vec<ChunkAttention> = (0..n).map(|i| chunk(i, 1)).collect();
+        let mut one_by_one = vec![0f32; q.len()];
+        attend_all(
+            &threads,
+            &pool,
+            &singles,
+            heads,
+            &q,
+            &mut one_by_one,
+            &mut scratch,
+        );
+        assert_eq!(
+            bits(&whole),
+            bits(&one_by_one),
+            "{n_heads} heads, hd {hd}, tiles of {ts}"
+        );
+    }
+}
