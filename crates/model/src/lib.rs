@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod config;
+pub mod convert;
 pub mod draft_vocab;
 pub mod encoder;
 pub mod eval;
