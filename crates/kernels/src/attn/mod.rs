@@ -256,6 +256,22 @@ pub fn dots_t<const H: usize>(
     }
 }
 
+/// The head dimension of a [`dots_t`] call, after checking its shapes: every query row as long,
+/// a multiple of eight, and `kt` holding that many rows of [`KEYS_T`] keys `stride` apart.
+///
+/// Panics otherwise (a caller bug).
+pub(crate) fn check_dots_t<const H: usize>(q: [&[f32]; H], kt: &[f32], stride: usize) -> usize {
+    let n = q[0].len();
+    assert!(
+        n.is_multiple_of(8)
+            && q.iter().all(|r| r.len() == n)
+            && stride >= KEYS_T
+            && (n == 0 || kt.len() >= (n - 1) * stride + KEYS_T),
+        "dots_t: shapes"
+    );
+    n
+}
+
 /// The portable form of [`dots_t`]: the keys gathered back into rows, then [`dots`]'s
 /// arithmetic.
 pub fn dots_t_portable<const H: usize>(
@@ -263,13 +279,7 @@ pub fn dots_t_portable<const H: usize>(
     kt: &[f32],
     stride: usize,
 ) -> [[f32; KEYS_T]; H] {
-    let n = q[0].len();
-    assert!(
-        n.is_multiple_of(8)
-            && stride >= KEYS_T
-            && (n == 0 || kt.len() >= (n - 1) * stride + KEYS_T),
-        "dots_t: shapes"
-    );
+    let n = check_dots_t(q, kt, stride);
     let keys: Vec<Vec<f32>> = (0..KEYS_T)
         .map(|k| (0..n).map(|i| kt[i * stride + k]).collect())
         .collect();

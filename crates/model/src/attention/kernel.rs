@@ -388,6 +388,22 @@ struct TileSpan {
     base: usize,
 }
 
+impl TileSpan {
+    /// The key positions of this tile (`n_slots` filled) that query `qi` of the task sees, or
+    /// `None` if it sees none of them.
+    #[inline(always)]
+    fn seen(
+        &self,
+        qi: usize,
+        n_slots: usize,
+        lo: &impl Fn(usize) -> usize,
+    ) -> Option<(usize, usize)> {
+        let p = self.first_pos + qi;
+        let (s_lo, s_hi) = (lo(p).max(self.start), (p + 1).min(self.start + n_slots));
+        (s_lo < s_hi).then_some((s_lo, s_hi))
+    }
+}
+
 /// Pass 1 for one tile: scores of every (query, head) of the task against the tile's visible
 /// keys, in blocks of four heads by four keys (`dots4`, where AVX-512VL gives the registers)
 /// or two heads by `KEYS_PER_BLOCK` keys (`dots`); keys a query cannot see are
@@ -410,11 +426,9 @@ fn scores_tile<L: Lanes, E: KvElem>(
         false => None,
     };
     for qi in 0..t.nq {
-        let p = t.first_pos + qi;
-        let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
-        if s_lo >= s_hi {
+        let Some((s_lo, s_hi)) = t.seen(qi, n_slots, lo) else {
             continue;
-        }
+        };
         let mut hi = 0;
         while hi < nh {
             let g = (t.h0 + hi) / t.group;
@@ -486,11 +500,9 @@ fn values_tile<L: Lanes, E: KvElem>(
     let n_slots = vals.len() / t.kv_dim;
     let (hd, nh, span) = (t.hd, t.nh, t.span);
     for qi in 0..t.nq {
-        let p = t.first_pos + qi;
-        let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
-        if s_lo >= s_hi {
+        let Some((s_lo, s_hi)) = t.seen(qi, n_slots, lo) else {
             continue;
-        }
+        };
         let mut hi = 0;
         while hi < nh {
             let g = (t.h0 + hi) / t.group;
@@ -559,11 +571,9 @@ fn scores_tile_t(
     let stride = transpose_keys(t, keys, kt);
     let (hd, nh, g0) = (t.hd, t.nh, t.h0 / t.group);
     for qi in 0..t.nq {
-        let p = t.first_pos + qi;
-        let (s_lo, s_hi) = (lo(p).max(t.start), (p + 1).min(t.start + n_slots));
-        if s_lo >= s_hi {
+        let Some((s_lo, s_hi)) = t.seen(qi, n_slots, lo) else {
             continue;
-        }
+        };
         let mut hi = 0;
         while hi < nh {
             let g = (t.h0 + hi) / t.group;

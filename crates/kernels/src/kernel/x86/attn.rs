@@ -177,16 +177,9 @@ pub(crate) unsafe fn dots_t<const H: usize>(
     kt: &[f32],
     stride: usize,
 ) -> [[f32; KEYS_T]; H] {
-    let n = q[0].len();
-    assert!(
-        n.is_multiple_of(8)
-            && q.iter().all(|r| r.len() == n)
-            && stride >= KEYS_T
-            && (n == 0 || kt.len() >= (n - 1) * stride + KEYS_T),
-        "dots_t: shapes"
-    );
+    let n = crate::attn::check_dots_t(q, kt, stride);
     // SAFETY: every load reads sixteen floats of row i < n at i * stride, inside `kt`
-    // (asserted), and q[a][i] with i < n; features per the contract.
+    // (checked), and q[a][i] with i < n; features per the contract.
     unsafe {
         let mut acc = [[_mm512_setzero_ps(); 8]; H];
         let mut i = 0;
