@@ -179,6 +179,7 @@ fn load_queries<L: Lanes>(
 /// Pass 1: scores, tile by tile (`scores_tile`). A decode reads each K/V row once, from
 /// memory: while a tile is computed, the next one (after the last K tile, the first V tile) is
 /// asked for a share at a time (`Ahead`).
+///
 /// Converted tiles of many queries (prefill) with AVX-512 take `scores_tile_t` (keys transposed
 /// once per tile) where the head dimension is a multiple of eight. Measured against `dots4`'s
 /// four heads by four key rows (`cargo bench -p tessera-model --bench attention -- prefill`,
