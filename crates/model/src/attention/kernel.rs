@@ -403,6 +403,17 @@ impl TileSpan {
         let (s_lo, s_hi) = (lo(p).max(self.start), (p + 1).min(self.start + n_slots));
         (s_lo < s_hi).then_some((s_lo, s_hi))
     }
+
+    /// How many of the task's heads from `hi` on, at most `max`, share head `hi`'s KV head.
+    #[inline(always)]
+    fn run(&self, hi: usize, max: usize) -> usize {
+        let g = (self.h0 + hi) / self.group;
+        let mut n = 1;
+        while n < max && hi + n < self.nh && (self.h0 + hi + n) / self.group == g {
+            n += 1;
+        }
+        n
+    }
 }
 
 /// Pass 1 for one tile: scores of every (query, head) of the task against the tile's visible
@@ -438,7 +449,7 @@ fn scores_tile<L: Lanes, E: KvElem>(
                 &keys[slot * t.kv_dim + g * hd..slot * t.kv_dim + (g + 1) * hd]
             };
             // Four heads of one KV head together where the registers allow (same bits).
-            if let Some(wide) = wide.filter(|_| hi + 4 <= nh && (t.h0 + hi + 3) / t.group == g) {
+            if let Some(wide) = wide.filter(|_| t.run(hi, 4) == 4) {
                 let qs: [&[f32]; 4] = std::array::from_fn(|j| {
                     &qr[(qi * nh + hi + j) * hd..(qi * nh + hi + j + 1) * hd]
                 });
@@ -458,11 +469,7 @@ fn scores_tile<L: Lanes, E: KvElem>(
                 continue;
             }
             // Heads hi and hi + 1 together when they share a KV head, else hi alone.
-            let n_pairs = if hi + 1 < nh && (t.h0 + hi + 1) / t.group == g {
-                2
-            } else {
-                1
-            };
+            let n_pairs = t.run(hi, 2);
             let qs: [&[f32]; 2] = std::array::from_fn(|j| {
                 let hj = hi + j.min(n_pairs - 1);
                 &qr[(qi * nh + hj) * hd..(qi * nh + hj + 1) * hd]
@@ -507,10 +514,7 @@ fn values_tile<L: Lanes, E: KvElem>(
         let mut hi = 0;
         while hi < nh {
             let g = (t.h0 + hi) / t.group;
-            let mut n = 1;
-            while n < 4 && hi + n < nh && (t.h0 + hi + n) / t.group == g {
-                n += 1;
-            }
+            let n = t.run(hi, 4);
             let st = qi * nh + hi;
             let weights = &scores[st * span..(st + n) * span];
             let acc = &mut acc_all[st * hd..(st + n) * hd];
@@ -578,11 +582,7 @@ fn scores_tile_t(
         let mut hi = 0;
         while hi < nh {
             let g = (t.h0 + hi) / t.group;
-            let n = if hi + 1 < nh && (t.h0 + hi + 1) / t.group == g {
-                2
-            } else {
-                1
-            };
+            let n = t.run(hi, 2);
             let q = |j: usize| &qr[(qi * nh + hi + j) * hd..(qi * nh + hi + j + 1) * hd];
             for b in (s_lo - t.start) / KEYS_T..(s_hi - t.start).div_ceil(KEYS_T) {
                 let block = &kt[(g - g0) * hd * stride + b * KEYS_T..];
