@@ -11,52 +11,15 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kernels::Threads;
 use model::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
-use model::kv::{KvDtype, KvGroup, KvLayout, KvPool, TileId};
+use model::kv::{KvPool, TileId};
+use model::testing::kv::{filled_pool, ramp as values};
 
 const TS: usize = 16;
 const HD: usize = 256;
 
-fn layout(kv_dim: usize) -> KvLayout {
-    KvLayout {
-        tile_size: TS,
-        kv_dim,
-        groups: vec![KvGroup {
-            layers: vec![0],
-            window: None,
-        }],
-        layer_slot: vec![(0, 0)],
-        dtype: KvDtype::F16,
-    }
-}
-
-fn values(n: usize, seed: usize) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0)
-        .collect()
-}
-
 /// A pool holding `seqs` sequences of `len` tokens each, and their tile tables.
 fn filled(seqs: usize, len: usize) -> (KvPool, Vec<Vec<TileId>>) {
-    filled_dim(seqs, len, HD)
-}
-
-/// [`filled`] with K/V rows of `kv_dim`.
-fn filled_dim(seqs: usize, len: usize, kv_dim: usize) -> (KvPool, Vec<Vec<TileId>>) {
-    let per_seq = len.div_ceil(TS);
-    let mut pool = KvPool::new(layout(kv_dim), seqs * per_seq);
-    let mut tables = Vec::new();
-    for s in 0..seqs {
-        let table: Vec<TileId> = (0..per_seq)
-            .map(|t| TileId((s * per_seq + t) as u32))
-            .collect();
-        for pos in 0..len {
-            let k = values(kv_dim, s * 10_000 + pos);
-            let v = values(kv_dim, s * 10_000 + pos + 5);
-            pool.store(table[pos / TS], 0, pos % TS, &k, &v);
-        }
-        tables.push(table);
-    }
-    (pool, tables)
+    filled_pool(TS, HD, seqs, len)
 }
 
 /// One decode query per sequence, at the last position of its `len` tokens.
@@ -141,7 +104,7 @@ fn bench(c: &mut Criterion) {
         scale: 1.0 / 8.0,
         ..heads
     };
-    let (pool, tables) = filled_dim(1, 1024, 2 * 64);
+    let (pool, tables) = filled_pool(TS, 2 * 64, 1, 1024);
     let chunk = [ChunkAttention {
         tiles: &tables[0],
         ..chunk[0]

@@ -27,6 +27,7 @@ use gguf::{Array, GgmlType, GgufWriter};
 
 pub mod encoders;
 pub mod fullsize;
+pub mod kv;
 pub mod lora;
 mod moe;
 

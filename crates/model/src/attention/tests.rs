@@ -6,35 +6,7 @@ use std::sync::Mutex;
 use kernels::Threads;
 
 use super::{attend_all, AttnScratch, ChunkAttention, Heads};
-use crate::kv::{KvDtype, KvGroup, KvLayout, KvPool, TileId};
-
-fn values(n: usize, seed: usize) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i * 7919 + seed * 104_729) % 2001) as f32 / 1000.0 - 1.0)
-        .collect()
-}
-
-/// One sequence of `len` tokens in tiles of `ts`, `kv_dim` wide; its pool and tile table.
-fn filled(ts: usize, kv_dim: usize, len: usize) -> (KvPool, Vec<TileId>) {
-    let layout = KvLayout {
-        tile_size: ts,
-        kv_dim,
-        groups: vec![KvGroup {
-            layers: vec![0],
-            window: None,
-        }],
-        layer_slot: vec![(0, 0)],
-        dtype: KvDtype::F16,
-    };
-    let n_tiles = len.div_ceil(ts);
-    let mut pool = KvPool::new(layout, n_tiles);
-    let table: Vec<TileId> = (0..n_tiles).map(|t| TileId(t as u32)).collect();
-    for pos in 0..len {
-        let (k, v) = (values(kv_dim, pos), values(kv_dim, pos + 50_000));
-        pool.store(table[pos / ts], 0, pos % ts, &k, &v);
-    }
-    (pool, table)
-}
+use crate::testing::kv::{filled_pool, ramp as values};
 
 fn bits(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
@@ -52,7 +24,8 @@ fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
     let threads = Threads::new(2);
     for (n_heads, n_kv, hd, ts, window) in shapes {
         let (start, n) = (19, 37);
-        let (pool, table) = filled(ts, n_kv * hd, start + n);
+        let (pool, tables) = filled_pool(ts, n_kv * hd, 1, start + n);
+        let table = &tables[0];
         let heads = Heads {
             n_heads,
             n_kv_heads: n_kv,
@@ -63,7 +36,7 @@ fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
         };
         let q = values(n * n_heads * hd, 7);
         let chunk = |first: usize, len: usize| ChunkAttention {
-            tiles: &table,
+            tiles: table,
             in_group: 0,
             start_pos: start + first,
             first_row: first,
