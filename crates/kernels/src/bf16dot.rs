@@ -44,7 +44,7 @@ pub enum Bf16Path {
     Avx512Bf16,
     /// AMX-BF16 (`tdpbf16ps`, `kernel::x86::amx_bf16`): the same rounded operands and exact
     /// products, but the tile unit's own sums, so not the bits of the paths above (see the
-    /// module docs). Used for weights of whole 16-row tiles; others take `Avx512Bf16`.
+    /// module docs). Used for tiled weights ([`Bf16Rows`]); row-major ones take `Avx512Bf16`.
     Amx,
 }
 
@@ -76,13 +76,20 @@ pub fn native_bf16() -> bool {
     Bf16Path::detect() >= Bf16Path::Avx512Bf16
 }
 
-/// A weight matrix in BF16, row-major: `rows` rows of `cols` values, `cols` a multiple of
-/// [`BLOCK`]; owned (rounded at load) or borrowed (a BF16 tensor of the file, used in place).
+/// A weight matrix in BF16: `rows` rows of `cols` values, `cols` a multiple of [`BLOCK`]; owned
+/// (rounded at load) or borrowed (a BF16 tensor of the file, or its repacked copy).
+///
+/// Row-major, or (where the CPU multiplies on AMX tiles, for whole tiles of 16 rows) *tiled*:
+/// the right-hand operand of `tdpbf16ps`, tile `t` of rows `16t..16t + 16` and block `b` of 32
+/// columns 1 KiB at `(t * cols / 32 + b) * 512`, holding value `(16t + n, 32b + c)` at
+/// [`tile_index`]`(n, c)`. [`Bf16Rows::from_float`] and `crate::packed::pack` tile where the CPU
+/// wants it.
 #[derive(Debug, Clone)]
 pub struct Bf16Rows<'a> {
     pub(crate) data: Bf16Data<'a>,
     pub rows: usize,
     pub cols: usize,
+    pub(crate) tiled: bool,
 }
 
 impl<'a> Bf16Rows<'a> {
@@ -106,7 +113,23 @@ impl<'a> Bf16Rows<'a> {
             }
             Bf16Data::Owned(owned)
         };
-        Some(Bf16Rows { data, rows, cols })
+        Some(Bf16Rows {
+            data,
+            rows,
+            cols,
+            tiled: false,
+        })
+    }
+
+    /// BF16 weights tiled by `crate::packed::pack` (see the type's docs), borrowed; `None` for a
+    /// shape that is not whole tiles or data of another size.
+    pub(crate) fn view_tiles(data: &'a [u8], rows: usize, cols: usize) -> Option<Bf16Rows<'a>> {
+        if !rows.is_multiple_of(TILE_ROWS) {
+            return None;
+        }
+        let mut w = Bf16Rows::view(data, rows, cols)?;
+        w.tiled = true;
+        Some(w)
     }
 
     /// Rounds a float matrix (F32, F16 or BF16 rows in ggml's layout) to BF16. `None` for any
@@ -138,17 +161,87 @@ impl<'a> Bf16Rows<'a> {
             }
             round_row(&row, dst);
         }
+        let tiled = tiles_wanted(rows);
+        if tiled {
+            let mut tiles = AlignedU16::zeroed(rows * cols);
+            for (r, row) in out.chunks_exact(cols).enumerate() {
+                for (c, &v) in row.iter().enumerate() {
+                    tiles[tiled_at(cols, r, c)] = v;
+                }
+            }
+            out = tiles;
+        }
         Some(Bf16Rows {
             data: Bf16Data::Owned(out),
             rows,
             cols,
+            tiled,
         })
     }
 
-    /// The BF16 values of row `r`.
+    /// The BF16 values of row `r` (row-major weights only: tiled ones have no rows in place).
     pub fn row(&self, r: usize) -> &[u16] {
+        assert!(!self.tiled, "Bf16Rows::row of tiled weights");
         &self.data[r * self.cols..(r + 1) * self.cols]
     }
+
+    /// The BF16 value at (`r`, `c`), in either layout.
+    pub fn value(&self, r: usize, c: usize) -> u16 {
+        if self.tiled {
+            self.data[tiled_at(self.cols, r, c)]
+        } else {
+            self.data[r * self.cols + c]
+        }
+    }
+
+    /// Whether the values are tiled for AMX (see the type's docs).
+    pub fn is_tiled(&self) -> bool {
+        self.tiled
+    }
+
+    /// The tiles from weight tile `t` (rows `16t..16t + 16`) on: its `cols / 32` blocks, then the
+    /// next tile's (tiled weights only).
+    pub(crate) fn tiles(&self, t: usize) -> &[u16] {
+        debug_assert!(self.tiled);
+        &self.data[t * TILE_ROWS * self.cols..]
+    }
+
+    /// A row-major copy (of tiled weights, for the paths that read rows).
+    fn untiled(&self) -> Bf16Rows<'static> {
+        let mut out = AlignedU16::zeroed(self.rows * self.cols);
+        for (r, row) in out.chunks_exact_mut(self.cols).enumerate() {
+            for (c, v) in row.iter_mut().enumerate() {
+                *v = self.value(r, c);
+            }
+        }
+        Bf16Rows {
+            data: Bf16Data::Owned(out),
+            rows: self.rows,
+            cols: self.cols,
+            tiled: false,
+        }
+    }
+}
+
+/// Weight rows of one AMX tile.
+const TILE_ROWS: usize = 16;
+
+/// Whether BF16 weights of `rows` rows are tiled on this CPU: where matmuls run on AMX tiles
+/// (within the `TESSERA_ISA` cap), for whole tiles of rows.
+pub(crate) fn tiles_wanted(rows: usize) -> bool {
+    Bf16Path::detect() == Bf16Path::Amx && rows > 0 && rows.is_multiple_of(TILE_ROWS)
+}
+
+/// Where value `(n, c)` of a 16-row, 32-column block sits in its tile: row `c / 2` of the tile
+/// holds the BF16 pairs `(c, c + 1)` of its sixteen weight rows in order.
+pub(crate) fn tile_index(n: usize, c: usize) -> usize {
+    (c / 2) * 2 * TILE_ROWS + 2 * n + c % 2
+}
+
+/// Where value `(r, c)` of tiled weights of `cols` columns sits.
+fn tiled_at(cols: usize, r: usize, c: usize) -> usize {
+    ((r / TILE_ROWS) * (cols / BLOCK) + c / BLOCK) * TILE_ROWS * BLOCK
+        + tile_index(r % TILE_ROWS, c % BLOCK)
 }
 
 /// The values of a [`Bf16Rows`]: a file's tensor in place, or rounded at load into 64-byte aligned
@@ -288,7 +381,10 @@ pub fn matmul_bf16_on(
         return;
     }
     let mut path = path.min(Bf16Path::detect());
-    if path == Bf16Path::Amx && !w.rows.is_multiple_of(AMX_ROWS) {
+    if w.tiled && path != Bf16Path::Amx {
+        return matmul_bf16_on(path, th, &w.untiled(), x, m, out, scratch);
+    }
+    if !w.tiled && path == Bf16Path::Amx {
         path = Bf16Path::Avx512Bf16;
     }
     let len = if path == Bf16Path::Amx {
@@ -343,7 +439,7 @@ pub fn matmul_bf16_on(
     });
 }
 
-/// Weight rows (and activation rows) of an AMX tile.
+/// Activation rows of an AMX tile.
 const AMX_ROWS: usize = 16;
 
 /// Rounds `m` rows of `x` into `acts`, row-major; returns the values written.

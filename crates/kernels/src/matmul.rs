@@ -173,6 +173,22 @@ pub fn matmul_with_isa(
     if m == 0 || w.rows == 0 {
         return;
     }
+    if w.layout == Layout::X16 && format == Format::BF16 {
+        // BF16 weights tiled for AMX at load (`packed`), multiplied as below.
+        let Some(tiles) = Bf16Rows::view_tiles(w.data, w.rows, w.cols) else {
+            panic!("matmul: tiled BF16 weights of {} x {}", w.rows, w.cols);
+        };
+        matmul_bf16_on(
+            bf16_path(isa),
+            threads,
+            &tiles,
+            x,
+            m,
+            out,
+            &mut scratch.bf16,
+        );
+        return;
+    }
     if w.layout == Layout::X16 {
         let (acts, blocks) = packed_acts(threads, format, x, w.cols, scratch);
         packed::run(threads, &[packed_job(w, acts, blocks, m, out)], isa);
@@ -180,8 +196,8 @@ pub fn matmul_with_isa(
     }
     if format == Format::BF16 && w.cols.is_multiple_of(bf16dot::BLOCK) {
         // BF16 weights multiply as llama.cpp multiplies them: activations rounded to BF16,
-        // products summed in f32 (`bf16dot`, AMX tiles where the CPU has AMX-BF16), the weights
-        // read in place.
+        // products summed in f32 (`bf16dot`), the weights read in place (on CPUs with AMX-BF16
+        // they are tiled at load, above).
         let Some(rows) = Bf16Rows::view(w.data, w.rows, w.cols) else {
             panic!(
                 "matmul: BF16 weights of {} x {} in {} bytes",
@@ -236,7 +252,8 @@ pub fn matmul_shared<const K: usize>(
         && ws
             .iter()
             .all(|w| w.layout == Layout::X16 && w.cols == ws[0].cols)
-        && formats.iter().all(|&f| kquant(f) == kquant(formats[0]));
+        && formats.iter().all(|&f| kquant(f) == kquant(formats[0]))
+        && formats[0] != Format::BF16;
     if !shared {
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             matmul(threads, w, x, m, out, scratch);

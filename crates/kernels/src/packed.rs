@@ -37,6 +37,10 @@
 //!   element `4k + t`): one vector load holds every chunk's fifth bits, and a shift and a mask put
 //!   chunk `k`'s at bit 4 of each byte (as Q6_K's high bits, below).
 //!
+//! BF16 (on CPUs that multiply on AMX-BF16 tiles, `crate::bf16dot`): records of sixteen rows by
+//! 32 values, each the right-hand tile of `tdpbf16ps` (row `k` holding the sixteen rows' value
+//! pairs `(2k, 2k + 1)`, `bf16dot::tile_index`), so the tile loads contiguous 1 KiB.
+//!
 //! Q4_1 / Q5_1 records are Q4_0 / Q5_0 records with the sixteen f16 minimums after the scales
 //! (32 more bytes, the quants then start at 64): 320 and 384 bytes, again exactly the sixteen
 //! blocks they replace. Their quants are unsigned already; the minimum's term is
@@ -183,12 +187,16 @@ fn block_elems(format: Format) -> Option<usize> {
         | Format::MXFP4
         | Format::IQ4_NL => Some(QK8_0),
         Format::Q4_K | Format::Q6_K => Some(QK_K),
+        Format::BF16 => Some(crate::bf16dot::BLOCK),
         _ => None,
     }
 }
 
 /// Whether [`pack`] accepts a matrix of this type and shape.
 pub fn packable(ty: GgmlType, rows: usize, cols: usize) -> bool {
+    if ty == GgmlType::BF16 && !crate::bf16dot::tiles_wanted(rows) {
+        return false;
+    }
     Format::from_ggml(ty)
         .ok()
         .and_then(block_elems)
@@ -246,6 +254,7 @@ pub(crate) fn record_bytes(format: Format) -> usize {
         Format::IQ4_NL => 32 + 256,
         Format::Q4_K => Q4K_QUANTS + 8 * 256,
         Format::Q6_K => Q6K_HIGH + 16 * 64,
+        Format::BF16 => PACK_ROWS * crate::bf16dot::BLOCK * 2,
         _ => unreachable!("record_bytes of an unpackable format"),
     }
 }
@@ -381,9 +390,18 @@ fn pack_group(format: Format, data: &[u8], bb: usize, blocks: usize, g: usize, d
             match format {
                 Format::Q4_K => put_q4k(r, i, &quant::cast_blocks(src)[0]),
                 Format::Q6_K => put_q6k(r, i, &quant::cast_blocks(src)[0]),
+                Format::BF16 => put_bf16(r, i, src),
                 _ => put_legacy(format, r, i, src),
             }
         }
+    }
+}
+
+/// Writes row `i`'s 32 BF16 values (`src`, little-endian) into their places in tile `r`.
+fn put_bf16(r: &mut [u8], i: usize, src: &[u8]) {
+    for (c, v) in src.chunks_exact(2).enumerate() {
+        let at = 2 * crate::bf16dot::tile_index(i, c);
+        r[at..at + 2].copy_from_slice(v);
     }
 }
 

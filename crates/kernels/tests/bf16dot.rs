@@ -89,6 +89,19 @@ fn float_matrices_of_any_float_type_round_alike_and_other_shapes_are_refused() {
         let want: Vec<u16> = row.iter().map(|&v| to_bf16(v)).collect();
         assert_eq!(from_f16.row(r), &want[..]);
     }
+    // Whole tiles of rows are tiled where the CPU multiplies on AMX tiles: the same values.
+    let w: Vec<f32> = (0..48 * 96).map(|_| rng.value()).collect();
+    let b = Bf16Rows::from_float(GgmlType::F32, &f32_bytes(&w), 48, 96).expect("f32");
+    assert_eq!(b.is_tiled(), Bf16Path::detect() == Bf16Path::Amx);
+    for (i, &v) in w.iter().enumerate() {
+        assert_eq!(
+            b.value(i / 96, i % 96),
+            to_bf16(v),
+            "({}, {})",
+            i / 96,
+            i % 96
+        );
+    }
     assert!(Bf16Rows::from_float(GgmlType::F32, &f32_bytes(&w[..2 * 48]), 2, 48).is_none());
     assert!(Bf16Rows::from_float(GgmlType::Q8_0, &[0; 68], 2, 32).is_none());
     assert!(Bf16Rows::from_float(GgmlType::F32, &f32_bytes(&w), 3, 64).is_none());
@@ -99,6 +112,9 @@ fn every_path_gives_the_scalar_bits_for_every_shape_and_batch() {
     let mut rng = Rng(0x5eed);
     for (rows, cols) in [(1, 32), (5, 64), (9, 96), (16, 768), (13, 320)] {
         let (_, w) = matrix(&mut rng, rows, cols);
+        let wrows: Vec<Vec<u16>> = (0..rows)
+            .map(|r| (0..cols).map(|c| w.value(r, c)).collect())
+            .collect();
         for m in [1, 2, 3, 4, 5, 9] {
             let x: Vec<f32> = (0..m * cols).map(|_| rng.value()).collect();
             let xb: Vec<u16> = x.iter().map(|&v| to_bf16(v)).collect();
@@ -107,7 +123,7 @@ fn every_path_gives_the_scalar_bits_for_every_shape_and_batch() {
                     let xi = &xb[i * cols..(i + 1) * cols];
                     (0..rows).map(move |r| (i, r, xi))
                 })
-                .map(|(_, r, xi)| dot_scalar(w.row(r), xi).to_bits())
+                .map(|(_, r, xi)| dot_scalar(&wrows[r], xi).to_bits())
                 .collect();
             for threads in [1, 2] {
                 let th = Threads::new(threads);
@@ -193,7 +209,7 @@ fn tile_sums_are_the_rounded_products_to_f32_accuracy() {
             for i in 0..m {
                 for r in 0..rows {
                     let products = (0..cols).map(|k| {
-                        f64::from(from_bf16(w.row(r)[k]))
+                        f64::from(from_bf16(w.value(r, k)))
                             * f64::from(from_bf16(to_bf16(x[i * cols + k])))
                     });
                     let (exact, size) = products.fold((0.0, 0.0), |(s, a), p| (s + p, a + p.abs()));
@@ -245,7 +261,24 @@ fn bf16_weights_in_matmul_take_the_bf16_arithmetic() {
             let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
             assert_eq!(got, want, "{isa:?}");
         }
+        // Repacked at load (tiled for AMX where the CPU has it): the bits of the same weights
+        // tiled by `Bf16Rows::from_float`.
+        if let Some(p) = kernels::pack(GgmlType::BF16, &bytes[1..], rows, cols) {
+            let tiled = Bf16Rows::from_float(GgmlType::BF16, &bytes[1..], rows, cols);
+            let want = run(path, &th, &tiled.expect("shape"), &x, m);
+            let weights = Weights::packed(GgmlType::BF16, p.as_bytes(), rows, cols);
+            let mut out = vec![0f32; m * rows];
+            let mut scratch = MatmulScratch::new();
+            let w = weights.expect("packed");
+            matmul_with_isa(isa, &th, &w, &x, m, &mut out, &mut scratch);
+            let got: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "packed, {isa:?}");
+        }
     }
+    assert_eq!(
+        kernels::packable(GgmlType::BF16, rows, cols),
+        Bf16Path::detect() == Bf16Path::Amx
+    );
 }
 
 /// Through an identity matrix every path hands back each activation rounded to BF16: ties to

@@ -3,21 +3,21 @@
 //! 32-column block in one instruction, where `vdpbf16ps` does one (weight row, activation row)
 //! pair's 32 columns.
 //!
-//! Operands: the weights are the left tile, loaded straight from their rows (one tile row per
-//! weight row, stride one weight row); the activations are the right tile, which wants each tile
-//! row to hold one BF16 pair of sixteen activation rows, so [`crate::bf16dot`] rounds them into
-//! that layout ([`pack_group`]): group `g` of sixteen activation rows, block `b` of 32 columns, is
-//! 1 KiB at `(g * blocks + b) * 512` values, row `k` holding the pairs `(x[16g + n][32b + 2k],
-//! x[16g + n][32b + 2k + 1])` for `n` in 0..16, rows past `m` zero. A sum tile is thus (weight row,
-//! activation row); it is transposed on the vector units on its way out.
+//! Operands: the activations are the left tile, sixteen rows of one 32-column block straight
+//! from their rows (rounded to BF16 by [`pack_group`]: group `g` of sixteen activation rows, block
+//! `b`, is 1 KiB at `(g * blocks + b) * 512`, row `n` holding `x[16g + n][32b..32b + 32]`, rows
+//! past `m` zero). The weights are the right tile, which wants each tile row to hold one BF16 pair
+//! of sixteen weight rows: `crate::packed` rearranges them so at load ([`crate::bf16dot`]'s tiled
+//! layout: weight tile `t` of sixteen rows, block `b`, is 1 KiB at `(t * blocks + b) * 512`, row
+//! `k` holding the pairs `(w[16t + n][32b + 2k], w[16t + n][32b + 2k + 1])` for `n` in 0..16). A
+//! sum tile is thus (activation row, weight row), the outputs' own layout, and is stored straight
+//! to them: nothing is transposed on either side.
 //!
 //! Alignment: a tile row is 64 bytes, and one that straddles two cache lines loads several
-//! times slower (six times for loads alone on the Xeon we measured). The packed activations
-//! and the weights rounded at load live in [`crate::aligned::AlignedU16`]; weights read in place
-//! from a file start on a cache line when the file's tensors do (`general.alignment` 64, as the
-//! `to_bf16` example writes; llama.cpp's default of 32 leaves that to chance).
+//! times slower (six times for loads alone on the Xeon we measured); both operands are packed
+//! into 64-byte aligned buffers.
 //!
-//! Blocking: two weight tiles by two activation tiles, four sum tiles (tiles 0-3 sums, 4-5
+//! Blocking: two activation tiles by two weight tiles, four sum tiles (tiles 0-3 sums, 4-5
 //! weights, 6-7 activations), four loads per four products; activation groups in chunks of about
 //! 1 MiB, so they stay in L2 while every pair of weight tiles passes over them.
 //!
@@ -81,31 +81,30 @@ unsafe fn round16(v: __m512) -> __m512i {
 }
 
 /// Rounds activation rows `x` (`rows <= 16` rows of `cols` values, `cols` a multiple of 32) into
-/// one group's packed tiles `group` (`cols / 32` tiles of [`TILE_VALUES`]); rows past `rows` are
-/// zero. Per block, the sixteen rows' BF16 pairs are a 16 x 16 matrix of 32-bit words, which the
-/// tile wants transposed (row `k` holding pair `k` of every row).
+/// one group's packed tiles `group` (`cols / 32` tiles of [`TILE_VALUES`], row `n` of tile `b`
+/// holding row `n`'s columns `32b..32b + 32`); rows past `rows` are zero.
 ///
 /// # Safety
 /// The CPU has AVX-512 F and BW.
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
 pub(crate) unsafe fn pack_group(x: &[f32], rows: usize, cols: usize, group: &mut [u16]) {
-    assert!(rows <= ROWS && x.len() >= rows * cols && group.len() >= cols / BLOCK * TILE_VALUES);
-    // SAFETY: loads read 32 floats at n * cols + 32 b <= rows * cols - 32; stores write 1 KiB at
-    // tile b < cols / 32 of `group` (both checked above); features per the contract.
+    let blocks = cols / BLOCK;
+    assert!(rows <= ROWS && x.len() >= rows * cols && group.len() >= blocks * TILE_VALUES);
+    // SAFETY: loads read 32 floats at n * cols + 32 b <= rows * cols - 32; stores write 64 bytes
+    // at row n of tile b < cols / 32 of `group` (both checked above); features per the contract.
     unsafe {
-        for b in 0..cols / BLOCK {
-            let pairs: [__m512; ROWS] = std::array::from_fn(|n| {
-                if n >= rows {
-                    return _mm512_setzero_ps();
-                }
-                let at = x.as_ptr().add(n * cols + b * BLOCK);
-                let lo = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(at)));
-                let hi = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(at.add(16))));
-                _mm512_castsi512_ps(_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi))
-            });
+        for b in 0..blocks {
             let tile = group.as_mut_ptr().add(b * TILE_VALUES);
-            for (k, v) in transpose(pairs).iter().enumerate() {
-                _mm512_storeu_ps(tile.add(k * 2 * ROWS).cast(), *v);
+            for n in 0..ROWS {
+                let v = if n < rows {
+                    let at = x.as_ptr().add(n * cols + b * BLOCK);
+                    let lo = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(at)));
+                    let hi = _mm512_cvtepi32_epi16(round16(_mm512_loadu_ps(at.add(16))));
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+                } else {
+                    _mm512_setzero_si512()
+                };
+                _mm512_storeu_si512(tile.add(n * BLOCK).cast(), v);
             }
         }
     }
@@ -155,165 +154,114 @@ unsafe fn zero<const T: usize>() {
     unsafe { asm!("tilezero tmm{t}", t = const T, options(nostack, nomem)) };
 }
 
-/// `tilestored` tile `T` to `out` (64-byte rows).
+/// `tilestored` tile `T` to `out`, rows `stride` bytes apart.
 ///
 /// # Safety
-/// Tiles configured.
+/// Tiles configured; sixteen rows of 64 bytes writable at `out + i * stride`.
 #[inline(always)]
-unsafe fn store<const T: usize>(out: &mut SumTile) {
-    // SAFETY: `out` holds sixteen 64-byte rows; the caller's contract.
+unsafe fn store<const T: usize>(out: *mut f32, stride: usize) {
+    // SAFETY: the caller's contract.
     unsafe {
-        asm!("tilestored [{p} + {s}*1], tmm{t}", t = const T, p = in(reg) out.0.as_mut_ptr(),
-            s = in(reg) 64usize, options(nostack));
+        asm!("tilestored [{p} + {s}*1], tmm{t}", t = const T, p = in(reg) out, s = in(reg) stride,
+            options(nostack));
     }
 }
 
-/// The transpose of a 16 x 16 tile, in four stages: stage `b` (1, 2, 4, 8) swaps the
-/// off-diagonal `b x b` blocks of every `2b x 2b` block, whose own blocks the earlier stages
-/// transposed.
+/// Writes sum tile `T` (the activation rows of group `g` by weight rows `r..r + 16`) to the
+/// outputs: straight from the tile when the group's sixteen rows all exist, else through
+/// `spare`, copying the rows below `m`.
 ///
 /// # Safety
-/// AVX-512 F enabled in the caller.
+/// Tiles configured; `r + 16 <= job.w.rows`; no other thread writes these weight rows.
 #[inline(always)]
-unsafe fn transpose(mut r: [__m512; ROWS]) -> [__m512; ROWS] {
-    // SAFETY: register operations only; AVX-512 F per the contract.
+unsafe fn write<const T: usize>(job: &Bf16Job, r: usize, g: usize, spare: &mut SumTile) {
+    let stride = job.w.rows * 4;
+    let first = g * ROWS;
+    // SAFETY: the caller's contract; every row written is an activation row below `m`, columns
+    // r..r + 16 of its `w.rows` outputs.
     unsafe {
-        let mut b = 1;
-        while b < ROWS {
-            // Row p (bit b clear) keeps its own lanes with bit b clear and takes row q's lanes
-            // j - b where bit b is set; row q the converse.
-            let ip: [i32; 16] = std::array::from_fn(|j| {
-                if j & b == 0 {
-                    j as i32
-                } else {
-                    (16 + j - b) as i32
-                }
-            });
-            let iq: [i32; 16] = std::array::from_fn(|j| {
-                if j & b == 0 {
-                    (j + b) as i32
-                } else {
-                    (16 + j) as i32
-                }
-            });
-            let (ip, iq) = (
-                _mm512_loadu_si512(ip.as_ptr().cast()),
-                _mm512_loadu_si512(iq.as_ptr().cast()),
-            );
-            for p in 0..ROWS {
-                if p & b == 0 {
-                    let q = p | b;
-                    let (rp, rq) = (r[p], r[q]);
-                    r[p] = _mm512_permutex2var_ps(rp, ip, rq);
-                    r[q] = _mm512_permutex2var_ps(rp, iq, rq);
-                }
-            }
-            b *= 2;
-        }
-        r
-    }
-}
-
-/// Writes sum tile `t` (weight rows `r..r + 16` by the activation rows of group `g`) to the
-/// outputs, skipping activation rows at or past `m`.
-///
-/// # Safety
-/// AVX-512 F enabled; `r + 16 <= job.w.rows`; no other thread writes these weight rows.
-#[inline(always)]
-unsafe fn write(job: &Bf16Job, t: &SumTile, r: usize, g: usize) {
-    // SAFETY: the caller's contract; each store writes sixteen outputs of activation row
-    // `i < m` at weight rows r..r + 16, inside the `m * rows` output.
-    unsafe {
-        let rows: [__m512; ROWS] =
-            std::array::from_fn(|i| _mm512_load_ps(t.0.as_ptr().add(ROWS * i)));
-        let cols = transpose(rows);
-        for (n, v) in cols.iter().enumerate() {
-            let i = g * ROWS + n;
-            if i < job.m {
-                _mm512_storeu_ps(job.out.add(i * job.w.rows + r), *v);
+        if first + ROWS <= job.m {
+            store::<T>(job.out.add(first * job.w.rows + r), stride);
+        } else {
+            store::<T>(spare.0.as_mut_ptr(), ROWS * 4);
+            for n in 0..job.m - first {
+                let src = spare.0.as_ptr().add(n * ROWS);
+                std::ptr::copy_nonoverlapping(src, job.out.add((first + n) * job.w.rows + r), ROWS);
             }
         }
     }
 }
 
-/// `W` weight tiles (rows `r..r + 16 W`) by `A` activation groups (`g..g + A`) over all blocks:
-/// sum tile `2w + a` holds weight tile `w` by group `a`.
+/// `A` activation groups (`g..g + A`) by `W` weight tiles (rows `r..r + 16 W`) over all blocks:
+/// sum tile `2a + w` holds group `a` by weight tile `w`.
 ///
 /// # Safety
-/// Tiles configured; AVX-512 F enabled; the weight rows and groups exist (`acts` holds the
-/// packed groups); no other thread writes these weight rows.
+/// Tiles configured; the weight tiles and groups exist (`job.w` tiled, `job.x` holding the packed
+/// groups); no other thread writes these weight rows.
 #[inline(always)]
-unsafe fn block<const W: usize, const A: usize>(
+unsafe fn block<const A: usize, const W: usize>(
     job: &Bf16Job,
     r: usize,
     g: usize,
-    sums: &mut SumTile,
+    spare: &mut SumTile,
 ) {
-    let cols = job.w.cols;
-    let blocks = cols / BLOCK;
-    let stride = cols * 2;
-    let w0 = job.w.row(r).as_ptr();
-    // SAFETY: the caller's contract; loads read weight rows r..r + 16 W at 64-byte column
-    // offsets below the row's end, and whole 1 KiB packed tiles of groups g..g + A.
+    let blocks = job.w.cols / BLOCK;
+    let w0 = job.w.tiles(r / ROWS).as_ptr();
+    // SAFETY: the caller's contract; loads read whole 1 KiB tiles: weight tiles r / 16 and the
+    // next (when W == 2), groups g and the next (when A == 2), at blocks below `blocks`.
     unsafe {
+        let acts = job.x.as_ptr().add(g * blocks * TILE_VALUES);
         zero::<0>();
-        if A == 2 {
+        if W == 2 {
             zero::<1>();
         }
-        if W == 2 {
+        if A == 2 {
             zero::<2>();
-            if A == 2 {
+            if W == 2 {
                 zero::<3>();
             }
         }
-        let acts = job.x.as_ptr().add(g * blocks * TILE_VALUES);
         for b in 0..blocks {
-            load::<4>(w0.add(b * BLOCK), stride);
             load::<6>(acts.add(b * TILE_VALUES), 64);
+            load::<4>(w0.add(b * TILE_VALUES), 64);
+            product::<0, 6, 4>();
+            if W == 2 {
+                load::<5>(w0.add((blocks + b) * TILE_VALUES), 64);
+                product::<1, 6, 5>();
+            }
             if A == 2 {
                 load::<7>(acts.add((blocks + b) * TILE_VALUES), 64);
-            }
-            product::<0, 4, 6>();
-            if A == 2 {
-                product::<1, 4, 7>();
-            }
-            if W == 2 {
-                load::<5>(w0.add(ROWS * cols + b * BLOCK), stride);
-                product::<2, 5, 6>();
-                if A == 2 {
-                    product::<3, 5, 7>();
+                product::<2, 7, 4>();
+                if W == 2 {
+                    product::<3, 7, 5>();
                 }
             }
         }
-        store::<0>(sums);
-        write(job, sums, r, g);
-        if A == 2 {
-            store::<1>(sums);
-            write(job, sums, r, g + 1);
-        }
+        write::<0>(job, r, g, spare);
         if W == 2 {
-            store::<2>(sums);
-            write(job, sums, r + ROWS, g);
-            if A == 2 {
-                store::<3>(sums);
-                write(job, sums, r + ROWS, g + 1);
+            write::<1>(job, r + ROWS, g, spare);
+        }
+        if A == 2 {
+            write::<2>(job, r, g + 1, spare);
+            if W == 2 {
+                write::<3>(job, r + ROWS, g + 1, spare);
             }
         }
     }
 }
 
-/// Weight rows `range` of `job` (whose `x` is packed by [`pack_group`]) with AMX-BF16.
+/// Weight rows `range` of `job` (`job.w` tiled, `job.x` packed by [`pack_group`]) with AMX-BF16.
 ///
 /// # Safety
-/// [`available`] holds; `range` lies in `0..job.w.rows` with `range.start` and `range.end`
-/// multiples of 16 (or `range.end == job.w.rows`, itself a multiple of 16); `job.x` holds
-/// `job.m.div_ceil(16)` packed groups; no other thread writes these rows.
+/// [`available`] holds; `job.w` is tiled; `range` lies in `0..job.w.rows` with `range.start` and
+/// `range.end` multiples of 16; `job.x` holds `job.m.div_ceil(16)` packed groups; no other thread
+/// writes these rows.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bf16")]
 pub(crate) unsafe fn rows_amx(job: &Bf16Job, range: Range<usize>) {
     let blocks = job.w.cols / BLOCK;
     let groups = job.m.div_ceil(ROWS);
     let chunk = (ACT_BUDGET / (blocks * TILE_VALUES * 2)).max(2);
-    let mut sums = SumTile([0.0; ROWS * ROWS]);
+    let mut spare = SumTile([0.0; ROWS * ROWS]);
     // SAFETY: AMX-BF16 is available and permitted (the contract) and the configuration is valid
     // for palette 1; `block` gets whole weight tiles within `range` and groups within
     // `0..groups`; the tiles are released before returning.
@@ -327,11 +275,11 @@ pub(crate) unsafe fn rows_amx(job: &Bf16Job, range: Range<usize>) {
                 let two = r + 2 * ROWS <= range.end;
                 let mut g = g0;
                 while g < g1 {
-                    match (two, g + 2 <= g1) {
-                        (true, true) => block::<2, 2>(job, r, g, &mut sums),
-                        (true, false) => block::<2, 1>(job, r, g, &mut sums),
-                        (false, true) => block::<1, 2>(job, r, g, &mut sums),
-                        (false, false) => block::<1, 1>(job, r, g, &mut sums),
+                    match (g + 2 <= g1, two) {
+                        (true, true) => block::<2, 2>(job, r, g, &mut spare),
+                        (true, false) => block::<2, 1>(job, r, g, &mut spare),
+                        (false, true) => block::<1, 2>(job, r, g, &mut spare),
+                        (false, false) => block::<1, 1>(job, r, g, &mut spare),
                     }
                     g += if g + 2 <= g1 { 2 } else { 1 };
                 }
