@@ -256,6 +256,71 @@ pub fn dots_t<const H: usize>(
     }
 }
 
+/// A block of sixteen rows by sixteen columns transposed: `dst[i * dst_stride + r] =
+/// src[r * src_stride + i]` for `i, r` in `0..16`, rows `r >= rows` read as zeros (the keys of
+/// a tile laid out for [`dots_t`]). Values are moved, not computed, so every form gives the
+/// same bits.
+///
+/// Panics if `rows > 16` or the slices are too short (a caller bug).
+#[inline(always)]
+pub fn transpose16(
+    wide: Wide,
+    src: &[f32],
+    src_stride: usize,
+    rows: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+) {
+    let _ = wide;
+    check_transpose16(src.len(), src_stride, rows, dst.len(), dst_stride);
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: a `Wide` value exists only where AVX-512 F was detected; the shapes are
+        // checked above.
+        unsafe { x86::transpose16(src, src_stride, rows, dst, dst_stride) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        transpose16_portable(src, src_stride, rows, dst, dst_stride)
+    }
+}
+
+/// The portable form of [`transpose16`].
+pub fn transpose16_portable(
+    src: &[f32],
+    src_stride: usize,
+    rows: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+) {
+    check_transpose16(src.len(), src_stride, rows, dst.len(), dst_stride);
+    for i in 0..KEYS_T {
+        for r in 0..KEYS_T {
+            dst[i * dst_stride + r] = if r < rows {
+                src[r * src_stride + i]
+            } else {
+                0.0
+            };
+        }
+    }
+}
+
+/// Panics unless a [`transpose16`] of these shapes stays inside its slices.
+pub(crate) fn check_transpose16(
+    src_len: usize,
+    src_stride: usize,
+    rows: usize,
+    dst_len: usize,
+    dst_stride: usize,
+) {
+    assert!(
+        rows <= KEYS_T
+            && (rows == 0 || src_len >= (rows - 1) * src_stride + KEYS_T)
+            && dst_len >= (KEYS_T - 1) * dst_stride + KEYS_T,
+        "transpose16: shapes"
+    );
+}
+
 /// The head dimension of a [`dots_t`] call, after checking its shapes: every query row as long,
 /// a multiple of eight, and `kt` holding that many rows of [`KEYS_T`] keys `stride` apart.
 ///

@@ -371,3 +371,32 @@ fn transposed_dots_give_the_bits_of_dots() {
         }
     }
 }
+
+#[test]
+fn transpose16_moves_every_value_and_zeroes_missing_rows() {
+    let (src_stride, dst_stride) = (40, 24);
+    let src: Vec<f32> = (0..15 * src_stride + KEYS_T)
+        .map(|i| i as f32 * 0.5 - 3.0)
+        .collect();
+    for rows in [0, 1, 7, 15, 16] {
+        let mut want = vec![f32::NAN; 15 * dst_stride + KEYS_T];
+        transpose16_portable(&src, src_stride, rows, &mut want, dst_stride);
+        for i in 0..KEYS_T {
+            for r in 0..KEYS_T {
+                let v = want[i * dst_stride + r];
+                let expect = if r < rows {
+                    src[r * src_stride + i]
+                } else {
+                    0.0
+                };
+                assert_eq!(v.to_bits(), expect.to_bits(), "rows {rows} ({i}, {r})");
+            }
+        }
+        if let Some(wide) = Wide::detect() {
+            let mut got = vec![f32::NAN; want.len()];
+            transpose16(wide, &src, src_stride, rows, &mut got, dst_stride);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "rows {rows}");
+        }
+    }
+}

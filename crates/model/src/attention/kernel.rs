@@ -17,8 +17,8 @@
 //!   (`Tiles::visible`).
 
 use kernels::attn::{
-    axpy_block, dots, dots4, dots_t, scale_round_f16, softmax_f16, Avx2, Block, KvElem, Lanes,
-    Portable, Wide, KEYS4, KEYS_PER_BLOCK, KEYS_T,
+    axpy_block, dots, dots4, dots_t, scale_round_f16, softmax_f16, transpose16, Avx2, Block,
+    KvElem, Lanes, Portable, Wide, KEYS4, KEYS_PER_BLOCK, KEYS_T,
 };
 
 use super::ahead::Ahead;
@@ -542,12 +542,26 @@ fn values_tile<L: Lanes, E: KvElem>(
 
 /// The task's KV heads of a converted tile's keys `[slot][kv_dim]`, transposed into `kt` as
 /// `[kv head][element][slot]`, rows `stride` (the slots rounded up to [`KEYS_T`]) apart, the
-/// slots past the tile's zero. Returns `stride`.
-fn transpose_keys(t: &TileSpan, keys: &[f32], kt: &mut Vec<f32>) -> usize {
+/// slots past the tile's zero: in blocks of sixteen elements by sixteen slots (`transpose16`)
+/// where the head dimension allows. Returns `stride`.
+fn transpose_keys(wide: Wide, t: &TileSpan, keys: &[f32], kt: &mut Vec<f32>) -> usize {
     let n_slots = keys.len() / t.kv_dim;
     let stride = n_slots.next_multiple_of(KEYS_T);
     let (g0, g1) = (t.h0 / t.group, (t.h0 + t.nh - 1) / t.group + 1);
     let kt = grow(kt, (g1 - g0) * t.hd * stride);
+    if t.hd.is_multiple_of(KEYS_T) {
+        for (gl, g) in (g0..g1).enumerate() {
+            for i in (0..t.hd).step_by(KEYS_T) {
+                for s in (0..stride).step_by(KEYS_T) {
+                    let rows = n_slots.saturating_sub(s).min(KEYS_T);
+                    let src = &keys[s * t.kv_dim + g * t.hd + i..];
+                    let dst = &mut kt[(gl * t.hd + i) * stride + s..];
+                    transpose16(wide, src, t.kv_dim, rows, dst, stride);
+                }
+            }
+        }
+        return stride;
+    }
     for (gl, g) in (g0..g1).enumerate() {
         for i in 0..t.hd {
             let row = &mut kt[(gl * t.hd + i) * stride..(gl * t.hd + i + 1) * stride];
@@ -573,7 +587,7 @@ fn scores_tile_t(
     lo: &impl Fn(usize) -> usize,
 ) {
     let n_slots = keys.len() / t.kv_dim;
-    let stride = transpose_keys(t, keys, kt);
+    let stride = transpose_keys(wide, t, keys, kt);
     let (hd, nh, g0) = (t.hd, t.nh, t.h0 / t.group);
     for qi in 0..t.nq {
         let Some((s_lo, s_hi)) = t.seen(qi, n_slots, lo) else {

@@ -171,6 +171,58 @@ pub(crate) unsafe fn dots4<E: KvElem>(q: [&[f32]; 4], k: [&[E]; KEYS4]) -> [[f32
 ///
 /// # Safety
 /// AVX-512F/VL, AVX2, FMA and F16C must be available.
+/// `crate::attn::transpose16` on AVX-512: sixteen rows loaded (the missing ones zero), then four
+/// stages of two-source permutes, stage `b` (1, 2, 4, 8) swapping the off-diagonal `b x b`
+/// blocks of every `2b x 2b` block, whose own blocks the earlier stages transposed.
+///
+/// # Safety
+/// AVX-512 F must be available; the shapes pass `crate::attn::check_transpose16`.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn transpose16(
+    src: &[f32],
+    src_stride: usize,
+    rows: usize,
+    dst: &mut [f32],
+    dst_stride: usize,
+) {
+    // SAFETY: row r < rows reads sixteen floats at r * src_stride and row i writes sixteen at
+    // i * dst_stride, inside the slices by the contract; AVX-512 F per the contract.
+    unsafe {
+        let mut r: [__m512; KEYS_T] = std::array::from_fn(|i| {
+            if i < rows {
+                _mm512_loadu_ps(src.as_ptr().add(i * src_stride))
+            } else {
+                _mm512_setzero_ps()
+            }
+        });
+        let mut b = 1;
+        while b < KEYS_T {
+            // Row p (bit b clear) keeps its own lanes with bit b clear and takes row q's lanes
+            // j - b where bit b is set; row q the converse.
+            let ip: [i32; 16] =
+                std::array::from_fn(|j| if j & b == 0 { j } else { 16 + j - b } as i32);
+            let iq: [i32; 16] =
+                std::array::from_fn(|j| if j & b == 0 { j + b } else { 16 + j } as i32);
+            let (ip, iq) = (
+                _mm512_loadu_si512(ip.as_ptr().cast()),
+                _mm512_loadu_si512(iq.as_ptr().cast()),
+            );
+            for p in 0..KEYS_T {
+                if p & b == 0 {
+                    let q = p | b;
+                    let (rp, rq) = (r[p], r[q]);
+                    r[p] = _mm512_permutex2var_ps(rp, ip, rq);
+                    r[q] = _mm512_permutex2var_ps(rp, iq, rq);
+                }
+            }
+            b *= 2;
+        }
+        for (i, v) in r.iter().enumerate() {
+            _mm512_storeu_ps(dst.as_mut_ptr().add(i * dst_stride), *v);
+        }
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
 pub(crate) unsafe fn dots_t<const H: usize>(
     q: [&[f32]; H],
