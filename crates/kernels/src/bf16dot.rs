@@ -82,7 +82,7 @@ pub fn native_bf16() -> bool {
 /// Row-major, or (where the CPU multiplies on AMX tiles, for whole tiles of 16 rows) *tiled*:
 /// the right-hand operand of `tdpbf16ps`, tile `t` of rows `16t..16t + 16` and block `b` of 32
 /// columns 1 KiB at `(t * cols / 32 + b) * 512`, holding value `(16t + n, 32b + c)` at
-/// [`tile_index`]`(n, c)`. [`Bf16Rows::from_float`] and `crate::packed::pack` tile where the CPU
+/// `tile_index(n, c)`. [`Bf16Rows::from_float`] and `crate::packed::pack` tile where the CPU
 /// wants it.
 #[derive(Debug, Clone)]
 pub struct Bf16Rows<'a> {

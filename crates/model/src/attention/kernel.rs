@@ -589,23 +589,30 @@ fn scores_tile_t(
     let n_slots = keys.len() / t.kv_dim;
     let stride = transpose_keys(wide, t, keys, kt);
     let (hd, nh, g0) = (t.hd, t.nh, t.h0 / t.group);
-    for qi in 0..t.nq {
-        let Some((s_lo, s_hi)) = t.seen(qi, n_slots, lo) else {
-            continue;
-        };
-        let mut hi = 0;
-        while hi < nh {
-            let g = (t.h0 + hi) / t.group;
-            let n = t.run(hi, 2);
+    // Head runs outside, queries inside: a run's KV head and transposed keys are found once
+    // per tile, not once per query.
+    let mut hi = 0;
+    while hi < nh {
+        let g = (t.h0 + hi) / t.group;
+        let n = t.run(hi, 2);
+        let kg = &kt[(g - g0) * hd * stride..];
+        for qi in 0..t.nq {
+            let Some((s_lo, s_hi)) = t.seen(qi, n_slots, lo) else {
+                continue;
+            };
             let q = |j: usize| &qr[(qi * nh + hi + j) * hd..(qi * nh + hi + j + 1) * hd];
             for b in (s_lo - t.start) / KEYS_T..(s_hi - t.start).div_ceil(KEYS_T) {
-                let block = &kt[(g - g0) * hd * stride + b * KEYS_T..];
+                let block = &kg[b * KEYS_T..];
                 let first = t.start + b * KEYS_T;
                 let (from, to) = (s_lo.max(first), s_hi.min(first + KEYS_T));
                 let mut put = |j: usize, d: &[f32; KEYS_T]| {
                     let row = (qi * nh + hi + j) * t.span;
-                    scores[row + from - t.base..row + to - t.base]
-                        .copy_from_slice(&d[from - first..to - first]);
+                    let dst = &mut scores[row + from - t.base..row + to - t.base];
+                    // A whole block (all but the edges of the visible span) as one fixed copy.
+                    match <&mut [f32; KEYS_T]>::try_from(&mut *dst) {
+                        Ok(whole) => *whole = *d,
+                        Err(_) => dst.copy_from_slice(&d[from - first..to - first]),
+                    }
                 };
                 if n == 2 {
                     let d = dots_t(wide, [q(0), q(1)], block, stride);
@@ -615,7 +622,7 @@ fn scores_tile_t(
                     put(0, &dots_t(wide, [q(0)], block, stride)[0]);
                 }
             }
-            hi += n;
         }
+        hi += n;
     }
 }

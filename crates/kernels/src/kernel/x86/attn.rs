@@ -165,12 +165,6 @@ pub(crate) unsafe fn dots4<E: KvElem>(q: [&[f32]; 4], k: [&[E]; KEYS4]) -> [[f32
     unsafe { dots_block(q, k) }
 }
 
-/// `crate::attn::dots_t`: lane `j` of sixteen keys in one register (`acc[a][j]`), the
-/// fused multiply-adds over elements `j`, `j + 8`, ... in order, then the eight lanes added in
-/// order from the empty sum, and the (empty) tail added, as `dots_block` and `lane_sums8` do.
-///
-/// # Safety
-/// AVX-512F/VL, AVX2, FMA and F16C must be available.
 /// `crate::attn::transpose16` on AVX-512: sixteen rows loaded (the missing ones zero), then four
 /// stages of two-source permutes, stage `b` (1, 2, 4, 8) swapping the off-diagonal `b x b`
 /// blocks of every `2b x 2b` block, whose own blocks the earlier stages transposed.
@@ -223,6 +217,12 @@ pub(crate) unsafe fn transpose16(
     }
 }
 
+/// `crate::attn::dots_t`: lane `j` of sixteen keys in one register (`acc[a][j]`), the
+/// fused multiply-adds over elements `j`, `j + 8`, ... in order, then the eight lanes added in
+/// order from the empty sum, and the (empty) tail added, as `dots_block` and `lane_sums8` do.
+///
+/// # Safety
+/// AVX-512F/VL, AVX2, FMA and F16C must be available.
 #[target_feature(enable = "avx512f,avx512vl,avx2,fma,f16c")]
 pub(crate) unsafe fn dots_t<const H: usize>(
     q: [&[f32]; H],
