@@ -31,7 +31,7 @@ pub mod threads;
 
 pub use dtype::{Format, GgmlType};
 pub use error::KernelError;
-pub use hugebuf::{plain_bytes, plain_bytes_mut, HugeBuf, Plain};
+pub use hugebuf::{plain_bytes, plain_bytes_mut, HugeBuf, HugeVec, Plain};
 pub use kernel::{detect_isa, isa, Isa};
 pub use matmul::{dequantize_row, matmul, matmul_shared, matmul_with_isa, MatmulScratch, Weights};
 pub use ops::{

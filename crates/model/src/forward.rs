@@ -19,7 +19,7 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
-use kernels::{matmul, matmul_shared, MatmulScratch, Shares, Threads};
+use kernels::{matmul, matmul_shared, HugeVec, MatmulScratch, Shares, Threads};
 
 use crate::attention::{attend_all, AttnScratch, ChunkAttention, Heads};
 use crate::config::{Activation, ModelConfig, RopeStyle};
@@ -34,29 +34,26 @@ use runner::{Batch, LogitsWanted, LoraId};
 /// Activations of one forward pass, reused across passes.
 #[derive(Default)]
 struct Workspace {
-    x: Vec<f32>,
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    o: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
+    x: HugeVec<f32>,
+    h: HugeVec<f32>,
+    q: HugeVec<f32>,
+    k: HugeVec<f32>,
+    v: HugeVec<f32>,
+    att: HugeVec<f32>,
+    o: HugeVec<f32>,
+    gate: HugeVec<f32>,
+    up: HugeVec<f32>,
     /// cos/sin per (token, pair) for each distinct RoPE table.
     rope: Vec<Vec<(f32, f32)>>,
-    picked: Vec<f32>,
+    picked: HugeVec<f32>,
     attn: Vec<Mutex<AttnScratch>>,
     moe: MoeScratch,
     mm: MatmulScratch,
     lora: LoraScratch,
 }
 
-fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
+fn sized(v: &mut HugeVec<f32>, n: usize) -> &mut [f32] {
+    v.sized(n)
 }
 
 /// A loaded decoder-only transformer (any architecture `ModelConfig` describes).

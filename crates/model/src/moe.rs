@@ -27,7 +27,7 @@
 //!   are the same alone or batched with others.
 
 use gguf::GgmlType;
-use kernels::{matmul, matmul_shared, Layout, MatmulScratch, Threads, Weights};
+use kernels::{matmul, matmul_shared, HugeVec, Layout, MatmulScratch, Threads, Weights};
 
 use crate::config::{Activation, MoeSpec};
 use crate::weights::Matrix;
@@ -112,24 +112,21 @@ pub struct SharedExpert {
 /// Buffers of the MoE FFN, reused across layers and steps; they only grow.
 #[derive(Default)]
 pub struct MoeScratch {
-    router_logits: Vec<f32>,
+    router_logits: HugeVec<f32>,
     /// `(expert, weight)` per (token, pick), token-major.
     picks: Vec<(usize, f32)>,
     /// Per expert, the (token, pick) slots routed to it, in token order.
     slots: Vec<Vec<usize>>,
-    xs: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    ys: Vec<f32>,
+    xs: HugeVec<f32>,
+    gate: HugeVec<f32>,
+    up: HugeVec<f32>,
+    ys: HugeVec<f32>,
     /// `[n * n_used][d_model]`: each pick's expert output.
-    slot_out: Vec<f32>,
+    slot_out: HugeVec<f32>,
 }
 
-fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
+fn sized(v: &mut HugeVec<f32>, n: usize) -> &mut [f32] {
+    v.sized(n)
 }
 
 /// The MoE FFN of the `n` rows of `h` (`[n][d]`, already normed) into `out` (`[n][d]`).

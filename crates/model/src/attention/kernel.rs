@@ -20,6 +20,7 @@ use kernels::attn::{
     axpy_block, dots, dots4, dots_t, scale_round_f16, softmax_f16, transpose16, Avx2, Block,
     KvElem, Lanes, Portable, Wide, KEYS4, KEYS_PER_BLOCK, KEYS_T,
 };
+use kernels::HugeVec;
 
 use super::ahead::Ahead;
 use super::plan::Task;
@@ -158,7 +159,7 @@ fn load_queries<L: Lanes>(
     h: Heads<'_>,
     task: Task,
     q: &[f32],
-    m: &mut Vec<f32>,
+    m: &mut HugeVec<f32>,
 ) {
     let hd = h.head_dim;
     let q_dim = h.n_heads * hd;
@@ -228,8 +229,8 @@ fn scores_pass<L: Lanes>(
 
 /// Scratch of pass 1: a tile's keys converted to f32, and transposed.
 struct ScoreBufs<'a> {
-    k: &'a mut Vec<f32>,
-    kt: &'a mut Vec<f32>,
+    k: &'a mut HugeVec<f32>,
+    kt: &'a mut HugeVec<f32>,
 }
 
 /// Pass 2: softmax over each query's visible keys (sum in f64, as ggml), probabilities
@@ -270,7 +271,7 @@ fn values_pass<L: Lanes>(
     shape: &TileSpan,
     scores: &[f32],
     acc: &mut [f32],
-    buf: &mut Vec<f32>,
+    buf: &mut HugeVec<f32>,
     lo: &impl Fn(usize) -> usize,
 ) {
     let ts = tiles.pool.layout().tile_size;
@@ -335,7 +336,13 @@ impl<'a> Tiles<'a> {
 
     /// The first `n_slots` K or V rows of tile `ti`: the pool's f16 bits when `direct` and the
     /// pool stores f16, else converted into `buf` (grown as needed).
-    fn rows<'b>(&self, side: Side, ti: usize, n_slots: usize, buf: &'b mut Vec<f32>) -> TileRows<'b>
+    fn rows<'b>(
+        &self,
+        side: Side,
+        ti: usize,
+        n_slots: usize,
+        buf: &'b mut HugeVec<f32>,
+    ) -> TileRows<'b>
     where
         'a: 'b,
     {
@@ -544,7 +551,7 @@ fn values_tile<L: Lanes, E: KvElem>(
 /// `[kv head][element][slot]`, rows `stride` (the slots rounded up to [`KEYS_T`]) apart, the
 /// slots past the tile's zero: in blocks of sixteen elements by sixteen slots (`transpose16`)
 /// where the head dimension allows. Returns `stride`.
-fn transpose_keys(wide: Wide, t: &TileSpan, keys: &[f32], kt: &mut Vec<f32>) -> usize {
+fn transpose_keys(wide: Wide, t: &TileSpan, keys: &[f32], kt: &mut HugeVec<f32>) -> usize {
     let n_slots = keys.len() / t.kv_dim;
     let stride = n_slots.next_multiple_of(KEYS_T);
     let (g0, g1) = (t.h0 / t.group, (t.h0 + t.nh - 1) / t.group + 1);
@@ -583,7 +590,7 @@ fn scores_tile_t(
     keys: &[f32],
     qr: &[f32],
     scores: &mut [f32],
-    kt: &mut Vec<f32>,
+    kt: &mut HugeVec<f32>,
     lo: &impl Fn(usize) -> usize,
 ) {
     let n_slots = keys.len() / t.kv_dim;

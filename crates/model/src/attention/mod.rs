@@ -29,7 +29,7 @@
 
 use std::sync::Mutex;
 
-use kernels::{Shares, Threads};
+use kernels::{HugeVec, Shares, Threads};
 
 use crate::kv::{KvPool, TileId};
 
@@ -75,22 +75,19 @@ pub struct Heads<'a> {
 /// Per-thread reusable buffers; grown, never shrunk.
 #[derive(Default)]
 pub struct AttnScratch {
-    k: Vec<f32>,
-    v: Vec<f32>,
+    k: HugeVec<f32>,
+    v: HugeVec<f32>,
     /// Scores, then f16-rounded probabilities, per (query, head) and visible key.
-    scores: Vec<f32>,
+    scores: HugeVec<f32>,
     /// The task's queries, scaled and rounded to f16.
-    m: Vec<f32>,
-    acc: Vec<f32>,
+    m: HugeVec<f32>,
+    acc: HugeVec<f32>,
     /// A converted tile's keys transposed (`kernel::transpose_keys`).
-    kt: Vec<f32>,
+    kt: HugeVec<f32>,
 }
 
-fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
+fn grow(v: &mut HugeVec<f32>, n: usize) -> &mut [f32] {
+    v.sized(n)
 }
 
 /// `out` rows get the attention output of the matching `q` rows (`[rows][n_heads*head_dim]`).

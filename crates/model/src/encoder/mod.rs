@@ -21,7 +21,7 @@ mod embedder;
 use std::ops::Range;
 use std::path::Path;
 
-use kernels::Threads;
+use kernels::{HugeVec, Threads};
 
 pub use config::{model_kind, Dtype, EncoderArch, EncoderConfig, ModelKind, Pooling};
 pub use decoder::DecoderEmbedder;
@@ -35,27 +35,24 @@ use crate::ModelError;
 /// Activations of one call, reused across calls.
 #[derive(Default)]
 struct Workspace {
-    x: Vec<f32>,
-    qkv: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    o: Vec<f32>,
-    up: Vec<f32>,
-    gate: Vec<f32>,
-    pooled: Vec<f32>,
-    pos_row: Vec<f32>,
+    x: HugeVec<f32>,
+    qkv: HugeVec<f32>,
+    q: HugeVec<f32>,
+    k: HugeVec<f32>,
+    v: HugeVec<f32>,
+    att: HugeVec<f32>,
+    o: HugeVec<f32>,
+    up: HugeVec<f32>,
+    gate: HugeVec<f32>,
+    pooled: HugeVec<f32>,
+    pos_row: HugeVec<f32>,
     rope: Vec<(f32, f32)>,
     attn: AttnScratch,
     mm: LinScratch,
 }
 
-fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
+fn sized(v: &mut HugeVec<f32>, n: usize) -> &mut [f32] {
+    v.sized(n)
 }
 
 /// A loaded encoder.
