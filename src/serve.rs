@@ -67,6 +67,12 @@ pub struct ServeArgs {
     /// Default 128, or 1024 with --slo-tpot-ms (the TPOT target then bounds each step).
     #[arg(long, value_name = "N")]
     max_batch_tokens: Option<usize>,
+    /// Most prompt tokens in a step that decodes no stream (nobody is waiting for a next
+    /// token, as when requests reach an idle server): a long prompt then runs in chunks this
+    /// long, whose matmuls multiply more rows per weight read. Values under --max-batch-tokens
+    /// leave that as the limit.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    max_prefill_tokens: usize,
     /// How many times as long as a decode-only step a step that carries prefill alongside
     /// running streams may take (a ratio). The prefill tokens of such steps are capped from
     /// measured step times, which bounds the streams' inter-token latency; a lower value evens
@@ -445,6 +451,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 MAX_BATCH_TOKENS
             },
         ),
+        max_prefill_tokens: args.max_prefill_tokens,
         max_seqs: args.max_seqs,
         chunked_prefill: !args.no_chunked_prefill,
         prefix_caching: !args.no_prefix_cache,

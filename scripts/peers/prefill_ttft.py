@@ -4,9 +4,10 @@ of common English words (no shared prefix, so no prefix cache helps) with max_to
 and times the whole request; rounds alternate the servers so a drift of a shared host touches
 them alike. Prints each request and each server's median prompt tokens per second.
 
-Usage: prefill_ttft.py [--words 820] [--rounds 6] NAME=URL[,MODEL] ...
+Usage: prefill_ttft.py [--words 820] [--rounds 6] [--seed 0] NAME=URL[,MODEL] ...
   URL is an OpenAI-compatible /v1/completions endpoint; MODEL the `model` field to send (vLLM
-  wants its served name; Tessera takes none).
+  wants its served name; Tessera takes none). The prompts follow from --seed: run again against
+  the same servers with another seed, or their prefix caches answer.
 Example (three servers started beforehand on ports 8712-8714):
   prefill_ttft.py vllm=http://127.0.0.1:8712/v1/completions,qwen \\
       tessera-bf16=http://127.0.0.1:8713/v1/completions tessera-q4=http://127.0.0.1:8714/v1/completions
@@ -34,6 +35,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--words", type=int, default=820)
     ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("servers", nargs="+", metavar="NAME=URL[,MODEL]")
     args = ap.parse_args()
     servers = []
@@ -46,7 +48,7 @@ def main():
     rates = {name: [] for name, _, _ in servers}
     for rnd in range(args.rounds):
         for i, (name, url, model) in enumerate(servers):
-            rng = random.Random(1_000_003 * rnd + i)
+            rng = random.Random(1_000_000_007 * args.seed + 1_000_003 * rnd + i)
             body = {"prompt": " ".join(rng.choice(WORDS) for _ in range(args.words)),
                     "max_tokens": 1, "temperature": 0}
             if model:

@@ -13,6 +13,9 @@ pub struct EngineConfig {
     /// Bytes of KV memory for the runner's storage.
     pub kv_bytes: usize,
     pub max_batch_tokens: usize,
+    /// Tokens of a step that decodes no sequence (`SchedulerConfig::max_prefill_tokens`); 0
+    /// (the default) or any value under `max_batch_tokens` leaves that as the limit.
+    pub max_prefill_tokens: usize,
     pub max_seqs: usize,
     pub chunked_prefill: bool,
     pub prefix_caching: bool,
@@ -145,6 +148,7 @@ impl Default for EngineConfig {
             tile_size: 16,
             kv_bytes: 512 << 20,
             max_batch_tokens: 512,
+            max_prefill_tokens: 0,
             max_seqs: 64,
             chunked_prefill: true,
             prefix_caching: true,
@@ -217,6 +221,7 @@ impl EngineConfig {
     pub(crate) fn scheduler(&self) -> SchedulerConfig {
         SchedulerConfig {
             max_batch_tokens: self.max_batch_tokens,
+            max_prefill_tokens: self.max_prefill_tokens,
             max_seqs: self.max_seqs,
             chunked_prefill: self.chunked_prefill,
             aging_steps: self.aging_steps,

@@ -38,6 +38,10 @@ pub const LONG_PREFILL: usize = 256;
 pub struct SchedulerConfig {
     /// Tokens per step (decode tokens plus prefill chunks).
     pub max_batch_tokens: usize,
+    /// Tokens of a step in which no sequence decodes (nobody waits for a next token, so only
+    /// the prompts' own progress counts): a larger chunk runs the matmuls on more rows per
+    /// weight read. Values under `max_batch_tokens` leave it as the limit.
+    pub max_prefill_tokens: usize,
     /// Sequences per step.
     pub max_seqs: usize,
     pub chunked_prefill: bool,
@@ -138,6 +142,8 @@ pub struct Scheduler {
     prefill_cap: Option<usize>,
     /// Set with a TTFT target: prompts still on time go first (see `Lane::OnTime`).
     deadline_clock: Option<DeadlineClock>,
+    /// Whether the step being planned decodes no sequence (`max_prefill_tokens` applies).
+    prefill_only: bool,
 }
 
 impl Scheduler {
@@ -151,6 +157,7 @@ impl Scheduler {
             preemptions_total: 0,
             prefill_cap: None,
             deadline_clock: None,
+            prefill_only: false,
             cfg,
         }
     }
@@ -258,10 +265,19 @@ impl Scheduler {
         self.cfg.max_seqs.max(1)
     }
 
+    /// Tokens of the step being planned: `max_batch_tokens`, or `max_prefill_tokens` if larger
+    /// when no sequence decodes in it.
+    fn step_tokens(&self) -> usize {
+        match self.prefill_only {
+            true => self.max_batch_tokens().max(self.cfg.max_prefill_tokens),
+            false => self.max_batch_tokens(),
+        }
+    }
+
     /// Tokens a piece may still take: the step's budget, and for prefill pieces in a step that
     /// decodes, what is left of the prefill cap.
     fn budget_left(&self, plan: &StepPlan, decoding: bool) -> usize {
-        let total = self.max_batch_tokens().saturating_sub(plan.n_tokens());
+        let total = self.step_tokens().saturating_sub(plan.n_tokens());
         match self.prefill_cap {
             Some(cap) if !decoding && self.cfg.chunked_prefill && plan.decode_tokens() > 0 => {
                 total.min(cap.saturating_sub(plan.prefill_tokens()))
@@ -270,9 +286,20 @@ impl Scheduler {
         }
     }
 
-    /// Largest prefill piece a sequence gets in one step.
+    /// Largest prefill piece every sequence may get in one step (what `check_fits` plans for).
     fn chunk_limit(&self) -> usize {
         self.max_batch_tokens()
+    }
+
+    /// Largest prefill piece sequence `s` gets in this step: the step's tokens, unless a piece
+    /// that long could keep it from ever fitting the pool (a windowed layer holds the window
+    /// plus the piece), then `chunk_limit`.
+    fn piece_limit(&self, s: &Sequence) -> usize {
+        let step = self.step_tokens();
+        match step > self.chunk_limit() && !self.kv.fits_pool(s.max_total_len, step) {
+            true => self.chunk_limit(),
+            false => step,
+        }
     }
 
     /// Whether a sequence of at most `max_total_len` tokens could ever fit the pool.
@@ -357,6 +384,7 @@ impl Scheduler {
     pub fn plan(&mut self) -> StepPlan {
         let mut plan = StepPlan::default();
         let max_seqs = self.cfg.max_seqs.max(1);
+        self.prefill_only = self.decoders() == 0;
 
         let seqs = &self.seqs;
         self.running
@@ -449,7 +477,7 @@ impl Scheduler {
         }
         let need = s.uncomputed();
         if self.cfg.chunked_prefill {
-            need.min(budget).min(self.chunk_limit())
+            need.min(budget).min(self.piece_limit(s))
         } else if need <= budget || batch_empty {
             need
         } else {

@@ -1,6 +1,7 @@
 //! The prefill cap of decoding steps (set by the engine from measured step times): with decoders
 //! in the step, prefill pieces stop at the cap; without decoders the whole budget is used;
-//! `Some(0)` makes a decode-only step; chunked prefill off ignores the cap.
+//! `Some(0)` makes a decode-only step; chunked prefill off ignores the cap; a step that decodes
+//! no sequence may prefill up to `max_prefill_tokens`.
 
 mod common;
 
@@ -13,6 +14,7 @@ fn scheduler(chunked: bool) -> Scheduler {
     let m = FakeModel::new(None);
     let cfg = SchedulerConfig {
         max_batch_tokens: 256,
+        max_prefill_tokens: 0,
         max_seqs: 16,
         chunked_prefill: chunked,
         aging_steps: 100,
@@ -80,6 +82,56 @@ fn a_zero_cap_makes_a_decode_only_step_and_prefill_alone_is_never_capped() {
 }
 
 #[test]
+fn a_step_that_decodes_nobody_prefills_up_to_max_prefill_tokens() {
+    let m = FakeModel::new(None);
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 128,
+        max_prefill_tokens: 1024,
+        max_seqs: 16,
+        chunked_prefill: true,
+        aging_steps: 100,
+        release_window_tiles: true,
+    };
+    let mut s = Scheduler::new(cfg, &m.kv_layout(4), 4096, false);
+    add(&mut s, 1, 700);
+    add(&mut s, 2, 600);
+    // Nobody decodes: the first prompt whole, the second up to the larger budget.
+    let p = s.plan();
+    let lens: Vec<usize> = p.chunks.iter().map(|c| c.len).collect();
+    assert_eq!((p.decode_tokens(), lens), (0, vec![700, 324]));
+    commit(&mut s, &p);
+    // Sequence 1 now decodes: back to max_batch_tokens (its token and 127 of prefill).
+    assert_eq!(s.decoders(), 1);
+    let p = s.plan();
+    assert_eq!((p.decode_tokens(), p.prefill_tokens()), (1, 127));
+    // A value under max_batch_tokens leaves that as the limit.
+    let cfg = SchedulerConfig {
+        max_batch_tokens: 128,
+        max_prefill_tokens: 64,
+        max_seqs: 16,
+        chunked_prefill: true,
+        aging_steps: 100,
+        release_window_tiles: true,
+    };
+    let mut s = Scheduler::new(cfg.clone(), &m.kv_layout(4), 4096, false);
+    add(&mut s, 1, 700);
+    assert_eq!(s.plan().prefill_tokens(), 128);
+    // Windowed layers hold their window plus the piece: where a 1024-token piece could keep a
+    // sequence (600 + 64 tokens, 16-token tiles, window 32) from fitting an 80-tile pool
+    // (42 global tiles, and 11 rather than 42 per windowed group), it gets max_batch_tokens.
+    let windowed = FakeModel::new(Some(32));
+    let cfg = SchedulerConfig {
+        max_prefill_tokens: 1024,
+        ..cfg
+    };
+    for (tiles, piece) in [(80, 128), (200, 600)] {
+        let mut s = Scheduler::new(cfg.clone(), &windowed.kv_layout(16), tiles, false);
+        add(&mut s, 1, 600);
+        assert_eq!(s.plan().prefill_tokens(), piece, "{tiles} tiles");
+    }
+}
+
+#[test]
 fn without_chunked_prefill_the_cap_is_ignored() {
     let mut s = scheduler(false);
     decoders_and_a_prompt(&mut s, 200);
@@ -127,6 +179,7 @@ fn the_backlog_counts_prompts_in_progress_and_waiting_requests_that_have_a_seat(
     let m = FakeModel::new(None);
     let cfg = SchedulerConfig {
         max_batch_tokens: 256,
+        max_prefill_tokens: 0,
         max_seqs: 4,
         chunked_prefill: true,
         aging_steps: 100,
@@ -197,6 +250,7 @@ fn with_first_token_deadlines_a_late_prompt_is_preempted_before_one_on_time() {
     let m = FakeModel::new(None);
     let cfg = SchedulerConfig {
         max_batch_tokens: 64,
+        max_prefill_tokens: 0,
         max_seqs: 16,
         chunked_prefill: true,
         aging_steps: 100,
