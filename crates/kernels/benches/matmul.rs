@@ -147,6 +147,10 @@ fn matmuls(c: &mut Criterion) {
     bench_shape(c, &threads, GgmlType::Q4_K, 1536, 8960, &[1, 16]);
     bench_shape(c, &threads, GgmlType::Q4_K, 1536, 1536, &[1, 16]);
     bench_shape(c, &threads, GgmlType::F32, 640, 2048, &[1, 16]);
+    // Qwen2.5-Coder-0.5B Q4_K_M over a 512-token prefill step: ffn_gate / ffn_up (Q5_0, as 896
+    // columns are no whole K-quant superblocks), ffn_down (Q6_K).
+    bench_shape(c, &threads, GgmlType::Q5_0, 4864, 896, &[512]);
+    bench_shape(c, &threads, GgmlType::Q6_K, 896, 4864, &[512]);
     // nomic-embed-text-v1.5 (F16): ffn_up / ffn_gate over an encoder step of 512 tokens.
     bench_shape(c, &threads, GgmlType::F16, 3072, 768, &[512]);
     bench_bf16(c, &threads, 3072, 768, &[16, 512]);
