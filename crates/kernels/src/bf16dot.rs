@@ -49,8 +49,16 @@ pub enum Bf16Path {
 }
 
 impl Bf16Path {
-    /// The fastest path this CPU runs, within the `TESSERA_ISA` cap ([`crate::isa`]).
+    /// The fastest path this CPU runs, within the `TESSERA_ISA` cap ([`crate::isa`]); detected
+    /// once per process (each `cpuid` is a VM exit on a virtual machine, and every BF16 matmul
+    /// asks).
     pub fn detect() -> Bf16Path {
+        static PATH: std::sync::OnceLock<Bf16Path> = std::sync::OnceLock::new();
+        *PATH.get_or_init(Bf16Path::probe)
+    }
+
+    /// [`Bf16Path::detect`], uncached.
+    fn probe() -> Bf16Path {
         #[cfg(target_arch = "x86_64")]
         {
             use crate::Isa;
