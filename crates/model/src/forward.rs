@@ -52,10 +52,6 @@ struct Workspace {
     lora: LoraScratch,
 }
 
-fn sized(v: &mut HugeVec<f32>, n: usize) -> &mut [f32] {
-    v.sized(n)
-}
-
 /// A loaded decoder-only transformer (any architecture `ModelConfig` describes).
 pub struct Transformer {
     cfg: ModelConfig,
@@ -171,7 +167,7 @@ impl Transformer {
     fn embed(&mut self, batch: &Batch) -> Result<(), ModelError> {
         let (cfg, ws) = (&self.cfg, &mut self.ws);
         let (n, d) = (batch.tokens.len(), cfg.d_model);
-        let x = sized(&mut ws.x, n * d);
+        let x = ws.x.sized(n * d);
         let row_bytes = self.w.embed.row_bytes();
         for (i, &tok) in batch.tokens.iter().enumerate() {
             let t = tok as usize;
@@ -193,7 +189,7 @@ impl Transformer {
         self.attend(li, batch, kv, rows.n);
         let (cfg, lw, th, ws) = (&self.cfg, &self.w.layers[li], &self.threads, &mut self.ws);
         let (n, d, eps, qd) = (rows.n, cfg.d_model, cfg.rms_eps, cfg.q_dim());
-        let o = sized(&mut ws.o, n * d);
+        let o = ws.o.sized(n * d);
         mm(th, &lw.wo, &ws.att[..n * qd], n, o, &mut ws.mm);
         let (site, att) = (Site::Layer(li), &ws.att[..n * qd]);
         add_deltas(
@@ -213,7 +209,7 @@ impl Transformer {
         let (or, xr, hr) = (
             rows.cut(o, d),
             rows.cut(&mut ws.x[..n * d], d),
-            rows.cut(sized(&mut ws.h, n * d), d),
+            rows.cut(ws.h.sized(n * d), d),
         );
         rows.run(th, &|r| {
             let (o, x, h) = (or.take_rows(&r), xr.take_rows(&r), hr.take_rows(&r));
@@ -233,16 +229,16 @@ impl Transformer {
         let (cfg, lw, th, ws) = (&self.cfg, &self.w.layers[li], &self.threads, &mut self.ws);
         let (n, d, qd, kvd, eps) = (rows.n, cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.rms_eps);
         {
-            let h = rows.cut(sized(&mut ws.h, n * d), d);
+            let h = rows.cut(ws.h.sized(n * d), d);
             let x = &ws.x[..n * d];
             rows.run(th, &|r| {
                 let h = h.take_rows(&r);
                 pre_norm(&x[r.start * d..r.end * d], lw.attn_norm.as_deref(), eps, h);
             });
         }
-        let q = sized(&mut ws.q, n * qd);
-        let k = sized(&mut ws.k, n * kvd);
-        let v = sized(&mut ws.v, n * kvd);
+        let q = ws.q.sized(n * qd);
+        let k = ws.k.sized(n * kvd);
+        let v = ws.v.sized(n * kvd);
         matmul_shared(
             th,
             [&lw.wq.weights(), &lw.wk.weights(), &lw.wv.weights()],
@@ -323,7 +319,7 @@ impl Transformer {
             softcap: cfg.attn_softcap,
             sinks: self.w.layers[li].sinks.as_deref(),
         };
-        let att = sized(&mut ws.att, n * qd);
+        let att = ws.att.sized(n * qd);
         let q = &ws.q[..n * qd];
         attend_all(&self.threads, kv, &chunks, heads, q, att, &mut ws.attn);
     }
@@ -335,7 +331,7 @@ impl Transformer {
         let (n, d, eps) = (rows.n, cfg.d_model, cfg.rms_eps);
         match &lw.ffn {
             Ffn::Moe(mw) => {
-                let o = sized(&mut ws.o, n * d);
+                let o = ws.o.sized(n * d);
                 moe_ffn(th, mw, &ws.h[..n * d], n, o, &mut ws.moe, &mut ws.mm);
             }
             Ffn::Dense { gate, up, down } => {
@@ -398,7 +394,7 @@ impl Transformer {
         let (cfg, ws) = (&self.cfg, &mut self.ws);
         let d = cfg.d_model;
         let rows = batch.n_logit_rows();
-        let picked = sized(&mut ws.picked, rows * d);
+        let picked = ws.picked.sized(rows * d);
         let mut r = 0;
         for sc in batch.seqs {
             let range = match sc.logits {
@@ -411,7 +407,7 @@ impl Transformer {
                 r += 1;
             }
         }
-        let normed = sized(&mut ws.h, rows * d);
+        let normed = ws.h.sized(rows * d);
         rms_norm_rows(picked, &self.w.output_norm, cfg.rms_eps, normed);
         rows
     }
@@ -429,8 +425,8 @@ fn dense_mlp(
     lora: (&Loras, Site),
 ) {
     let (n, d, ff) = (rows.n, cfg.d_model, cfg.d_ff);
-    let gate = sized(&mut ws.gate, n * ff);
-    let up = sized(&mut ws.up, n * ff);
+    let gate = ws.gate.sized(n * ff);
+    let up = ws.up.sized(n * ff);
     matmul_shared(
         th,
         [&w[0].weights(), &w[1].weights()],
@@ -460,7 +456,7 @@ fn dense_mlp(
             }
         });
     }
-    let o = sized(&mut ws.o, n * d);
+    let o = ws.o.sized(n * d);
     mm(th, w[2], &ws.gate[..n * ff], n, o, &mut ws.mm);
     let act = &ws.gate[..n * ff];
     add_deltas(

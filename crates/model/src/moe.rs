@@ -125,10 +125,6 @@ pub struct MoeScratch {
     slot_out: HugeVec<f32>,
 }
 
-fn sized(v: &mut HugeVec<f32>, n: usize) -> &mut [f32] {
-    v.sized(n)
-}
-
 /// The MoE FFN of the `n` rows of `h` (`[n][d]`, already normed) into `out` (`[n][d]`).
 pub fn moe_ffn(
     th: &Threads,
@@ -141,7 +137,7 @@ pub fn moe_ffn(
 ) {
     let spec = &w.spec;
     let (ne, k, d) = (spec.n_expert, spec.n_used, w.down.rows);
-    let logits = sized(&mut s.router_logits, n * ne);
+    let logits = s.router_logits.sized(n * ne);
     matmul(th, &w.router.weights(), &h[..n * d], n, logits, mm);
     s.picks.clear();
     for row in logits.chunks_exact_mut(ne) {
@@ -158,7 +154,7 @@ pub fn moe_ffn(
     for (slot, &(e, _)) in s.picks.iter().enumerate() {
         s.slots[e].push(slot);
     }
-    sized(&mut s.slot_out, n * k * d);
+    s.slot_out.sized(n * k * d);
     for e in 0..ne {
         if !s.slots[e].is_empty() {
             run_expert(th, w, e, h, s, mm);
@@ -196,13 +192,13 @@ fn run_expert(
     let (k, d, ff) = (w.spec.n_used, w.down.rows, w.spec.d_ff_exp);
     let slots = &s.slots[e];
     let m = slots.len();
-    let xs = sized(&mut s.xs, m * d);
+    let xs = s.xs.sized(m * d);
     for (dst, &slot) in xs.chunks_exact_mut(d).zip(slots) {
         let t = slot / k;
         dst.copy_from_slice(&h[t * d..(t + 1) * d]);
     }
-    let gate = sized(&mut s.gate, m * ff);
-    let up = sized(&mut s.up, m * ff);
+    let gate = s.gate.sized(m * ff);
+    let up = s.up.sized(m * ff);
     let (wg, wu) = (w.gate.expert(e), w.up.expert(e));
     matmul_shared(th, [&wg, &wu], xs, m, [&mut *gate, &mut *up], mm);
     if let Some(b) = &w.biases {
@@ -219,7 +215,7 @@ fn run_expert(
             kernels::mul(gate, up);
         }
     }
-    let ys = sized(&mut s.ys, m * d);
+    let ys = s.ys.sized(m * d);
     matmul(th, &w.down.expert(e), gate, m, ys, mm);
     if let Some(b) = &w.biases {
         add_rows(ys, &b.down[e * d..(e + 1) * d]);
@@ -249,12 +245,12 @@ fn shared_expert(
     mm: &mut MatmulScratch,
 ) {
     let ff = sh.gate.rows;
-    let gate = sized(&mut s.gate, n * ff);
-    let up = sized(&mut s.up, n * ff);
+    let gate = s.gate.sized(n * ff);
+    let up = s.up.sized(n * ff);
     let (wg, wu) = (sh.gate.weights(), sh.up.weights());
     matmul_shared(th, [&wg, &wu], &h[..n * d], n, [&mut *gate, &mut *up], mm);
     kernels::silu_mul(gate, up);
-    let ys = sized(&mut s.ys, n * d);
+    let ys = s.ys.sized(n * d);
     matmul(th, &sh.down.weights(), gate, n, ys, mm);
     for ((o, y), x) in out[..n * d]
         .chunks_exact_mut(d)

@@ -24,7 +24,7 @@ use kernels::HugeVec;
 
 use super::ahead::Ahead;
 use super::plan::Task;
-use super::{grow, AttnScratch, ChunkAttention, Heads};
+use super::{AttnScratch, ChunkAttention, Heads};
 use crate::kv::{KvPool, TileId};
 
 /// Tasks with at most this many queries read f16 K/V tiles directly (converting as they load);
@@ -112,7 +112,7 @@ fn run_task_body<L: Lanes>(
         base,
     };
 
-    grow(&mut s.scores, nq * nh * span);
+    s.scores.sized(nq * nh * span);
     load_queries(lanes, c, h, task, q, &mut s.m);
     // Few queries (decode): read f16 K/V tiles as they are stored; many (prefill): convert each
     // tile once and reuse it (`Tiles::rows`).
@@ -137,7 +137,7 @@ fn run_task_body<L: Lanes>(
         assert_eq!(out.len(), nq * q_dim, "attention output run: this is a bug");
         &mut *out
     } else {
-        grow(&mut s.acc, nq * nh * hd)
+        s.acc.sized(nq * nh * hd)
     };
     acc.fill(0.0);
     values_pass(lanes, &tiles, &shape, &s.scores, acc, &mut s.v, &lo);
@@ -164,7 +164,7 @@ fn load_queries<L: Lanes>(
     let hd = h.head_dim;
     let q_dim = h.n_heads * hd;
     let (nq, nh) = (task.t1 - task.t0, task.h1 - task.h0);
-    let qr = grow(m, nq * nh * hd);
+    let qr = m.sized(nq * nh * hd);
     for t in 0..nq {
         let row = c.first_row + task.t0 + t;
         for hi in 0..nh {
@@ -356,7 +356,7 @@ impl<'a> Tiles<'a> {
                 return TileRows::F16(raw);
             }
         }
-        let dst = grow(buf, n_slots * pool.layout().kv_dim);
+        let dst = buf.sized(n_slots * pool.layout().kv_dim);
         match side {
             Side::K => pool.read_keys(tile, g, n_slots, dst),
             Side::V => pool.read_values(tile, g, n_slots, dst),
@@ -555,7 +555,7 @@ fn transpose_keys(wide: Wide, t: &TileSpan, keys: &[f32], kt: &mut HugeVec<f32>)
     let n_slots = keys.len() / t.kv_dim;
     let stride = n_slots.next_multiple_of(KEYS_T);
     let (g0, g1) = (t.h0 / t.group, (t.h0 + t.nh - 1) / t.group + 1);
-    let kt = grow(kt, (g1 - g0) * t.hd * stride);
+    let kt = kt.sized((g1 - g0) * t.hd * stride);
     if t.hd.is_multiple_of(KEYS_T) {
         for (gl, g) in (g0..g1).enumerate() {
             for i in (0..t.hd).step_by(KEYS_T) {

@@ -86,10 +86,6 @@ pub struct AttnScratch {
     kt: HugeVec<f32>,
 }
 
-fn grow(v: &mut HugeVec<f32>, n: usize) -> &mut [f32] {
-    v.sized(n)
-}
-
 /// `out` rows get the attention output of the matching `q` rows (`[rows][n_heads*head_dim]`).
 pub fn attend_all(
     threads: &Threads,

@@ -51,10 +51,6 @@ struct Workspace {
     mm: LinScratch,
 }
 
-fn sized(v: &mut HugeVec<f32>, n: usize) -> &mut [f32] {
-    v.sized(n)
-}
-
 /// A loaded encoder.
 pub struct Encoder {
     cfg: EncoderConfig,
@@ -206,8 +202,8 @@ impl Encoder {
         let (cfg, w, ws) = (&self.cfg, &self.w, &mut self.ws);
         let d = cfg.d_model;
         let n = spans.last().map_or(0, |s| s.end);
-        let x = sized(&mut ws.x, n * d);
-        let pos_row = sized(&mut ws.pos_row, d);
+        let x = ws.x.sized(n * d);
+        let pos_row = ws.pos_row.sized(d);
         for (ids, span) in inputs.iter().zip(spans) {
             for (p, (&tok, r)) in ids.iter().zip(span.clone()).enumerate() {
                 let dst = &mut x[r * d..(r + 1) * d];
@@ -248,12 +244,12 @@ impl Encoder {
         let (d, ff, eps) = (cfg.d_model, cfg.d_ff, cfg.eps);
         let n = spans.last().map_or(0, |s| s.end);
         let (x, mm) = (&ws.x[..n * d], &mut ws.mm);
-        let q = sized(&mut ws.q, n * d);
-        let k = sized(&mut ws.k, n * d);
-        let v = sized(&mut ws.v, n * d);
+        let q = ws.q.sized(n * d);
+        let k = ws.k.sized(n * d);
+        let v = ws.v.sized(n * d);
         match &lw.qkv {
             Qkv::Fused(f) => {
-                let qkv = sized(&mut ws.qkv, n * 3 * d);
+                let qkv = ws.qkv.sized(n * 3 * d);
                 f.apply(th, x, n, qkv, mm);
                 for (r, row) in qkv.chunks_exact(3 * d).enumerate() {
                     q[r * d..(r + 1) * d].copy_from_slice(&row[..d]);
@@ -277,18 +273,18 @@ impl Encoder {
             head_dim: cfg.head_dim,
             scale: 1.0 / (cfg.head_dim as f32).sqrt(),
         };
-        let att = sized(&mut ws.att, n * d);
+        let att = ws.att.sized(n * d);
         attention::attend(th, spans, shape, [&*q, &*k, &*v], att, &mut ws.attn);
-        let o = sized(&mut ws.o, n * d);
+        let o = ws.o.sized(n * d);
         lw.out.apply(th, att, n, o, mm);
         let x = &mut ws.x[..n * d];
         kernels::add(x, o);
         lw.attn_norm.apply(x, eps);
-        let up = sized(&mut ws.up, n * ff);
+        let up = ws.up.sized(n * ff);
         lw.up.apply(th, x, n, up, mm);
         match &lw.gate {
             Some(g) => {
-                let gate = sized(&mut ws.gate, n * ff);
+                let gate = ws.gate.sized(n * ff);
                 g.apply(th, x, n, gate, mm);
                 kernels::silu_mul(gate, up);
                 lw.down.apply(th, gate, n, o, mm);
@@ -334,11 +330,11 @@ impl Encoder {
             return cls_rows;
         };
         let (th, ws) = (&self.threads, &mut self.ws);
-        let x = sized(&mut ws.pooled, m * d);
+        let x = ws.pooled.sized(m * d);
         for (dst, src) in x.chunks_exact_mut(d).zip(&cls_rows) {
             dst.copy_from_slice(src);
         }
-        let h = sized(&mut ws.o, m * d);
+        let h = ws.o.sized(m * d);
         let mut cur: &[f32] = x;
         if let Some(dense) = &head.dense {
             dense.apply(th, cur, m, h, &mut ws.mm);
