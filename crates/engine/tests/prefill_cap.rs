@@ -10,15 +10,23 @@ use engine::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 use engine::sequence::Sequence;
 use engine::SeqId;
 
+/// Chunked prefill, 16 sequences a step, `max_batch_tokens` and `max_prefill_tokens` as given.
+fn config(max_batch_tokens: usize, max_prefill_tokens: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        max_batch_tokens,
+        max_prefill_tokens,
+        max_seqs: 16,
+        chunked_prefill: true,
+        aging_steps: 100,
+        release_window_tiles: true,
+    }
+}
+
 fn scheduler(chunked: bool) -> Scheduler {
     let m = FakeModel::new(None);
     let cfg = SchedulerConfig {
-        max_batch_tokens: 256,
-        max_prefill_tokens: 0,
-        max_seqs: 16,
         chunked_prefill: chunked,
-        aging_steps: 100,
-        release_window_tiles: true,
+        ..config(256, 0)
     };
     Scheduler::new(cfg, &m.kv_layout(4), 4096, false)
 }
@@ -84,15 +92,7 @@ fn a_zero_cap_makes_a_decode_only_step_and_prefill_alone_is_never_capped() {
 #[test]
 fn a_step_that_decodes_nobody_prefills_up_to_max_prefill_tokens() {
     let m = FakeModel::new(None);
-    let cfg = SchedulerConfig {
-        max_batch_tokens: 128,
-        max_prefill_tokens: 1024,
-        max_seqs: 16,
-        chunked_prefill: true,
-        aging_steps: 100,
-        release_window_tiles: true,
-    };
-    let mut s = Scheduler::new(cfg, &m.kv_layout(4), 4096, false);
+    let mut s = Scheduler::new(config(128, 1024), &m.kv_layout(4), 4096, false);
     add(&mut s, 1, 700);
     add(&mut s, 2, 600);
     // Nobody decodes: the first prompt whole, the second up to the larger budget.
@@ -105,27 +105,15 @@ fn a_step_that_decodes_nobody_prefills_up_to_max_prefill_tokens() {
     let p = s.plan();
     assert_eq!((p.decode_tokens(), p.prefill_tokens()), (1, 127));
     // A value under max_batch_tokens leaves that as the limit.
-    let cfg = SchedulerConfig {
-        max_batch_tokens: 128,
-        max_prefill_tokens: 64,
-        max_seqs: 16,
-        chunked_prefill: true,
-        aging_steps: 100,
-        release_window_tiles: true,
-    };
-    let mut s = Scheduler::new(cfg.clone(), &m.kv_layout(4), 4096, false);
+    let mut s = Scheduler::new(config(128, 64), &m.kv_layout(4), 4096, false);
     add(&mut s, 1, 700);
     assert_eq!(s.plan().prefill_tokens(), 128);
     // Windowed layers hold their window plus the piece: where a 1024-token piece could keep a
     // sequence (600 + 64 tokens, 16-token tiles, window 32) from fitting an 80-tile pool
     // (42 global tiles, and 11 rather than 42 per windowed group), it gets max_batch_tokens.
     let windowed = FakeModel::new(Some(32));
-    let cfg = SchedulerConfig {
-        max_prefill_tokens: 1024,
-        ..cfg
-    };
     for (tiles, piece) in [(80, 128), (200, 600)] {
-        let mut s = Scheduler::new(cfg.clone(), &windowed.kv_layout(16), tiles, false);
+        let mut s = Scheduler::new(config(128, 1024), &windowed.kv_layout(16), tiles, false);
         add(&mut s, 1, 600);
         assert_eq!(s.plan().prefill_tokens(), piece, "{tiles} tiles");
     }
@@ -178,12 +166,8 @@ fn under_the_cap_a_short_prompt_goes_before_a_long_one_already_prefilling() {
 fn the_backlog_counts_prompts_in_progress_and_waiting_requests_that_have_a_seat() {
     let m = FakeModel::new(None);
     let cfg = SchedulerConfig {
-        max_batch_tokens: 256,
-        max_prefill_tokens: 0,
         max_seqs: 4,
-        chunked_prefill: true,
-        aging_steps: 100,
-        release_window_tiles: true,
+        ..config(256, 0)
     };
     let mut s = Scheduler::new(cfg, &m.kv_layout(4), 4096, false);
     add(&mut s, 1, 8);
@@ -248,14 +232,7 @@ fn with_first_token_deadlines_a_late_prompt_is_preempted_before_one_on_time() {
     use std::time::{Duration, Instant};
     let now = Instant::now();
     let m = FakeModel::new(None);
-    let cfg = SchedulerConfig {
-        max_batch_tokens: 64,
-        max_prefill_tokens: 0,
-        max_seqs: 16,
-        chunked_prefill: true,
-        aging_steps: 100,
-        release_window_tiles: true,
-    };
+    let cfg = config(64, 0);
     // 3 groups (one global, two windowed) of 16-token tiles: 24 tiles hold 128 tokens of one
     // sequence; two 96-token prompts cannot both finish.
     let mut s = Scheduler::new(cfg, &m.kv_layout(16), 24, false);
