@@ -135,8 +135,8 @@ impl<T: Plain> DerefMut for HugeBuf<T> {
 /// A growable buffer of plain values in huge-page advised memory (see the module docs), for
 /// the forward pass's activations: its matmuls store 16 x 16 sum tiles whose rows lie one
 /// output row (often several KiB) apart, so with 4 KiB pages each tile store touches sixteen
-/// pages, and the TLB misses cost the AMX-BF16 kernel about a third of its speed (measured on a
-/// Xeon: 460 against 670 G multiply-adds/s on a 4864 x 896 matrix at 512 rows).
+/// pages (on an AMX Xeon, `throughput --prompt 1024` on a BF16 model prefilled 1081-1195 tok/s
+/// with these buffers against 928-995 with `Vec`s; docs/GOODPUT.md).
 ///
 /// It reads as its first `len()` values; [`HugeVec::sized`] grows it, keeping the values it had.
 pub struct HugeVec<T: Plain> {
