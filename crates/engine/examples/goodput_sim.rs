@@ -4,20 +4,26 @@
 //! probed at which 90% meet both).
 //!
 //! ```text
-//! cargo run --release -p tessera-engine --example goodput_sim -- \
+//! cargo run --release -p tessera-engine --example goodput_sim -- [--chat] \
 //!     [FIXED_S KNEE PER_ROW_SMALL_S PER_ROW_LARGE_S [TTFT_S TPOT_S [RATES [REQUESTS]]]]
 //! ```
 //! The step model's defaults (40 ms + 2.5 ms a row up to 16 rows, 1.5 ms a row past them)
 //! are rounded from Qwen2.5-Coder-0.5B Q4_K_M on 2 cores; prompts are 64-256 tokens, 128
 //! output tokens, 200 requests per rate, rates 0.1, 0.2, … up to RATES × 0.1 (16).
+//!
+//! `--chat`: the lengths of `tessera bench --dataset chat` instead (`engine::sim::chat`:
+//! lognormal, prompts up to 1024 tokens, outputs up to 512), with `tessera serve`'s
+//! `--max-prefill-tokens 1024` for steps in which no stream decodes.
 
 use engine::config::EngineConfig;
-use engine::sim::{attainment, poisson, quantile, simulate, StepModel};
+use engine::sim::{attainment, chat, poisson, quantile, simulate, StepModel};
 use engine::SloTargets;
 use std::time::Duration;
 
+/// Positional number `i` (from 1; flags are not counted), or `default`.
 fn arg(i: usize, default: f64) -> f64 {
     std::env::args()
+        .filter(|a| !a.starts_with("--"))
         .nth(i)
         .and_then(|a| a.parse().ok())
         .unwrap_or(default)
@@ -31,8 +37,10 @@ fn main() {
         per_row_large: arg(4, 0.0015),
     };
     let (ttft, tpot) = (arg(5, 2.0), arg(6, 0.1));
+    let chat_lengths = std::env::args().any(|a| a == "--chat");
     let base = EngineConfig {
         max_batch_tokens: 128,
+        max_prefill_tokens: if chat_lengths { 1024 } else { 0 },
         kv_bytes: 64 << 20,
         ..EngineConfig::default()
     };
@@ -43,14 +51,22 @@ fn main() {
         },
         ..base.clone()
     };
-    println!("step model {model:?}; targets TTFT {ttft} s, TPOT {tpot} s");
+    let workload = match chat_lengths {
+        true => "chat lengths",
+        false => "prompts 64-256, 128 output tokens",
+    };
+    println!("step model {model:?}; {workload}; targets TTFT {ttft} s, TPOT {tpot} s");
     println!("| policy | rate | within targets | TTFT p90 s | TPOT p90 s |");
     println!("|---|---|---|---|---|");
     for (name, cfg) in [("--max-itl-slowdown 1.5", &base), ("--slo-*", &slo)] {
         let mut capacity = 0.0;
         for k in 1..=arg(7, 16.0) as usize {
             let rate = 0.1 * k as f64;
-            let reqs = poisson(k as u64, rate, arg(8, 200.0) as usize, (64, 256), 128);
+            let n = arg(8, 200.0) as usize;
+            let reqs = match chat_lengths {
+                true => chat(k as u64, rate, n, 1024, 512),
+                false => poisson(k as u64, rate, n, (64, 256), 128),
+            };
             let out = match simulate(cfg, model, &reqs) {
                 Ok(o) => o,
                 Err(e) => {

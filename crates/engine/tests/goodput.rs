@@ -95,3 +95,24 @@ fn a_tpot_target_below_a_decode_step_falls_back_to_the_fixed_cap_and_every_promp
         p90(&fixed)
     );
 }
+
+#[test]
+fn chat_lengths_are_long_tailed_clipped_seeded_and_arrive_in_order() {
+    let reqs = engine::sim::chat(7, 0.5, 4000, 1024, 512);
+    assert_eq!(reqs, engine::sim::chat(7, 0.5, 4000, 1024, 512));
+    assert_ne!(reqs, engine::sim::chat(8, 0.5, 4000, 1024, 512));
+    assert!(reqs.windows(2).all(|w| w[0].arrival <= w[1].arrival));
+    // Poisson arrivals at 0.5 per second: 4000 of them span about 8000 seconds.
+    let span = reqs[reqs.len() - 1].arrival;
+    assert!((7000.0..9000.0).contains(&span), "span {span}");
+    let prompts: Vec<f64> = reqs.iter().map(|r| r.prompt_tokens as f64).collect();
+    let outputs: Vec<f64> = reqs.iter().map(|r| r.output_tokens as f64).collect();
+    assert!(prompts.iter().all(|&p| (4.0..=1024.0).contains(&p)));
+    assert!(outputs.iter().all(|&o| (4.0..=512.0).contains(&o)));
+    // Medians 256 and 128; the clip at 1024 holds the prompts past e^1.39 sd (about 8%).
+    let (p50, o50) = (quantile(prompts.clone(), 0.5), quantile(outputs, 0.5));
+    assert!((230.0..285.0).contains(&p50), "prompt median {p50}");
+    assert!((115.0..142.0).contains(&o50), "output median {o50}");
+    let clipped = prompts.iter().filter(|&&p| p == 1024.0).count() as f64 / 4000.0;
+    assert!((0.06..0.11).contains(&clipped), "clipped share {clipped}");
+}
