@@ -109,7 +109,8 @@ fn chat_lengths_are_long_tailed_clipped_seeded_and_arrive_in_order() {
     let outputs: Vec<f64> = reqs.iter().map(|r| r.output_tokens as f64).collect();
     assert!(prompts.iter().all(|&p| (4.0..=1024.0).contains(&p)));
     assert!(outputs.iter().all(|&o| (4.0..=512.0).contains(&o)));
-    // Medians 256 and 128; the clip at 1024 holds the prompts past e^1.39 sd (about 8%).
+    // Medians 256 and 128; the prompts clipped at 1024 are those over ln(4) = 1.39 log-sds
+    // above the median, about 8%.
     let (p50, o50) = (quantile(prompts.clone(), 0.5), quantile(outputs, 0.5));
     assert!((230.0..285.0).contains(&p50), "prompt median {p50}");
     assert!((115.0..142.0).contains(&o50), "output median {o50}");
