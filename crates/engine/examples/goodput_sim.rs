@@ -11,12 +11,13 @@
 //! are rounded from Qwen2.5-Coder-0.5B Q4_K_M on 2 cores; prompts are 64-256 tokens, 128
 //! output tokens, 200 requests per rate, rates 0.1, 0.2, … up to RATES × 0.1 (16).
 //!
-//! `--chat`: the lengths of `tessera bench --dataset chat` instead (`engine::sim::chat`:
-//! lognormal, prompts up to 1024 tokens, outputs up to 512), with `tessera serve`'s
-//! `--max-prefill-tokens 1024` for steps in which no stream decodes.
+//! `--chat`: the lengths of `tessera bench --dataset chat` instead (its own generator,
+//! `bench::workload::Workload::Chat`: lognormal, prompts up to 1024 tokens, outputs up to 512),
+//! with `tessera serve`'s `--max-prefill-tokens 1024` for steps in which no stream decodes.
 
+use bench::workload::Workload;
 use engine::config::EngineConfig;
-use engine::sim::{attainment, chat, poisson, quantile, simulate, StepModel};
+use engine::sim::{attainment, poisson, poisson_with, quantile, simulate, StepModel};
 use engine::SloTargets;
 use std::time::Duration;
 
@@ -64,7 +65,17 @@ fn main() {
             let rate = 0.1 * k as f64;
             let n = arg(8, 200.0) as usize;
             let reqs = match chat_lengths {
-                true => chat(k as u64, rate, n, 1024, 512),
+                true => {
+                    let chat = Workload::Chat {
+                        seed: k as u64,
+                        max_prompt: 1024,
+                        max_output: 512,
+                    };
+                    poisson_with(k as u64, rate, n, |i| {
+                        let s = chat.spec(i);
+                        (s.prompt_tokens, s.output_tokens as usize)
+                    })
+                }
                 false => poisson(k as u64, rate, n, (64, 256), 128),
             };
             let out = match simulate(cfg, model, &reqs) {

@@ -169,48 +169,31 @@ pub fn poisson(
     prompts: (usize, usize),
     output: usize,
 ) -> Vec<SimRequest> {
+    let span = (prompts.1 - prompts.0 + 1) as f64;
+    poisson_with(seed, rate, n, |i| {
+        let p = prompts.0 + (unit(seed, 2 * i + 1) * span) as usize;
+        (p.min(prompts.1), output)
+    })
+}
+
+/// `n` requests arriving as a Poisson process of `rate` per second, request `i`'s (prompt,
+/// output) lengths `lengths(i)` (say `tessera bench`'s `Workload::spec`, so that a simulation
+/// plays the bench's lengths).
+pub fn poisson_with(
+    seed: u64,
+    rate: f64,
+    n: usize,
+    lengths: impl Fn(u64) -> (usize, usize),
+) -> Vec<SimRequest> {
     let mut t = 0.0;
     (0..n as u64)
         .map(|i| {
             t += -(1.0 - unit(seed, 2 * i)).ln() / rate;
-            let span = (prompts.1 - prompts.0 + 1) as f64;
-            let p = prompts.0 + (unit(seed, 2 * i + 1) * span) as usize;
+            let (prompt_tokens, output_tokens) = lengths(i);
             SimRequest {
                 arrival: t,
-                prompt_tokens: p.min(prompts.1),
-                output_tokens: output,
-            }
-        })
-        .collect()
-}
-
-/// `n` requests arriving as a Poisson process of `rate` per second with chat-like lengths, as
-/// `tessera bench --dataset chat` draws them (its own choice of parameters, see
-/// `crates/bench/README.md`): independent lognormal prompt and output lengths, medians 256 and
-/// 128 tokens, log-sd 1.0 and 0.8, clipped to `[4, max_prompt]` and `[4, max_output]`.
-pub fn chat(
-    seed: u64,
-    rate: f64,
-    n: usize,
-    max_prompt: usize,
-    max_output: usize,
-) -> Vec<SimRequest> {
-    // A standard normal deviate from two uniforms (Box-Muller).
-    let normal = |i: u64| {
-        let (u, v) = (1.0 - unit(seed, i), unit(seed, i + 1));
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    };
-    let clip = |v: f64, max: usize| (v.round() as usize).clamp(4, max.max(4));
-    let mut t = 0.0;
-    (0..n as u64)
-        .map(|i| {
-            t += -(1.0 - unit(seed, 5 * i)).ln() / rate;
-            let p = (256f64.ln() + 1.0 * normal(5 * i + 1)).exp();
-            let o = (128f64.ln() + 0.8 * normal(5 * i + 3)).exp();
-            SimRequest {
-                arrival: t,
-                prompt_tokens: clip(p, max_prompt),
-                output_tokens: clip(o, max_output),
+                prompt_tokens,
+                output_tokens,
             }
         })
         .collect()

@@ -97,23 +97,29 @@ fn a_tpot_target_below_a_decode_step_falls_back_to_the_fixed_cap_and_every_promp
 }
 
 #[test]
-fn chat_lengths_are_long_tailed_clipped_seeded_and_arrive_in_order() {
-    let reqs = engine::sim::chat(7, 0.5, 4000, 1024, 512);
-    assert_eq!(reqs, engine::sim::chat(7, 0.5, 4000, 1024, 512));
-    assert_ne!(reqs, engine::sim::chat(8, 0.5, 4000, 1024, 512));
+fn poisson_with_takes_each_request_s_lengths_from_its_index_and_spaces_arrivals_at_the_rate() {
+    let lengths = |i: u64| (10 + i as usize, 3 * i as usize + 1);
+    let reqs = engine::sim::poisson_with(7, 0.5, 4000, lengths);
+    assert_eq!(reqs, engine::sim::poisson_with(7, 0.5, 4000, lengths));
+    assert_ne!(reqs, engine::sim::poisson_with(8, 0.5, 4000, lengths));
+    for (i, r) in reqs.iter().enumerate() {
+        assert_eq!(
+            (r.prompt_tokens, r.output_tokens),
+            lengths(i as u64),
+            "request {i}"
+        );
+    }
     assert!(reqs.windows(2).all(|w| w[0].arrival <= w[1].arrival));
     // Poisson arrivals at 0.5 per second: 4000 of them span about 8000 seconds.
     let span = reqs[reqs.len() - 1].arrival;
     assert!((7000.0..9000.0).contains(&span), "span {span}");
-    let prompts: Vec<f64> = reqs.iter().map(|r| r.prompt_tokens as f64).collect();
-    let outputs: Vec<f64> = reqs.iter().map(|r| r.output_tokens as f64).collect();
-    assert!(prompts.iter().all(|&p| (4.0..=1024.0).contains(&p)));
-    assert!(outputs.iter().all(|&o| (4.0..=512.0).contains(&o)));
-    // Medians 256 and 128; the prompts clipped at 1024 are those over ln(4) = 1.39 log-sds
-    // above the median, about 8%.
-    let (p50, o50) = (quantile(prompts.clone(), 0.5), quantile(outputs, 0.5));
-    assert!((230.0..285.0).contains(&p50), "prompt median {p50}");
-    assert!((115.0..142.0).contains(&o50), "output median {o50}");
-    let clipped = prompts.iter().filter(|&&p| p == 1024.0).count() as f64 / 4000.0;
-    assert!((0.06..0.11).contains(&clipped), "clipped share {clipped}");
+    // `poisson` is the same arrivals with uniform prompts.
+    let uniform = poisson(7, 0.5, 4000, (64, 256), 128);
+    assert!(uniform
+        .iter()
+        .zip(&reqs)
+        .all(|(u, r)| u.arrival == r.arrival));
+    assert!(uniform
+        .iter()
+        .all(|u| (64..=256).contains(&u.prompt_tokens) && u.output_tokens == 128));
 }
