@@ -51,13 +51,20 @@ def fleet_cache(replicas):
             sum(metric(t, "tessera_prefix_cache_queries_total") for t in texts))
 
 
+# How long a client waits for the next bytes. Longer than any phase a test waits through: a
+# request held by a stopped replica gets nothing until the test resumes it, after the other
+# replicas have served 16 more streams (up to 300 s on a loaded machine, `wait_until` below).
+READ_TIMEOUT_S = 420
+
+
 def stream(url, model, prompt, max_tokens, rec):
     """One streamed completion through `url`, noting in `rec` when its response head and first
     chunk arrived and how it ended (`ok`, or `error` with what the client saw)."""
     rec.update(start=time.monotonic(), head=None, first=None, ok=False, error=None)
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True}
     try:
-        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as r:
+        timeout = httpx.Timeout(30, read=READ_TIMEOUT_S)
+        with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=timeout) as r:
             rec["head"] = time.monotonic()
             if r.status_code != 200:
                 rec["error"] = f"HTTP {r.status_code}: {r.read().decode()[:200]}"
@@ -113,7 +120,7 @@ class Load:
     def stop(self):
         self.halt.set()
         for t in self.threads:
-            t.join(timeout=180)
+            t.join(timeout=READ_TIMEOUT_S + 60)
         return self.records
 
 
