@@ -33,7 +33,10 @@ pub use dtype::{Format, GgmlType};
 pub use error::KernelError;
 pub use hugebuf::{plain_bytes, plain_bytes_mut, HugeBuf, HugeVec, Plain};
 pub use kernel::{detect_isa, isa, Isa};
-pub use matmul::{dequantize_row, matmul, matmul_shared, matmul_with_isa, MatmulScratch, Weights};
+pub use matmul::{
+    dequantize_row, matmul, matmul_segments, matmul_shared, matmul_with_isa, MatmulScratch,
+    Segment, Weights,
+};
 pub use ops::{
     add, axpy_f16, dot_f16_f32, f16_to_f32_row, f32_to_f16_row, gelu_tanh, gelu_tanh_exact,
     layer_norm_rows_in_place, mul, rms_norm, rms_norm_in_place, rms_norm_rows,

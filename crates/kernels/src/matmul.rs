@@ -269,6 +269,97 @@ pub fn matmul_shared<const K: usize>(
     packed::run(threads, &jobs, isa());
 }
 
+/// One segment of [`matmul_segments`]: `K` weight matrices applied to a run of input rows.
+pub type Segment<'w, const K: usize> = ([Weights<'w>; K], std::ops::Range<usize>);
+
+/// [`matmul_shared`] of many weight sets, each over its own run of rows of one input, in one
+/// parallel region: segment `(ws, rows)` multiplies each `ws[k]` with rows `rows` of `x` into
+/// the same rows of `outs[k]` (`m * ws[k].rows` floats; every segment's `ws[k]` has as many rows
+/// and all weights as many columns). The segments' row runs are disjoint and in order; rows in
+/// none of them are left untouched. This is a mixture of experts' step: each expert's weights
+/// over the tokens routed to it, with one hand-off for all experts instead of one per expert.
+/// When every matrix is packed and takes the same activation blocks, `x` is quantized once for
+/// all segments; otherwise each segment is one [`matmul_shared`]. Either way every output gets
+/// the bits its own [`matmul`] call would give.
+///
+/// Panics if the shapes disagree or the runs overlap, are out of order or leave `0..m` (a
+/// caller bug).
+pub fn matmul_segments<const K: usize>(
+    threads: &Threads,
+    segments: &[Segment<'_, K>],
+    x: &[f32],
+    m: usize,
+    mut outs: [&mut [f32]; K],
+    scratch: &mut MatmulScratch,
+) {
+    let Some((first, _)) = segments.first() else {
+        return;
+    };
+    let cols = first.first().map_or(0, |w| w.cols);
+    let n_out: [usize; K] = std::array::from_fn(|k| first[k].rows);
+    assert_eq!(x.len(), m * cols, "matmul_segments: x is not m * cols");
+    let mut end = 0;
+    for (ws, rows) in segments {
+        assert!(
+            end <= rows.start && rows.start <= rows.end && rows.end <= m,
+            "matmul_segments: row runs overlap, are out of order or leave 0..{m}"
+        );
+        end = rows.end;
+        for k in 0..K {
+            assert!(
+                ws[k].rows == n_out[k] && ws[k].cols == cols,
+                "matmul_segments: segment weights of different shapes"
+            );
+        }
+    }
+    for k in 0..K {
+        assert_eq!(outs[k].len(), m * n_out[k], "matmul_segments: out {k} size");
+    }
+    let kind = |w: &Weights| {
+        let f = check(w, &[], 0, &[]);
+        (f == Format::BF16, matches!(f, Format::Q4_K | Format::Q6_K))
+    };
+    let first_kind = first.first().map(kind);
+    let shared = segments
+        .iter()
+        .flat_map(|(ws, _)| ws)
+        .all(|w| w.layout == Layout::X16 && Some(kind(w)) == first_kind && !kind(w).0);
+    if !shared || m == 0 {
+        for (ws, rows) in segments {
+            let (a, b) = (rows.start, rows.end);
+            let mut k = 0;
+            let sub = outs.each_mut().map(|o| {
+                let n = n_out[k];
+                k += 1;
+                &mut o[a * n..b * n]
+            });
+            let ws: [&Weights; K] = std::array::from_fn(|k| &ws[k]);
+            matmul_shared(threads, ws, &x[a * cols..b * cols], b - a, sub, scratch);
+        }
+        return;
+    }
+    // One base pointer per output, taken once: each job writes its own rows through it.
+    let bases = outs.each_mut().map(|o| o.as_mut_ptr());
+    let (acts, blocks) = packed_acts(threads, first[0].format(), x, cols, scratch);
+    let mut jobs = Vec::with_capacity(segments.len() * K);
+    for (ws, rows) in segments.iter().filter(|(_, r)| !r.is_empty()) {
+        for k in 0..K {
+            jobs.push(packed::PackedJob {
+                format: ws[k].format(),
+                data: ws[k].data,
+                blocks,
+                rows: n_out[k],
+                acts: acts.rows(rows.start * blocks..rows.end * blocks),
+                m: rows.len(),
+                // SAFETY: `rows.end <= m` (checked above), so the offset stays inside
+                // `outs[k]` (`m * n_out[k]` floats), whose borrow outlives the jobs.
+                out: unsafe { bases[k].add(rows.start * n_out[k]) },
+            });
+        }
+    }
+    packed::run(threads, &jobs, isa());
+}
+
 /// Panics unless `x`, `out` and `w` agree with each other (a caller bug); returns `w`'s format.
 fn check(w: &Weights, x: &[f32], m: usize, out: &[f32]) -> Format {
     assert_eq!(

@@ -628,6 +628,17 @@ pub(crate) enum PackedActs<'a> {
     Q8K(&'a [BlockQ8K]),
 }
 
+impl<'a> PackedActs<'a> {
+    /// The blocks `range` of these activations (whole rows: `range` in multiples of a row's
+    /// blocks).
+    pub(crate) fn rows(self, range: std::ops::Range<usize>) -> PackedActs<'a> {
+        match self {
+            PackedActs::Q8_0(a) => PackedActs::Q8_0(&a[range]),
+            PackedActs::Q8K(a) => PackedActs::Q8K(&a[range]),
+        }
+    }
+}
+
 /// One packed matmul call, shared by the pool's threads.
 pub(crate) struct PackedJob<'a> {
     pub format: Format,

@@ -426,3 +426,64 @@ fn k_quant_row_tiles_in_several_chunks_give_the_scalar_bits() {
         }
     }
 }
+
+#[test]
+fn segmented_matmul_gives_each_segment_the_bits_of_its_own_call() {
+    let mut rng = Rng::new(35);
+    let (cols, n_seg) = (512, 4);
+    // (gate-like type, up-like type, packed): one activation kind packed (one region), two
+    // kinds, and row-major weights (one call per segment).
+    let cases = [
+        (GgmlType::Q4_K, GgmlType::Q6_K, true),
+        (GgmlType::MXFP4, GgmlType::MXFP4, true),
+        (GgmlType::Q8_0, GgmlType::Q4_K, true),
+        (GgmlType::Q5_0, GgmlType::Q8_0, false),
+    ];
+    let rows = [48, 32];
+    for (ta, tb, packed) in cases {
+        let types = [ta, tb];
+        let data: Vec<[Vec<u8>; 2]> = (0..n_seg)
+            .map(|_| std::array::from_fn(|k| random_weights(&mut rng, types[k], rows[k], cols)))
+            .collect();
+        let packs: Vec<[_; 2]> = data
+            .iter()
+            .map(|d| std::array::from_fn(|k| pack(types[k], &d[k], rows[k], cols).expect("pack")))
+            .collect();
+        let ws: Vec<[Weights; 2]> = (0..n_seg)
+            .map(|s| {
+                std::array::from_fn(|k| {
+                    match packed {
+                        true => Weights::packed(types[k], packs[s][k].as_bytes(), rows[k], cols),
+                        false => Weights::new(types[k], &data[s][k], rows[k], cols),
+                    }
+                    .expect("valid weights")
+                })
+            })
+            .collect();
+        // Runs of 3, 0, 1 and 5 rows with a gap of two rows (left untouched) before the last.
+        let runs = [0..3, 3..3, 3..4, 6..11];
+        let m = 11;
+        let segments: Vec<kernels::Segment<2>> = ws.iter().cloned().zip(runs.clone()).collect();
+        for threads in [Threads::new(1), Threads::new(2), Threads::new(3)] {
+            let mut scratch = MatmulScratch::new();
+            let x = rng.activations(m * cols);
+            let mut a = vec![f32::NAN; m * rows[0]];
+            let mut b = vec![f32::NAN; m * rows[1]];
+            kernels::matmul_segments(&threads, &segments, &x, m, [&mut a, &mut b], &mut scratch);
+            for (k, out) in [&a, &b].into_iter().enumerate() {
+                for (s, run) in runs.iter().enumerate() {
+                    let mut one = vec![f32::NAN; run.len() * rows[k]];
+                    let xs = &x[run.start * cols..run.end * cols];
+                    kernels::matmul(&threads, &ws[s][k], xs, run.len(), &mut one, &mut scratch);
+                    let got = &out[run.start * rows[k]..run.end * rows[k]];
+                    assert_eq!(bits(got), bits(&one), "{types:?} {packed} {k} segment {s}");
+                }
+                let gap = &out[4 * rows[k]..6 * rows[k]];
+                assert!(
+                    gap.iter().all(|v| v.is_nan()),
+                    "rows in no run are untouched"
+                );
+            }
+        }
+    }
+}

@@ -14,7 +14,10 @@
 //! Design: the step's tokens are grouped by expert. For every expert with routed tokens, their
 //! normed rows are gathered and run through the same batched kernels as a dense layer (gate and
 //! up sharing their input's quantization, then down), so each expert's weights are read once
-//! per step however many tokens chose it. Results land in one slot per (token, pick) and are
+//! per step however many tokens chose it. The experts of a step go to the thread pool together
+//! (`kernels::matmul_segments`, up to `ROWS_PER_HANDOFF` gathered rows at a time): one parallel
+//! region for all their gate and up matrices and one for their down matrices, so a decoding
+//! token's eight experts cost two hand-offs, not sixteen. Results land in one slot per (token, pick) and are
 //! combined per token afterwards.
 //!
 //! Invariants:
@@ -27,7 +30,10 @@
 //!   are the same alone or batched with others.
 
 use gguf::GgmlType;
-use kernels::{matmul, matmul_shared, HugeVec, Layout, MatmulScratch, Threads, Weights};
+use kernels::{
+    matmul, matmul_segments, matmul_shared, HugeVec, Layout, MatmulScratch, Segment, Threads,
+    Weights,
+};
 
 use crate::config::{Activation, MoeSpec};
 use crate::weights::Matrix;
@@ -123,6 +129,11 @@ pub struct MoeScratch {
     ys: HugeVec<f32>,
     /// `[n * n_used][d_model]`: each pick's expert output.
     slot_out: HugeVec<f32>,
+    /// A hand-off's experts: their gate and up matrices, their down matrices, each over its run
+    /// of the gathered rows, and (expert, run).
+    gate_up: Vec<Segment<'static, 2>>,
+    down: Vec<Segment<'static, 1>>,
+    runs: Vec<(usize, std::ops::Range<usize>)>,
 }
 
 /// The MoE FFN of the `n` rows of `h` (`[n][d]`, already normed) into `out` (`[n][d]`).
@@ -155,10 +166,19 @@ pub fn moe_ffn(
         s.slots[e].push(slot);
     }
     s.slot_out.sized(n * k * d);
-    for e in 0..ne {
-        if !s.slots[e].is_empty() {
-            run_expert(th, w, e, h, s, mm);
+    // Experts in index order, as many per hand-off as `ROWS_PER_HANDOFF` rows allow (at least
+    // one with rows).
+    let mut e0 = 0;
+    while e0 < ne {
+        let (mut rows, mut e1) = (0, e0);
+        while e1 < ne && (rows == 0 || rows + s.slots[e1].len() <= ROWS_PER_HANDOFF) {
+            rows += s.slots[e1].len();
+            e1 += 1;
         }
+        if rows > 0 {
+            run_experts(th, w, e0..e1, rows, h, s, mm);
+        }
+        e0 = e1;
     }
     let slot_out = &s.slot_out;
     for (t, o) in out[..n * d].chunks_exact_mut(d).enumerate() {
@@ -178,50 +198,82 @@ pub fn moe_ffn(
     }
 }
 
-/// Expert `e` over the rows of `h` routed to it (`s.slots[e]`), each output into its slot of
-/// `s.slot_out`: gate and up sharing their input's quantization, (biases,) the activation,
-/// down, (its bias).
-fn run_expert(
+/// Most routed rows one hand-off to the pool carries: a decoding step's experts all go at once
+/// (one parallel region for all their gate and up matrices, one for their down matrices, instead
+/// of two per expert), while a long prefill chunk's gathered rows stay a few MiB.
+const ROWS_PER_HANDOFF: usize = 512;
+
+/// Experts `experts` over the rows of `h` routed to them (`rows` in all), each output into its
+/// slot of `s.slot_out`: the rows gathered expert after expert, gate and up sharing their
+/// input's quantization for all the experts at once (`matmul_segments`), then per expert its
+/// biases and the activation, then all down projections at once, (their biases).
+fn run_experts(
     th: &Threads,
     w: &MoeWeights,
-    e: usize,
+    experts: std::ops::Range<usize>,
+    rows: usize,
     h: &[f32],
     s: &mut MoeScratch,
     mm: &mut MatmulScratch,
 ) {
     let (k, d, ff) = (w.spec.n_used, w.down.rows, w.spec.d_ff_exp);
-    let slots = &s.slots[e];
-    let m = slots.len();
-    let xs = s.xs.sized(m * d);
-    for (dst, &slot) in xs.chunks_exact_mut(d).zip(slots) {
-        let t = slot / k;
-        dst.copy_from_slice(&h[t * d..(t + 1) * d]);
-    }
-    let gate = s.gate.sized(m * ff);
-    let up = s.up.sized(m * ff);
-    let (wg, wu) = (w.gate.expert(e), w.up.expert(e));
-    matmul_shared(th, [&wg, &wu], xs, m, [&mut *gate, &mut *up], mm);
-    if let Some(b) = &w.biases {
-        add_rows(gate, &b.gate[e * ff..(e + 1) * ff]);
-        add_rows(up, &b.up[e * ff..(e + 1) * ff]);
-    }
-    match w.spec.activation {
-        Activation::Silu => kernels::silu_mul(gate, up),
-        Activation::SwigluOai => {
-            kernels::swiglu_oai(gate, up, Activation::OAI_ALPHA, Activation::OAI_LIMIT)
+    let xs = s.xs.sized(rows * d);
+    s.gate_up.clear();
+    s.down.clear();
+    s.runs.clear();
+    let mut at = 0;
+    for e in experts {
+        let slots = &s.slots[e];
+        if slots.is_empty() {
+            continue;
         }
-        Activation::GeluTanh => {
-            kernels::gelu_tanh(gate);
-            kernels::mul(gate, up);
+        let run = at..at + slots.len();
+        for (dst, &slot) in xs[run.start * d..run.end * d]
+            .chunks_exact_mut(d)
+            .zip(slots)
+        {
+            let t = slot / k;
+            dst.copy_from_slice(&h[t * d..(t + 1) * d]);
+        }
+        s.gate_up
+            .push(([w.gate.expert(e), w.up.expert(e)], run.clone()));
+        s.down.push(([w.down.expert(e)], run.clone()));
+        s.runs.push((e, run.clone()));
+        at = run.end;
+    }
+    let gate = s.gate.sized(rows * ff);
+    let up = s.up.sized(rows * ff);
+    matmul_segments(th, &s.gate_up, xs, rows, [&mut *gate, &mut *up], mm);
+    for (e, run) in s.runs.iter().cloned() {
+        let (g, u) = (
+            &mut gate[run.start * ff..run.end * ff],
+            &mut up[run.start * ff..run.end * ff],
+        );
+        if let Some(b) = &w.biases {
+            add_rows(g, &b.gate[e * ff..(e + 1) * ff]);
+            add_rows(u, &b.up[e * ff..(e + 1) * ff]);
+        }
+        match w.spec.activation {
+            Activation::Silu => kernels::silu_mul(g, u),
+            Activation::SwigluOai => {
+                kernels::swiglu_oai(g, u, Activation::OAI_ALPHA, Activation::OAI_LIMIT)
+            }
+            Activation::GeluTanh => {
+                kernels::gelu_tanh(g);
+                kernels::mul(g, u);
+            }
         }
     }
-    let ys = s.ys.sized(m * d);
-    matmul(th, &w.down.expert(e), gate, m, ys, mm);
-    if let Some(b) = &w.biases {
-        add_rows(ys, &b.down[e * d..(e + 1) * d]);
-    }
-    for (src, &slot) in ys.chunks_exact(d).zip(slots) {
-        s.slot_out[slot * d..(slot + 1) * d].copy_from_slice(src);
+    let ys = s.ys.sized(rows * d);
+    matmul_segments(th, &s.down, gate, rows, [&mut *ys], mm);
+    for (e, run) in s.runs.drain(..) {
+        let ys = &mut ys[run.start * d..run.end * d];
+        if let Some(b) = &w.biases {
+            add_rows(ys, &b.down[e * d..(e + 1) * d]);
+        }
+        for (src, &slot) in ys.chunks_exact(d).zip(&s.slots[e]) {
+            s.slot_out[slot * d..(slot + 1) * d].copy_from_slice(src);
+        }
     }
 }
 
