@@ -8,6 +8,13 @@ load touches both alike), with the same thread count. Each run's peak resident m
 Markdown table of the medians with the ratios the project's goals are stated in (decode >= 1.2x
 llama-bench tg, prefill >= 1.5x llama-bench pp).
 
+Each run is tagged with the machine's state, from the core-to-core round trip measured just
+before and just after it (`throughput --probe`): a virtual machine's two CPUs on one core complex
+(~45 ns) share one memory link, on two (~400 ns) each has its own, and single-sequence decode,
+bound by memory, runs up to ~1.3x faster on two. The state moves between runs, so besides the
+medians over all runs the script gives each state's decode and prefill ratios over the runs made
+wholly in it.
+
     scripts/bench_models.py --throughput target/release/examples/throughput \\
         --llama-bench "$LLAMA_CPP_DIR"/build/bin/llama-bench --models-dir models --rounds 2
 
@@ -91,6 +98,23 @@ def run_llama(args, model):
     return pp, tg, rss
 
 
+TWO_COMPLEXES_NS = 150.0
+
+
+def probe(args):
+    """The core-to-core round trip in ns (`throughput --probe`)."""
+    out = subprocess.run(
+        [args.throughput, "--probe"], check=True, capture_output=True, text=True
+    ).stdout
+    return float(out.split()[1])
+
+
+def state(before, after):
+    """'one' or 'two' core complexes if both probes agree, else 'mixed'."""
+    a, b = before >= TWO_COMPLEXES_NS, after >= TWO_COMPLEXES_NS
+    return "mixed" if a != b else ("two" if a else "one")
+
+
 def loadavg():
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -117,11 +141,15 @@ def main():
             order = ["tessera", "llama"] if rnd % 2 == 0 else ["llama", "tessera"]
             for who in order:
                 fn = run_tessera if who == "tessera" else run_llama
+                before = probe(args)
                 pp, tg, rss = fn(args, model)
-                runs[name][who].append((pp, tg, rss))
+                after = probe(args)
+                st = state(before, after)
+                runs[name][who].append((pp, tg, rss, st))
                 print(
                     f"round {rnd + 1} {name:<36} {who:<8} pp512 {pp:8.1f}  tg128 {tg:7.1f}"
-                    f"  peak RSS {rss:7.1f} MiB  (load {loadavg()})",
+                    f"  peak RSS {rss:7.1f} MiB  (load {loadavg()}; core-to-core"
+                    f" {before:.0f} / {after:.0f} ns: {st})",
                     flush=True,
                 )
     print(f"# load average after: {loadavg()}")
@@ -139,6 +167,19 @@ def main():
             f"| {name} | {tg_t:.1f} | {tg_l:.1f} | {tg_t / tg_l:.2f}× | {pp_t:.1f} | {pp_l:.1f} "
             f"| {pp_t / pp_l:.2f}× | {med(t, 2):.0f} MiB | {med(l, 2):.0f} MiB |"
         )
+    print()
+    for name in names:
+        for st, what in (("one", "one core complex"), ("two", "two core complexes")):
+            t = [r for r in runs[name]["tessera"] if r[3] == st]
+            l = [r for r in runs[name]["llama"] if r[3] == st]
+            if not t or not l:
+                continue
+            med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
+            print(
+                f"{name}, runs on {what} ({len(t)} Tessera, {len(l)} llama-bench): decode "
+                f"{med(t, 1):.1f} / {med(l, 1):.1f} ({med(t, 1) / med(l, 1):.2f}×), prefill "
+                f"{med(t, 0):.1f} / {med(l, 0):.1f} ({med(t, 0) / med(l, 0):.2f}×)"
+            )
 
 
 if __name__ == "__main__":

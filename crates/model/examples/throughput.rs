@@ -2,7 +2,7 @@
 //!
 //! `cargo run --release -p tessera-model --example throughput -- [MODEL] [--threads N]
 //!  [--batches 1,4,16,64] [--prompt 512] [--decode 128] [--context 16] [--rounds 1]
-//!  [--json FILE]`
+//!  [--json FILE]`, or `... --example throughput -- --probe` for the core-to-core round trip alone.
 //!
 //! Reports, like llama-bench's pp512 / tg128 and llama-batched-bench:
 //! - prefill tok/s of one `--prompt`-token prompt (one forward pass per 512-token chunk);
@@ -35,6 +35,9 @@ struct Args {
     context: usize,
     rounds: usize,
     json: Option<String>,
+    /// Print the core-to-core round trip (`round_trip_ns`) and exit, without a model: scripts
+    /// that time other programs tell the machine's state with it.
+    probe: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -47,6 +50,7 @@ fn parse() -> Result<Args, String> {
         context: 16,
         rounds: 1,
         json: None,
+        probe: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -59,6 +63,7 @@ fn parse() -> Result<Args, String> {
             "--context" => a.context = num(val("--context")?)?.max(1),
             "--rounds" => a.rounds = num(val("--rounds")?)?.max(1),
             "--json" => a.json = Some(val("--json")?),
+            "--probe" => a.probe = true,
             "--batches" => {
                 a.batches = val("--batches")?
                     .split(',')
@@ -80,6 +85,10 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if args.probe {
+        println!("core-to-core {:.0} ns", round_trip_ns());
+        return;
+    }
     let m = match model::load(std::path::Path::new(&args.model), args.threads) {
         Ok(m) => m,
         Err(e) => {
