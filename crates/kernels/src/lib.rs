@@ -4,7 +4,9 @@
 //!   Q2_K/Q3_K/Q4_K/Q5_K/Q6_K, MXFP4/IQ4_NL/IQ4_XS) with scalar dequantization, activation
 //!   quantization and reference dot products.
 //! - [`matmul()`]: threaded, batch-invariant weight x activation multiplication over a fixed
-//!   [`Threads`] pool, with SIMD kernels chosen at run time ([`isa`]).
+//!   [`Threads`] pool, with SIMD kernels chosen at run time ([`isa`]); [`matmul_shared()`]
+//!   for several matrices of one input, [`matmul_segments()`] for several weight sets each over
+//!   its own rows of one input (a mixture of experts' step), each in one parallel region.
 //! - [`packed`]: Q8_0/Q5_0/Q4_0/Q4_1/Q5_1/MXFP4/IQ4_NL/Q4_K/Q6_K weights repacked sixteen rows
 //!   per block for the batched kernels (AVX2, AVX-512 VNNI, AMX-INT8).
 //! - [`bf16dot`]: float weights multiplied in BF16 numerics (`vdpbf16ps` where the CPU has it).
