@@ -17,8 +17,8 @@
 //! per step however many tokens chose it. The experts of a step go to the thread pool together
 //! (`kernels::matmul_segments`, up to `ROWS_PER_HANDOFF` gathered rows at a time): one parallel
 //! region for all their gate and up matrices and one for their down matrices, so a decoding
-//! token's eight experts cost two hand-offs, not sixteen. Results land in one slot per (token, pick) and are
-//! combined per token afterwards.
+//! token's eight experts cost two hand-offs, not sixteen. Results land in one slot per (token,
+//! pick) and are combined per token afterwards.
 //!
 //! Invariants:
 //! - Expert weights are held once: `Experts` views the file's 3-D tensor (GGUF stores each
