@@ -247,14 +247,7 @@ pub fn matmul_shared<const K: usize>(
     scratch: &mut MatmulScratch,
 ) {
     let formats = std::array::from_fn::<_, K, _>(|k| check(ws[k], x, m, outs[k]));
-    let kquant = |f: Format| matches!(f, Format::Q4_K | Format::Q6_K);
-    let shared = K > 0
-        && ws
-            .iter()
-            .all(|w| w.layout == Layout::X16 && w.cols == ws[0].cols)
-        && formats.iter().all(|&f| kquant(f) == kquant(formats[0]))
-        && formats[0] != Format::BF16;
-    if !shared {
+    if K == 0 || !one_packed_region(ws.iter().copied()) {
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             matmul(threads, w, x, m, out, scratch);
         }
@@ -305,6 +298,9 @@ pub fn matmul_segments<const K: usize>(
             "matmul_segments: row runs overlap, are out of order or leave 0..{m}"
         );
         end = rows.end;
+        for w in ws {
+            check(w, &[], 0, &[]);
+        }
         for k in 0..K {
             assert!(
                 ws[k].rows == n_out[k] && ws[k].cols == cols,
@@ -315,16 +311,7 @@ pub fn matmul_segments<const K: usize>(
     for k in 0..K {
         assert_eq!(outs[k].len(), m * n_out[k], "matmul_segments: out {k} size");
     }
-    let kind = |w: &Weights| {
-        let f = check(w, &[], 0, &[]);
-        (f == Format::BF16, matches!(f, Format::Q4_K | Format::Q6_K))
-    };
-    let first_kind = first.first().map(kind);
-    let shared = segments
-        .iter()
-        .flat_map(|(ws, _)| ws)
-        .all(|w| w.layout == Layout::X16 && Some(kind(w)) == first_kind && !kind(w).0);
-    if !shared || m == 0 {
+    if m == 0 || !one_packed_region(segments.iter().flat_map(|(ws, _)| ws)) {
         for (ws, rows) in segments {
             let (a, b) = (rows.start, rows.end);
             let mut k = 0;
@@ -358,6 +345,18 @@ pub fn matmul_segments<const K: usize>(
         }
     }
     packed::run(threads, &jobs, isa());
+}
+
+/// Whether matrices can share one quantization of their input and one packed parallel region:
+/// all packed but none BF16 (its tiles take float activations), of as many columns, and all
+/// taking the same activation blocks (Q8_K for Q4_K / Q6_K, Q8_0 for the other formats).
+fn one_packed_region<'a, 'w: 'a>(ws: impl IntoIterator<Item = &'a Weights<'w>>) -> bool {
+    let kquant = |f: Format| matches!(f, Format::Q4_K | Format::Q6_K);
+    let mut first = None;
+    ws.into_iter().all(|w| {
+        let (f, this) = (w.format(), (w.cols, kquant(w.format())));
+        w.layout == Layout::X16 && f != Format::BF16 && *first.get_or_insert(this) == this
+    })
 }
 
 /// Panics unless `x`, `out` and `w` agree with each other (a caller bug); returns `w`'s format.
