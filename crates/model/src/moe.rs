@@ -129,11 +129,11 @@ pub struct MoeScratch {
     ys: HugeVec<f32>,
     /// `[n * n_used][d_model]`: each pick's expert output.
     slot_out: HugeVec<f32>,
-    /// A hand-off's experts: their gate and up matrices, their down matrices, each over its run
-    /// of the gathered rows, and (expert, run).
+    /// A hand-off's experts with routed rows, and their gate and up matrices and their down
+    /// matrices, each over the expert's run of the gathered rows.
+    experts: Vec<usize>,
     gate_up: Vec<Segment<'static, 2>>,
     down: Vec<Segment<'static, 1>>,
-    runs: Vec<(usize, std::ops::Range<usize>)>,
 }
 
 /// The MoE FFN of the `n` rows of `h` (`[n][d]`, already normed) into `out` (`[n][d]`).
@@ -218,9 +218,9 @@ fn run_experts(
 ) {
     let (k, d, ff) = (w.spec.n_used, w.down.rows, w.spec.d_ff_exp);
     let xs = s.xs.sized(rows * d);
+    s.experts.clear();
     s.gate_up.clear();
     s.down.clear();
-    s.runs.clear();
     let mut at = 0;
     for e in experts {
         let slots = &s.slots[e];
@@ -235,16 +235,16 @@ fn run_experts(
             let t = slot / k;
             dst.copy_from_slice(&h[t * d..(t + 1) * d]);
         }
+        at = run.end;
+        s.experts.push(e);
         s.gate_up
             .push(([w.gate.expert(e), w.up.expert(e)], run.clone()));
-        s.down.push(([w.down.expert(e)], run.clone()));
-        s.runs.push((e, run.clone()));
-        at = run.end;
+        s.down.push(([w.down.expert(e)], run));
     }
     let gate = s.gate.sized(rows * ff);
     let up = s.up.sized(rows * ff);
     matmul_segments(th, &s.gate_up, xs, rows, [&mut *gate, &mut *up], mm);
-    for (e, run) in s.runs.iter().cloned() {
+    for (&e, (_, run)) in s.experts.iter().zip(&s.gate_up) {
         let (g, u) = (
             &mut gate[run.start * ff..run.end * ff],
             &mut up[run.start * ff..run.end * ff],
@@ -266,7 +266,7 @@ fn run_experts(
     }
     let ys = s.ys.sized(rows * d);
     matmul_segments(th, &s.down, gate, rows, [&mut *ys], mm);
-    for (e, run) in s.runs.drain(..) {
+    for (&e, (_, run)) in s.experts.iter().zip(&s.down) {
         let ys = &mut ys[run.start * d..run.end * d];
         if let Some(b) = &w.biases {
             add_rows(ys, &b.down[e * d..(e + 1) * d]);
