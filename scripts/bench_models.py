@@ -115,6 +115,11 @@ def state(before, after):
     return "mixed" if a != b else ("two" if a else "one")
 
 
+def med(rs, k):
+    """The median of field `k` of runs `rs`."""
+    return statistics.median(r[k] for r in rs)
+
+
 def loadavg():
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -161,7 +166,6 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         t, l = runs[name]["tessera"], runs[name]["llama"]
-        med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
         tg_t, tg_l, pp_t, pp_l = med(t, 1), med(l, 1), med(t, 0), med(l, 0)
         print(
             f"| {name} | {tg_t:.1f} | {tg_l:.1f} | {tg_t / tg_l:.2f}× | {pp_t:.1f} | {pp_l:.1f} "
@@ -174,8 +178,7 @@ def main():
             l = [r for r in runs[name]["llama"] if r[3] == st]
             if not t or not l:
                 continue
-            med = lambda rs, k: statistics.median(r[k] for r in rs)  # noqa: E731
-            print(
+                print(
                 f"{name}, runs on {what} ({len(t)} Tessera, {len(l)} llama-bench): decode "
                 f"{med(t, 1):.1f} / {med(l, 1):.1f} ({med(t, 1) / med(l, 1):.2f}×), prefill "
                 f"{med(t, 0):.1f} / {med(l, 0):.1f} ({med(t, 0) / med(l, 0):.2f}×)"
