@@ -77,8 +77,9 @@ pub struct ServeArgs {
     /// running streams may take (a ratio). The prefill tokens of such steps are capped from
     /// measured step times, which bounds the streams' inter-token latency; a lower value evens
     /// out the streams' tokens and makes prompts wait longer for their first. While more
-    /// requests wait for their first token than there are streams, the allowance grows by the
-    /// ratio of the two. 0 = no cap (only --max-batch-tokens limits prefill).
+    /// requests wait for their first token than there are streams, the cap is lifted (prefill
+    /// then fills --max-batch-tokens), so a burst of prompts does not keep the batch small. 0 =
+    /// no cap (only --max-batch-tokens limits prefill).
     #[arg(long, default_value_t = 1.5)]
     max_itl_slowdown: f64,
     /// Time-to-first-token target (ms) the scheduler aims at: prompts that can still meet it
