@@ -188,7 +188,7 @@ pub struct ServeArgs {
     /// the one responses and /v1/models report first; every one is accepted as `model`.
     #[arg(long, num_args = 1.., value_name = "NAME")]
     served_model_name: Vec<String>,
-    /// Origins whose browser pages may call the API (CORS), e.g. https://app.example.com, or
+    /// Origins whose browser pages may call the API (CORS), e.g. `https://app.example.com`, or
     /// `*` for any. Default: none (no CORS headers). Preflights need no API key.
     #[arg(long, num_args = 1.., value_name = "ORIGIN", value_parser = server::cors::parse_origin)]
     allowed_origins: Vec<String>,

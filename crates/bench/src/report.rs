@@ -340,12 +340,12 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-/// Distinct error messages, most frequent first, at most [`MAX_ERRORS`].
+/// Distinct error messages, most frequent first, at most eight (`MAX_ERRORS`).
 pub fn count_errors(outcomes: &[Outcome]) -> Vec<ErrorCount> {
     count_errors_of(outcomes.iter().filter_map(|o| o.error.as_deref()))
 }
 
-/// Distinct messages among `errors`, most frequent first, at most [`MAX_ERRORS`].
+/// Distinct messages among `errors`, most frequent first, at most eight (`MAX_ERRORS`).
 pub fn count_errors_of<'a>(errors: impl Iterator<Item = &'a str>) -> Vec<ErrorCount> {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for e in errors {

@@ -165,7 +165,7 @@ impl fmt::Display for Value {
     }
 }
 
-/// Shows at most [`DISPLAY_ARRAY_ITEMS`] elements, so a 262k-entry vocabulary prints as one line.
+/// Shows at most `DISPLAY_ARRAY_ITEMS` elements, so a 262k-entry vocabulary prints as one line.
 impl fmt::Display for Array {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fn list<T: fmt::Debug>(f: &mut fmt::Formatter<'_>, v: &[T]) -> fmt::Result {

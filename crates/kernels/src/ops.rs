@@ -226,7 +226,7 @@ pub(crate) fn gelu_with_table(x: &mut [f32], table: &[u16]) {
     }
 }
 
-/// In-place SiLU: `x / (1 + e^-x)`, with [`exp_poly`]'s `e^-x` (the same bits on every path).
+/// In-place SiLU: `x / (1 + e^-x)`, with `exp_poly`'s `e^-x` (the same bits on every path).
 pub fn silu(x: &mut [f32]) {
     silu_mul_with(x, None);
 }

@@ -120,9 +120,9 @@ impl Activation {
 /// How RoPE pairs up the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RopeStyle {
-    /// Adjacent pairs (x[2i], x[2i+1]): GGUF Llama (its Q/K weights are permuted for this).
+    /// Adjacent pairs (`x[2i]`, `x[2i+1]`): GGUF Llama (its Q/K weights are permuted for this).
     Interleaved,
-    /// Halves (x[i], x[i + d/2]): "NeoX" style, used by Gemma and Qwen.
+    /// Halves (`x[i]`, `x[i + d/2]`): "NeoX" style, used by Gemma and Qwen.
     Neox,
 }
 
@@ -634,7 +634,7 @@ impl ModelConfig {
     }
 
     /// Applies per-frequency factors (GGUF's `rope_freqs.weight`, how Llama 3.1+ files carry
-    /// their RoPE scaling): every global layer's frequency i becomes base^(-2i/d) / factor[i],
+    /// their RoPE scaling): every global layer's frequency i becomes `base^(-2i/d) / factor[i]`,
     /// as llama.cpp's `ggml_rope_ext` does with freq_factors. Replaces any metadata scaling
     /// but YaRN, which llama.cpp would apply on top: that pair is refused.
     pub fn apply_rope_freq_factors(&mut self, factors: &[f32]) -> Result<(), ModelError> {

@@ -2,13 +2,13 @@
 //!
 //! Design: a [`Tokenizer`] is built from the `tokenizer.ggml.*` metadata of a GGUF file (or a
 //! hand-made [`Vocab`]) and needs no other files. Encoding runs in two stages, as in llama.cpp:
-//! 1. [`special`]: split the text on special-token strings (user-defined tokens always,
+//! 1. `special`: split the text on special-token strings (user-defined tokens always,
 //!    control tokens only with `parse_special`);
-//! 2. segment each remaining text fragment with the vocabulary's algorithm: [`spm`]
-//!    (SentencePiece, score-ordered merges with byte fallback; Gemma, LLaMA 2) or [`bpe`]
-//!    (BPE after a [`pretokenize`] split: byte-level for LLaMA 3, Qwen2, SmolLM, GPT-2,
+//! 2. segment each remaining text fragment with the vocabulary's algorithm: `spm`
+//!    (SentencePiece, score-ordered merges with byte fallback; Gemma, LLaMA 2) or `bpe`
+//!    (BPE after a `pretokenize` split: byte-level for LLaMA 3, Qwen2, SmolLM, GPT-2,
 //!    DeepSeek; SentencePiece-style over `▁`-escaped UTF-8 for Gemma 4's `gemma4` model) or
-//!    [`wpm`] (WordPiece: BERT and its embedding models, `[CLS] text [SEP]`).
+//!    `wpm` (WordPiece: BERT and its embedding models, `[CLS] text [SEP]`).
 //!
 //! BPE pre-tokenizers: [`PreTokenizer::NAMES`] is the table of accepted `tokenizer.ggml.pre`
 //! values, each mapped to one of llama.cpp's split patterns it shares (the default, GPT-2,
@@ -18,7 +18,7 @@
 //! Tessera does not implement (`deepseek-v3`, `tekken`, `seed-coder`, ...), is refused with
 //! [`TokenizerError::UnsupportedPreTokenizer`], whose message lists the accepted names.
 //!
-//! Decoding concatenates precomputed per-token bytes ([`decode`]); [`IncrementalDecoder`]
+//! Decoding concatenates precomputed per-token bytes (`decode`); [`IncrementalDecoder`]
 //! streams them without ever emitting half a UTF-8 character.
 //!
 //! A `Tokenizer` is an `Arc` around immutable tables: cloning is cheap and it is `Send + Sync`.

@@ -54,7 +54,7 @@ pub struct ActQ8_0 {
     pub d: f32,
     /// Sum of `qs`, used to apply the weight offset once per block.
     pub sum: i32,
-    /// `-offset * sum` for each of [`PACKED_OFFSETS`], so the packed kernels broadcast it from
+    /// `-offset * sum` for each of `PACKED_OFFSETS`, so the packed kernels broadcast it from
     /// memory instead of computing and moving it into a vector register for every block and
     /// row (Q8_0 262144x640 at m = 16: 9.6 -> 9.0 ms).
     pub neg_offset_sums: [i32; 3],

@@ -76,7 +76,7 @@ pub enum Pooling {
     None,
     /// The mean of the tokens' states (1).
     Mean,
-    /// The first token's ([CLS]) state (2).
+    /// The first token's (`[CLS]`) state (2).
     Cls,
     /// The last token's state (3).
     Last,

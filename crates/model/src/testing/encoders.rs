@@ -7,8 +7,8 @@
 //!   token embeddings and layer 1's `ffn_up` are F16.
 //!
 //! Both use one small WordPiece vocabulary (`tokenizer.ggml.model = bert`, pieces stored as
-//! GGUF stores BERT's: U+2581 before word-initial pieces, no `##`), with [PAD] [UNK] [CLS]
-//! [SEP] [MASK] at ids 0-4. Like the decoder tiny models, the bytes are a pure function of
+//! GGUF stores BERT's: U+2581 before word-initial pieces, no `##`), with `[PAD]` `[UNK]` `[CLS]`
+//! `[SEP]` `[MASK]` at ids 0-4. Like the decoder tiny models, the bytes are a pure function of
 //! `(arch, seed)`.
 
 use gguf::{Array, GgufWriter};

@@ -6,7 +6,7 @@
 //! carries an about constant `c` in dimension 0. The router's column 0 then acts as a per-expert
 //! bias: `logit_e = r_e . h + w_e * c`. The uniform router has `w_e = 0`; the Zipf router's
 //! `w_e = beta_e / c` with `beta` fitted (by simulation on model hidden states, see
-//! [`HiddenModel`]) so that the share of tokens routing to the expert of rank `r` is
+//! `HiddenModel`) so that the share of tokens routing to the expert of rank `r` is
 //! `min(1, a / r)`, `a` such that the shares sum to the `k` experts each token uses. Which expert
 //! has which rank is a random permutation per layer.
 //!
