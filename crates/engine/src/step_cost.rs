@@ -198,8 +198,9 @@ impl StepCost {
 
     /// Prefill tokens allowed in the next step if it decodes for `decoders` sequences while
     /// `backlog` requests wait for their first token, within `min..=max` (`max` while the backlog
-    /// outnumbers the decoders). `Some(0)` asks for a decode-only step to measure the baseline (none yet, an
-    /// old one, or one measured with a rather different number of decoders); `None` when off.
+    /// outnumbers the decoders). `Some(0)` asks for a decode-only step to measure the baseline
+    /// (none yet, an old one, or one measured with a rather different number of decoders);
+    /// `None` when off.
     pub fn cap(&self, decoders: usize, backlog: usize, min: usize, max: usize) -> Option<usize> {
         if self.slowdown <= 0.0 {
             return None;
