@@ -178,7 +178,7 @@ def main():
             l = [r for r in runs[name]["llama"] if r[3] == st]
             if not t or not l:
                 continue
-                print(
+            print(
                 f"{name}, runs on {what} ({len(t)} Tessera, {len(l)} llama-bench): decode "
                 f"{med(t, 1):.1f} / {med(l, 1):.1f} ({med(t, 1) / med(l, 1):.2f}×), prefill "
                 f"{med(t, 0):.1f} / {med(l, 0):.1f} ({med(t, 0) / med(l, 0):.2f}×)"
