@@ -139,15 +139,11 @@ fn a_burst_larger_than_the_running_batch_is_admitted_before_the_first_streams_fi
         .collect();
     let out = simulate(&base(), MODEL, &reqs).expect("the burst plays through");
     assert!(out.iter().all(|o| o.tokens == 128));
-    let first_done = out
-        .iter()
-        .map(|o| o.ttft + o.tpot * 127.0)
-        .fold(f64::INFINITY, f64::min);
+    // Each stream's last token: its first, then 127 gaps of its TPOT.
+    let done: Vec<f64> = out.iter().map(|o| o.ttft + o.tpot * 127.0).collect();
+    let first_done = done.iter().copied().fold(f64::INFINITY, f64::min);
+    let last_done = done.iter().copied().fold(0.0, f64::max);
     let started = out.iter().filter(|o| o.ttft < first_done).count();
-    let last_done = out
-        .iter()
-        .map(|o| o.ttft + o.tpot * 127.0)
-        .fold(0.0, f64::max);
     // A cap that only widened in proportion to waiting / decoding: 8 of 16, the last done at
     // 44.8 s (this step model, exact on the modelled clock).
     assert!(

@@ -138,8 +138,8 @@ impl Encoder {
         &self.threads
     }
 
-    /// Runs whole inputs (token ids, with their `[CLS]`/`[SEP]`) in one batch and returns one result
-    /// per input: `n_embd()` floats for mean / cls / last pooling, `n_embd()` per token for
+    /// Runs whole inputs (token ids, with their `[CLS]`/`[SEP]`) in one batch and returns one
+    /// result per input: `n_embd()` floats for mean / cls / last pooling, `n_embd()` per token for
     /// `None`, `n_scores()` raw scores for `Rank`. `normalize` L2-normalises each embedding
     /// (each token's under `None`; never the scores).
     ///
