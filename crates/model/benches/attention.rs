@@ -81,6 +81,36 @@ fn bench(c: &mut Criterion) {
         });
     }
 
+    // OLMoE's shapes (16 query heads, each its own KV head, head dim 128): one decoding
+    // sequence at 2,048 tokens (the lone decode is cut by heads over the threads) and 16 at 512,
+    // 16 layers' worth of K/V visited in turn (268 MB), read from memory as in a model's step.
+    let olmoe = Heads {
+        n_heads: 16,
+        n_kv_heads: 16,
+        head_dim: 128,
+        scale: 1.0 / 128f32.sqrt(),
+        ..heads
+    };
+    for (seqs, len) in [(1, 2048), (16, 512)] {
+        let layers: Vec<(KvPool, Vec<Vec<TileId>>)> = (0..16)
+            .map(|_| filled_pool(TS, 16 * 128, seqs, len))
+            .collect();
+        let layer_chunks: Vec<Vec<ChunkAttention>> = layers
+            .iter()
+            .map(|(_, tables)| decode_chunks(tables, len))
+            .collect();
+        let q = values(seqs * 16 * 128, 3);
+        let mut out = vec![0f32; q.len()];
+        g.throughput(Throughput::Elements(16 * (seqs * len) as u64));
+        g.bench_function(format!("decode_{seqs}x{len}_16_layers_olmoe"), |b| {
+            b.iter(|| {
+                for ((pool, _), chunks) in layers.iter().zip(&layer_chunks) {
+                    attend_all(&threads, pool, chunks, olmoe, &q, &mut out, &mut scratch)
+                }
+            })
+        });
+    }
+
     let (pool, tables) = filled(1, 1024);
     let chunk = [ChunkAttention {
         tiles: &tables[0],

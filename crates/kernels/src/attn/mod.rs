@@ -212,6 +212,25 @@ pub fn dots<L: Lanes, E: KvElem>(
     dots_portable(q, k)
 }
 
+/// Each query row's dot with its own key row, `q[a] · k[a]` (at most 16 pairs), each as
+/// [`dots`] computes a pair: eight lanes of fused multiply-adds in element order, the lanes
+/// then summed in order. For heads that each have their own KV head, the heads of one key row
+/// in a row (`dots` pairs every query with every key).
+#[inline(always)]
+pub fn dots_own<L: Lanes, E: KvElem, const H: usize>(
+    lanes: L,
+    q: [&[f32]; H],
+    k: [&[E]; H],
+) -> [f32; H] {
+    let _ = lanes;
+    #[cfg(target_arch = "x86_64")]
+    if L::SIMD {
+        // SAFETY: `L::SIMD` means an `Avx2` value exists: AVX2, FMA and F16C were detected.
+        return unsafe { x86::dots_own(q, k) };
+    }
+    std::array::from_fn(|a| dots_portable([q[a]], [k[a]])[0][0])
+}
+
 /// [`dots`] for four query rows (heads sharing a KV head) by `KEYS4` key rows: each key row
 /// loaded and converted once for four heads (the same bits as [`dots`] per pair).
 #[inline(always)]
@@ -521,6 +540,59 @@ pub fn axpy_block<'v, const N: usize, L: Lanes, E: KvElem + 'v, P: Progress>(
                 for (x, y) in acc[h * hd + body..(h + 1) * hd].iter_mut().zip(vr) {
                     *x = wt.mul_add(y.to_f32(), *x);
                 }
+            }
+        }
+    }
+}
+
+/// For `heads` heads that each have their own KV head: `acc[h] += w[h][pos] * v(pos)[h]` over
+/// the positions in order, where `v(pos)` holds the heads' value rows back to back (`heads *
+/// hd` elements), `acc` their accumulators back to back and `w` their score rows (`b.span`
+/// apart). Position by position, each row's heads in turn, so the rows are read in memory
+/// order (a decode streaming a tile whose rows hold many heads needs that; see the attention
+/// kernel); the accumulators stay in L1 rather than registers. Per element the same fused
+/// multiply-adds in the same position order as [`axpy_block`]: the same bits. The SIMD forms
+/// tell `b.next` after each position.
+///
+/// Panics if the shapes do not fit (a caller bug).
+#[inline(always)]
+pub fn axpy_rows<'v, L: Lanes, E: KvElem + 'v, P: Progress>(
+    lanes: L,
+    acc: &mut [f32],
+    w: &[f32],
+    b: &Block<P>,
+    heads: usize,
+    v: impl Fn(usize) -> &'v [E],
+) {
+    let _ = lanes;
+    let (hd, span, base) = (b.hd, b.span, b.base);
+    let (p0, p1) = (b.positions.start, b.positions.end);
+    if p0 >= p1 || heads == 0 {
+        return;
+    }
+    assert!(
+        acc.len() >= heads * hd && p0 >= base && (heads - 1) * span + p1 - base <= w.len(),
+        "axpy_rows: shapes"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if L::SIMD && hd.is_multiple_of(16) && Wide::detect().is_some() {
+        // SAFETY: `L::SIMD` means AVX2, FMA and F16C were detected, `Wide` AVX-512F; the
+        // shapes were checked above.
+        unsafe { x86::axpy_rows_512::<E, P>(acc, w, b, heads, v) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if L::SIMD && hd.is_multiple_of(8) {
+        // SAFETY: `L::SIMD` means AVX2, FMA and F16C were detected; shapes checked above.
+        unsafe { x86::axpy_rows::<E, P>(acc, w, b, heads, v) };
+        return;
+    }
+    for pos in p0..p1 {
+        let row = &v(pos)[..heads * hd];
+        for (h, vh) in row.chunks_exact(hd).enumerate() {
+            let wt = w[h * span + pos - base];
+            for (x, y) in acc[h * hd..(h + 1) * hd].iter_mut().zip(vh) {
+                *x = wt.mul_add(y.to_f32(), *x);
             }
         }
     }

@@ -400,3 +400,85 @@ fn transpose16_moves_every_value_and_zeroes_missing_rows() {
         }
     }
 }
+
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C (the test detects them first); the shapes are as
+/// `x86::axpy_rows` requires (`b.hd` a multiple of 8, checked by `axpy_rows` first).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn simd256_rows(acc: &mut [f32], w: &[f32], b: &Block<()>, heads: usize, v: &[u16]) {
+    let row = heads * b.hd;
+    // SAFETY: features enabled here; shapes per the contract.
+    unsafe { x86::axpy_rows::<u16, ()>(acc, w, b, heads, |p| &v[p * row..(p + 1) * row]) };
+}
+
+#[test]
+fn row_by_row_dots_and_value_sums_give_the_bits_of_the_head_by_head_ones() {
+    let row = |seed: usize, n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
+            .collect()
+    };
+    let f16s = |x: &[f32]| -> Vec<u16> {
+        x.iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect()
+    };
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    // Head dimensions with 16 lanes, 8 lanes only, and a tail; ten heads (two runs of pairs).
+    for hd in [128, 24, 20] {
+        let heads = 10;
+        let (span, n_pos) = (29, 23);
+        let qs: Vec<Vec<f32>> = (0..heads).map(|h| row(40 + h, hd)).collect();
+        let ks: Vec<Vec<u16>> = (0..heads).map(|h| f16s(&row(60 + h, hd))).collect();
+        let q: [&[f32]; 10] = std::array::from_fn(|h| &qs[h][..]);
+        let k: [&[u16]; 10] = std::array::from_fn(|h| &ks[h][..]);
+        let want: Vec<f32> = (0..heads)
+            .map(|h| dots::<_, u16>(Portable, [q[h], q[h]], [k[h]; KEYS_PER_BLOCK])[0][0])
+            .collect();
+        assert_eq!(bits(&dots_own(Portable, q, k)), bits(&want), "hd {hd}");
+        if let Some(simd) = Avx2::detect() {
+            assert_eq!(bits(&dots_own(simd, q, k)), bits(&want), "hd {hd}");
+        }
+
+        // Values: rows of `heads * hd`, each head's accumulator as `axpy_block` leaves it.
+        let w = row(5, heads * span);
+        let v = f16s(&row(6, n_pos * heads * hd));
+        let b = Block {
+            span,
+            hd,
+            base: 3,
+            positions: 3..3 + n_pos - 2,
+            next: &(),
+        };
+        let start = row(7, heads * hd);
+        let mut want = start.clone();
+        for h in 0..heads {
+            let acc = &mut want[h * hd..(h + 1) * hd];
+            let vh = |p: usize| &v[(p - 3) * heads * hd + h * hd..][..hd];
+            axpy_block::<1, _, u16, ()>(Portable, acc, &w[h * span..], &b, vh);
+        }
+        let rows = |p: usize| &v[(p - 3) * heads * hd..(p - 2) * heads * hd];
+        let mut plain = start.clone();
+        axpy_rows(Portable, &mut plain, &w, &b, heads, rows);
+        assert_eq!(bits(&plain), bits(&want), "hd {hd}");
+        if let Some(simd) = Avx2::detect() {
+            let mut got = start.clone();
+            axpy_rows(simd, &mut got, &w, &b, heads, rows);
+            assert_eq!(bits(&got), bits(&want), "hd {hd}");
+            #[cfg(target_arch = "x86_64")]
+            if hd % 8 == 0 {
+                // The 256-bit form, which `axpy_rows` skips where AVX-512 is there.
+                let mut got = start.clone();
+                let shifted = Block {
+                    base: 0,
+                    positions: 0..n_pos - 2,
+                    ..b
+                };
+                // SAFETY: `Avx2` detected; hd is a multiple of 8; the shapes fit.
+                unsafe { simd256_rows(&mut got, &w, &shifted, heads, &v) };
+                assert_eq!(bits(&got), bits(&want), "hd {hd}");
+            }
+        }
+    }
+}

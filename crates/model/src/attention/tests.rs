@@ -1,5 +1,6 @@
 //! A chunk's queries attended together (converted tiles; on AVX-512 the transposed K·Q blocks)
-//! give the bits of the same queries attended one by one (f16 tiles read as stored).
+//! give the bits of the same queries attended one by one (f16 tiles read as stored; row by row
+//! where each head has its own KV head), and of a lone decode (its heads split over threads).
 
 use std::sync::Mutex;
 
@@ -15,11 +16,16 @@ fn bits(x: &[f32]) -> Vec<u32> {
 #[test]
 fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
     // (heads, KV heads, head dim, tile size, window): Qwen2.5-0.5B's shape (seven heads per KV
-    // head: pairs and a lone head), Gemma 3's, and tiles that are not a multiple of sixteen.
+    // head: pairs and a lone head), Gemma 3's, tiles that are not a multiple of sixteen; and
+    // heads with their own KV heads (read row by row): OLMoE's shape, more than eight heads
+    // per task with a head dimension of 8 (not 16) lanes, and one with a tail of four.
     let shapes = [
         (14, 2, 64, 16, None),
         (4, 1, 256, 16, Some(21)),
         (6, 2, 32, 12, None),
+        (16, 16, 128, 16, None),
+        (22, 22, 24, 12, Some(21)),
+        (3, 3, 20, 16, None),
     ];
     let threads = Threads::new(2);
     for (n_heads, n_kv, hd, ts, window) in shapes {
@@ -69,6 +75,16 @@ fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
             bits(&whole),
             bits(&one_by_one),
             "{n_heads} heads, hd {hd}, tiles of {ts}"
+        );
+        // The last query alone: a lone decode, its heads cut over the threads.
+        let mut alone = vec![0f32; q.len()];
+        let last = [chunk(n - 1, 1)];
+        attend_all(&threads, &pool, &last, heads, &q, &mut alone, &mut scratch);
+        let row = (n - 1) * n_heads * hd..n * n_heads * hd;
+        assert_eq!(
+            bits(&alone[row.clone()]),
+            bits(&whole[row]),
+            "alone: {n_heads} heads, hd {hd}, tiles of {ts}"
         );
     }
 }

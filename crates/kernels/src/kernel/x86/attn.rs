@@ -317,6 +317,49 @@ unsafe fn dots_block<E: KvElem, const H: usize, const K: usize>(
     }
 }
 
+/// `crate::attn::dots_own`: one 8-lane accumulator per pair, the operations of `dots_block`
+/// per pair, eight pairs' lanes summed by one `lane_sums8`.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be enabled in the inlining function.
+#[inline(always)]
+pub(crate) unsafe fn dots_own<E: KvElem, const H: usize>(q: [&[f32]; H], k: [&[E]; H]) -> [f32; H] {
+    const { assert!(H <= 16, "dots_own: more pairs than lane-sum room") };
+    let n = q[0].len();
+    assert!(
+        q.iter().all(|r| r.len() == n) && k.iter().all(|r| r.len() == n),
+        "dots_own: ragged rows"
+    );
+    let body = n - n % 8;
+    // SAFETY: every load reads 8 elements at i < body <= len; features per the contract.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); H];
+        let mut i = 0;
+        while i < body {
+            for a in 0..H {
+                let kv = load8(k[a].as_ptr().add(i));
+                acc[a] = _mm256_fmadd_ps(_mm256_loadu_ps(q[a].as_ptr().add(i)), kv, acc[a]);
+            }
+            i += 8;
+        }
+        let mut sums = [[0.0f32; 8]; 2];
+        for (g, dst) in sums.iter_mut().enumerate().take(H.div_ceil(8)) {
+            let v =
+                std::array::from_fn(|j| acc.get(8 * g + j).copied().unwrap_or(_mm256_setzero_ps()));
+            *dst = lane_sums8(v);
+        }
+        let sums = sums.as_flattened();
+        std::array::from_fn(|a| {
+            let tail: f32 = q[a][body..]
+                .iter()
+                .zip(&k[a][body..])
+                .map(|(x, y)| x * y.to_f32())
+                .sum();
+            sums[a] + tail
+        })
+    }
+}
+
 /// `v[p]`'s eight lanes summed in lane order for each `p`, as `lanes.iter().sum::<f32>()`
 /// does it (from the same empty-sum value), by a transpose and seven vertical adds.
 ///
@@ -478,5 +521,76 @@ pub(crate) unsafe fn axpy_block<'v, const N: usize, E: KvElem + 'v, P: Progress>
         }
         d += 16;
         b.next.upto(d, hd);
+    }
+}
+
+/// 512-bit `crate::attn::axpy_rows`: each head's accumulator updated sixteen floats at a time,
+/// per element the fused multiply-add of the portable form, positions in order.
+///
+/// # Safety
+/// AVX-512F, AVX2, FMA and F16C must be available; `b.hd % 16 == 0`; the shapes passed
+/// `axpy_rows`' check (`acc` holds `heads * hd` floats, `w` every head's scores of the
+/// positions); each row is checked to hold `heads * hd` elements.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_rows_512<'v, E: KvElem + 'v, P: Progress>(
+    acc: &mut [f32],
+    w: &[f32],
+    b: &Block<P>,
+    heads: usize,
+    v: impl Fn(usize) -> &'v [E],
+) {
+    let (hd, span, base) = (b.hd, b.span, b.base);
+    let (p0, p1) = (b.positions.start, b.positions.end);
+    for (i, pos) in (p0..p1).enumerate() {
+        let row = &v(pos)[..heads * hd];
+        for h in 0..heads {
+            // SAFETY: h * span + pos - base < w.len() and acc holds heads * hd floats (the
+            // contract); row holds heads * hd elements (sliced above); d + 16 <= hd.
+            unsafe {
+                let wt = _mm512_set1_ps(*w.as_ptr().add(h * span + pos - base));
+                let (a, x) = (acc.as_mut_ptr().add(h * hd), row.as_ptr().add(h * hd));
+                let mut d = 0;
+                while d < hd {
+                    let s = _mm512_fmadd_ps(wt, load16(x.add(d)), _mm512_loadu_ps(a.add(d)));
+                    _mm512_storeu_ps(a.add(d), s);
+                    d += 16;
+                }
+            }
+        }
+        b.next.upto(i + 1, p1 - p0);
+    }
+}
+
+/// 256-bit `crate::attn::axpy_rows`, eight floats at a time.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be enabled in the inlining function; `b.hd % 8 == 0`; the shapes
+/// as for `axpy_rows_512`.
+#[inline(always)]
+pub(crate) unsafe fn axpy_rows<'v, E: KvElem + 'v, P: Progress>(
+    acc: &mut [f32],
+    w: &[f32],
+    b: &Block<P>,
+    heads: usize,
+    v: impl Fn(usize) -> &'v [E],
+) {
+    let (hd, span, base) = (b.hd, b.span, b.base);
+    let (p0, p1) = (b.positions.start, b.positions.end);
+    for (i, pos) in (p0..p1).enumerate() {
+        let row = &v(pos)[..heads * hd];
+        for h in 0..heads {
+            // SAFETY: as in `axpy_rows_512`, eight floats at a time.
+            unsafe {
+                let wt = _mm256_set1_ps(*w.as_ptr().add(h * span + pos - base));
+                let (a, x) = (acc.as_mut_ptr().add(h * hd), row.as_ptr().add(h * hd));
+                let mut d = 0;
+                while d < hd {
+                    let s = _mm256_fmadd_ps(wt, load8(x.add(d)), _mm256_loadu_ps(a.add(d)));
+                    _mm256_storeu_ps(a.add(d), s);
+                    d += 8;
+                }
+            }
+        }
+        b.next.upto(i + 1, p1 - p0);
     }
 }
