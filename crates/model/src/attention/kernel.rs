@@ -65,8 +65,9 @@ pub(super) fn run_task(
     run_task_body::<_, false>(Portable, pool, c, h, task, q, out, s);
 }
 
-/// Whether a task with the SIMD helpers reads its tiles row by row (`scores_rows`, `values_rows`): a
-/// decode (its tiles read as stored) of two or more heads that each have their own KV head.
+/// Whether a task with the SIMD helpers reads its tiles row by row (`scores_rows`,
+/// `values_rows`): a decode (its tiles read as stored) of two or more heads that each have
+/// their own KV head.
 fn by_row(h: Heads<'_>, task: Task) -> bool {
     task.t1 - task.t0 <= DIRECT_F16_QUERIES && h.n_heads == h.n_kv_heads && task.h1 - task.h0 > 1
 }
