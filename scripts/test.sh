@@ -23,6 +23,19 @@ if ! command -v redis-server >/dev/null && [[ -z "${TESSERA_REDIS_SERVER:-}" ]];
     fi
 fi
 export TESSERA_MODELS_DIR="${TESSERA_MODELS_DIR:-$PWD/models}"
+# The benchmark scripts' own tests (tests/scripts, standard library only) run them against fake
+# binaries; scripts/bench_models.py reads peak memory through /usr/bin/time.
+if [[ ! -x /usr/bin/time ]]; then
+    if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq time >/dev/null
+    else
+        echo "scripts/test.sh: /usr/bin/time not found; tests/scripts needs it" \
+            "(Debian: apt-get install time)" >&2
+        exit 1
+    fi
+fi
+python3 -m unittest discover -s tests/scripts
 
 cargo build --release --bin tessera
 BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/tessera"
