@@ -524,13 +524,45 @@ pub(crate) unsafe fn axpy_block<'v, const N: usize, E: KvElem + 'v, P: Progress>
     }
 }
 
+/// The loop both widths of `crate::attn::axpy_rows` share: positions in order, each row's heads
+/// in turn, `head(a, x, wt)` adding `wt` times the head's `hd` values at `x` into its `hd`
+/// floats at `a`; `b.next` told after each position.
+///
+/// # Safety
+/// The shapes passed `axpy_rows`' check (`acc` holds `heads * hd` floats, `w` every head's
+/// scores of the positions; each row is checked here to hold `heads * hd` elements); `head`
+/// reads and writes only `hd` elements at `a` and `x`.
+#[inline(always)]
+unsafe fn rows_each<'v, E: KvElem + 'v, P: Progress>(
+    acc: &mut [f32],
+    w: &[f32],
+    b: &Block<P>,
+    heads: usize,
+    v: impl Fn(usize) -> &'v [E],
+    head: impl Fn(*mut f32, *const E, f32),
+) {
+    let (hd, span, base) = (b.hd, b.span, b.base);
+    let (p0, p1) = (b.positions.start, b.positions.end);
+    for (i, pos) in (p0..p1).enumerate() {
+        let row = &v(pos)[..heads * hd];
+        for h in 0..heads {
+            // SAFETY: h * span + pos - base < w.len() and acc holds heads * hd floats (the
+            // contract); row holds heads * hd elements (sliced above).
+            unsafe {
+                let wt = *w.as_ptr().add(h * span + pos - base);
+                head(acc.as_mut_ptr().add(h * hd), row.as_ptr().add(h * hd), wt);
+            }
+        }
+        b.next.upto(i + 1, p1 - p0);
+    }
+}
+
 /// 512-bit `crate::attn::axpy_rows`: each head's accumulator updated sixteen floats at a time,
 /// per element the fused multiply-add of the portable form, positions in order.
 ///
 /// # Safety
-/// AVX-512F, AVX2, FMA and F16C must be available; `b.hd % 16 == 0`; the shapes passed
-/// `axpy_rows`' check (`acc` holds `heads * hd` floats, `w` every head's scores of the
-/// positions); each row is checked to hold `heads * hd` elements.
+/// AVX-512F, AVX2, FMA and F16C must be available; `b.hd % 16 == 0`; the shapes as
+/// `rows_each` requires.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub(crate) unsafe fn axpy_rows_512<'v, E: KvElem + 'v, P: Progress>(
     acc: &mut [f32],
@@ -539,33 +571,28 @@ pub(crate) unsafe fn axpy_rows_512<'v, E: KvElem + 'v, P: Progress>(
     heads: usize,
     v: impl Fn(usize) -> &'v [E],
 ) {
-    let (hd, span, base) = (b.hd, b.span, b.base);
-    let (p0, p1) = (b.positions.start, b.positions.end);
-    for (i, pos) in (p0..p1).enumerate() {
-        let row = &v(pos)[..heads * hd];
-        for h in 0..heads {
-            // SAFETY: h * span + pos - base < w.len() and acc holds heads * hd floats (the
-            // contract); row holds heads * hd elements (sliced above); d + 16 <= hd.
-            unsafe {
-                let wt = _mm512_set1_ps(*w.as_ptr().add(h * span + pos - base));
-                let (a, x) = (acc.as_mut_ptr().add(h * hd), row.as_ptr().add(h * hd));
-                let mut d = 0;
-                while d < hd {
-                    let s = _mm512_fmadd_ps(wt, load16(x.add(d)), _mm512_loadu_ps(a.add(d)));
-                    _mm512_storeu_ps(a.add(d), s);
-                    d += 16;
-                }
+    let hd = b.hd;
+    let head = |a: *mut f32, x: *const E, wt: f32| {
+        // SAFETY: `rows_each` gives `hd` elements at `a` and `x`; d + 16 <= hd; features per
+        // the contract.
+        unsafe {
+            let (wt, mut d) = (_mm512_set1_ps(wt), 0);
+            while d < hd {
+                let s = _mm512_fmadd_ps(wt, load16(x.add(d)), _mm512_loadu_ps(a.add(d)));
+                _mm512_storeu_ps(a.add(d), s);
+                d += 16;
             }
         }
-        b.next.upto(i + 1, p1 - p0);
-    }
+    };
+    // SAFETY: shapes per the contract; `head` touches `hd` elements.
+    unsafe { rows_each(acc, w, b, heads, v, head) };
 }
 
 /// 256-bit `crate::attn::axpy_rows`, eight floats at a time.
 ///
 /// # Safety
 /// AVX2, FMA and F16C must be enabled in the inlining function; `b.hd % 8 == 0`; the shapes
-/// as for `axpy_rows_512`.
+/// as `rows_each` requires.
 #[inline(always)]
 pub(crate) unsafe fn axpy_rows<'v, E: KvElem + 'v, P: Progress>(
     acc: &mut [f32],
@@ -574,23 +601,18 @@ pub(crate) unsafe fn axpy_rows<'v, E: KvElem + 'v, P: Progress>(
     heads: usize,
     v: impl Fn(usize) -> &'v [E],
 ) {
-    let (hd, span, base) = (b.hd, b.span, b.base);
-    let (p0, p1) = (b.positions.start, b.positions.end);
-    for (i, pos) in (p0..p1).enumerate() {
-        let row = &v(pos)[..heads * hd];
-        for h in 0..heads {
-            // SAFETY: as in `axpy_rows_512`, eight floats at a time.
-            unsafe {
-                let wt = _mm256_set1_ps(*w.as_ptr().add(h * span + pos - base));
-                let (a, x) = (acc.as_mut_ptr().add(h * hd), row.as_ptr().add(h * hd));
-                let mut d = 0;
-                while d < hd {
-                    let s = _mm256_fmadd_ps(wt, load8(x.add(d)), _mm256_loadu_ps(a.add(d)));
-                    _mm256_storeu_ps(a.add(d), s);
-                    d += 8;
-                }
+    let hd = b.hd;
+    let head = |a: *mut f32, x: *const E, wt: f32| {
+        // SAFETY: as in `axpy_rows_512`, eight floats at a time.
+        unsafe {
+            let (wt, mut d) = (_mm256_set1_ps(wt), 0);
+            while d < hd {
+                let s = _mm256_fmadd_ps(wt, load8(x.add(d)), _mm256_loadu_ps(a.add(d)));
+                _mm256_storeu_ps(a.add(d), s);
+                d += 8;
             }
         }
-        b.next.upto(i + 1, p1 - p0);
-    }
+    };
+    // SAFETY: shapes per the contract; `head` touches `hd` elements.
+    unsafe { rows_each(acc, w, b, heads, v, head) };
 }
