@@ -76,6 +76,24 @@ fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
             bits(&one_by_one),
             "{n_heads} heads, hd {hd}, tiles of {ts}"
         );
+        // Two queries a chunk (a decode verifying one drafted token), read as stored too.
+        let pairs: Vec<ChunkAttention> =
+            (0..n).step_by(2).map(|i| chunk(i, 2.min(n - i))).collect();
+        let mut two_by_two = vec![0f32; q.len()];
+        attend_all(
+            &threads,
+            &pool,
+            &pairs,
+            heads,
+            &q,
+            &mut two_by_two,
+            &mut scratch,
+        );
+        assert_eq!(
+            bits(&whole),
+            bits(&two_by_two),
+            "pairs: {n_heads} heads, hd {hd}, tiles of {ts}"
+        );
         // The last query alone: a lone decode, its heads cut over the threads.
         let mut alone = vec![0f32; q.len()];
         let last = [chunk(n - 1, 1)];
