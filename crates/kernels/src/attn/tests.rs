@@ -184,6 +184,19 @@ fn simd_dots_and_value_sums_give_the_portable_bits() {
             let k4: [&[u16]; KEYS4] = std::array::from_fn(|j| &ks4[j][..]);
             // SAFETY: AVX-512VL detected (and AVX2/FMA above).
             let d4 = unsafe { x86::dots4(q4, k4) };
+            // The same keys converted to f32 first (a converted tile) give the same bits.
+            let kf: Vec<Vec<f32>> = ks4
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .map(|&x| half::f16::from_bits(x).to_f32())
+                        .collect()
+                })
+                .collect();
+            let kf4: [&[f32]; KEYS4] = std::array::from_fn(|j| &kf[j][..]);
+            // SAFETY: as above.
+            let d4f = unsafe { x86::dots4(q4, kf4) };
+            assert_eq!(bits(d4.as_flattened()), bits(d4f.as_flattened()));
             for a in 0..4 {
                 for b in 0..KEYS4 {
                     let one = dots::<_, u16>(Portable, [q4[a], q4[a]], [k4[b]; KEYS_PER_BLOCK]);
