@@ -7,7 +7,8 @@ use std::sync::Mutex;
 use kernels::Threads;
 
 use super::{attend_all, AttnScratch, ChunkAttention, Heads};
-use crate::testing::kv::{filled_pool, ramp as values};
+use crate::kv::KvDtype;
+use crate::testing::kv::{filled_pool_of, ramp as values};
 
 fn bits(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
@@ -28,9 +29,18 @@ fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
         (3, 3, 20, 16, None),
     ];
     let threads = Threads::new(2);
-    for (n_heads, n_kv, hd, ts, window) in shapes {
+    // Each shape on an f16 pool (decodes read it as stored), and on f32 and Q8_0 pools (every
+    // task converts its tiles to f32 first) where the rows allow.
+    let cases = shapes.into_iter().flat_map(|shape| {
+        let kv_dim: usize = shape.1 * shape.2;
+        [KvDtype::F16, KvDtype::F32, KvDtype::Q8_0]
+            .into_iter()
+            .filter(move |&d| d != KvDtype::Q8_0 || kv_dim.is_multiple_of(32))
+            .map(move |d| (shape, d))
+    });
+    for ((n_heads, n_kv, hd, ts, window), dtype) in cases {
         let (start, n) = (19, 37);
-        let (pool, tables) = filled_pool(ts, n_kv * hd, 1, start + n);
+        let (pool, tables) = filled_pool_of(dtype, ts, n_kv * hd, 1, start + n);
         let table = &tables[0];
         let heads = Heads {
             n_heads,
@@ -74,7 +84,7 @@ fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
         assert_eq!(
             bits(&whole),
             bits(&one_by_one),
-            "{n_heads} heads, hd {hd}, tiles of {ts}"
+            "{n_heads} heads, hd {hd}, tiles of {ts}, {dtype:?}"
         );
         // Two queries a chunk (a decode verifying one drafted token), read as stored too.
         let pairs: Vec<ChunkAttention> =
@@ -92,7 +102,7 @@ fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
         assert_eq!(
             bits(&whole),
             bits(&two_by_two),
-            "pairs: {n_heads} heads, hd {hd}, tiles of {ts}"
+            "pairs: {n_heads} heads, hd {hd}, tiles of {ts}, {dtype:?}"
         );
         // The last query alone: a lone decode, its heads cut over the threads.
         let mut alone = vec![0f32; q.len()];
@@ -102,7 +112,7 @@ fn a_chunk_attended_whole_gives_the_bits_of_its_queries_one_by_one() {
         assert_eq!(
             bits(&alone[row.clone()]),
             bits(&whole[row]),
-            "alone: {n_heads} heads, hd {hd}, tiles of {ts}"
+            "alone: {n_heads} heads, hd {hd}, tiles of {ts}, {dtype:?}"
         );
     }
 }

@@ -17,6 +17,17 @@ pub fn filled_pool(
     seqs: usize,
     len: usize,
 ) -> (KvPool, Vec<Vec<TileId>>) {
+    filled_pool_of(KvDtype::F16, tile_size, kv_dim, seqs, len)
+}
+
+/// [`filled_pool`] storing `dtype` (Q8_0 needs `kv_dim` a multiple of 32).
+pub fn filled_pool_of(
+    dtype: KvDtype,
+    tile_size: usize,
+    kv_dim: usize,
+    seqs: usize,
+    len: usize,
+) -> (KvPool, Vec<Vec<TileId>>) {
     let layout = KvLayout {
         tile_size,
         kv_dim,
@@ -25,7 +36,7 @@ pub fn filled_pool(
             window: None,
         }],
         layer_slot: vec![(0, 0)],
-        dtype: KvDtype::F16,
+        dtype,
     };
     let per_seq = len.div_ceil(tile_size);
     let mut pool = KvPool::new(layout, seqs * per_seq);
