@@ -35,8 +35,9 @@ const DIRECT_F16_QUERIES: usize = 2;
 /// where the CPU has it (and `TESSERA_ISA` allows). Both paths do the same arithmetic in the
 /// same order (fused multiply-adds; `f32::mul_add` in the portable path), so results are
 /// identical. A task that reads its tiles row by row (`by_row`) has an entry of its own, so
-/// each entry's loops are compiled without the other's (with both in one body, the head-by-head
-/// loops of Qwen2.5-0.5B's decode shapes ran 12% slower).
+/// each entry's loops are compiled without the other's: with both in one body, the head-by-head
+/// loops of Qwen2.5-0.5B's decode shapes ran 11-12% slower in one build (code layout alone
+/// moves them by about 5% from build to build).
 pub(super) fn run_task(
     pool: &KvPool,
     c: &ChunkAttention,
