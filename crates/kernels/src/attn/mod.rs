@@ -114,6 +114,10 @@ pub const KEYS_PER_BLOCK: usize = 3;
 /// Keys per block of [`dots4`].
 pub const KEYS4: usize = 4;
 
+/// Keys per block of [`dots1`]: one query row's eight accumulators, its load and a key's stay
+/// within AVX2's 16 registers.
+pub const KEYS1: usize = 8;
+
 /// Keys per block of [`dots_t`]: one 512-bit register of scores.
 pub const KEYS_T: usize = 16;
 
@@ -210,6 +214,19 @@ pub fn dots<L: Lanes, E: KvElem>(
         return unsafe { x86::dots(q, k) };
     }
     dots_portable(q, k)
+}
+
+/// [`dots`] for one query row (a head left alone by its KV head's pairs and fours) by
+/// [`KEYS1`] key rows: the same bits per key, without a second row computed for nothing.
+#[inline(always)]
+pub fn dots1<L: Lanes, E: KvElem>(lanes: L, q: &[f32], k: [&[E]; KEYS1]) -> [f32; KEYS1] {
+    let _ = lanes;
+    #[cfg(target_arch = "x86_64")]
+    if L::SIMD {
+        // SAFETY: `L::SIMD` means an `Avx2` value exists: AVX2, FMA and F16C were detected.
+        return unsafe { x86::dots1(q, k) };
+    }
+    dots_portable([q], k)[0]
 }
 
 /// Each query row's dot with its own key row, `q[a] · k[a]` (at most 16 pairs), each as

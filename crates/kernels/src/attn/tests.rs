@@ -495,3 +495,33 @@ fn row_by_row_dots_and_value_sums_give_the_bits_of_the_head_by_head_ones() {
         }
     }
 }
+
+#[test]
+fn one_row_dots_give_the_bits_of_dots() {
+    let row = |seed: usize, n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
+            .collect()
+    };
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    // A head dimension with a tail, and one without.
+    for hd in [64, 20] {
+        let q = row(1, hd);
+        let ks: Vec<Vec<u16>> = (0..KEYS1)
+            .map(|j| {
+                row(10 + j, hd)
+                    .iter()
+                    .map(|&x| half::f16::from_f32(x).to_bits())
+                    .collect()
+            })
+            .collect();
+        let k: [&[u16]; KEYS1] = std::array::from_fn(|j| &ks[j][..]);
+        let want: Vec<f32> = (0..KEYS1)
+            .map(|j| dots::<_, u16>(Portable, [&q, &q], [k[j]; KEYS_PER_BLOCK])[0][0])
+            .collect();
+        assert_eq!(bits(&dots1(Portable, &q, k)), bits(&want), "hd {hd}");
+        if let Some(simd) = Avx2::detect() {
+            assert_eq!(bits(&dots1(simd, &q, k)), bits(&want), "hd {hd}");
+        }
+    }
+}

@@ -17,8 +17,8 @@
 //!   (`Tiles::visible`).
 
 use kernels::attn::{
-    axpy_block, axpy_rows, dots, dots4, dots_own, dots_t, scale_round_f16, softmax_f16,
-    transpose16, Avx2, Block, KvElem, Lanes, Portable, Wide, KEYS4, KEYS_PER_BLOCK, KEYS_T,
+    axpy_block, axpy_rows, dots, dots1, dots4, dots_own, dots_t, scale_round_f16, softmax_f16,
+    transpose16, Avx2, Block, KvElem, Lanes, Portable, Wide, KEYS1, KEYS4, KEYS_PER_BLOCK, KEYS_T,
 };
 use kernels::HugeVec;
 
@@ -447,9 +447,10 @@ impl TileSpan {
 }
 
 /// Pass 1 for one tile: scores of every (query, head) of the task against the tile's visible
-/// keys, in blocks of four heads by four keys (`dots4`, where AVX-512VL gives the registers)
-/// or two heads by `KEYS_PER_BLOCK` keys (`dots`); keys a query cannot see are
-/// computed with the block and never stored.
+/// keys, in blocks of four heads by four keys (`dots4`, where AVX-512VL gives the registers),
+/// two heads by `KEYS_PER_BLOCK` keys (`dots`), or a head left alone by its KV head's fours
+/// and pairs (Qwen2.5-0.5B's seventh, SmolLM2's third) by `KEYS1` keys (`dots1`); keys a query
+/// cannot see are computed with the block and never stored.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn scores_tile<L: Lanes, E: KvElem>(
@@ -500,6 +501,22 @@ fn scores_tile<L: Lanes, E: KvElem>(
             }
             // Heads hi and hi + 1 together when they share a KV head, else hi alone.
             let n_pairs = t.run(hi, 2);
+            if n_pairs == 1 {
+                let q = &qr[(qi * nh + hi) * hd..(qi * nh + hi + 1) * hd];
+                let row = (qi * nh + hi) * t.span;
+                let mut pos = s_lo;
+                while pos < s_hi {
+                    let nk = (s_hi - pos).min(KEYS1);
+                    let ks: [&[E]; KEYS1] = std::array::from_fn(|j| key(pos + j.min(nk - 1)));
+                    next.upto(pos + nk - t.start, n_slots);
+                    let d = dots1(lanes, q, ks);
+                    let at = row + pos - t.base;
+                    scores[at..at + nk].copy_from_slice(&d[..nk]);
+                    pos += nk;
+                }
+                hi += 1;
+                continue;
+            }
             let qs: [&[f32]; 2] = std::array::from_fn(|j| {
                 let hj = hi + j.min(n_pairs - 1);
                 &qr[(qi * nh + hj) * hd..(qi * nh + hj + 1) * hd]

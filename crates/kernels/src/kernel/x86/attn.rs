@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::attn::{Block, KvElem, Progress, KEYS4, KEYS_PER_BLOCK, KEYS_T, WIDE};
+use crate::attn::{Block, KvElem, Progress, KEYS1, KEYS4, KEYS_PER_BLOCK, KEYS_T, WIDE};
 
 /// Eight elements as f32 (f16 bits converted with F16C, exactly).
 ///
@@ -151,6 +151,16 @@ pub(crate) unsafe fn dots<E: KvElem>(
 ) -> [[f32; KEYS_PER_BLOCK]; 2] {
     // SAFETY: forwarded.
     unsafe { dots_block(q, k) }
+}
+
+/// `crate::attn::dots1`: `dots_block` for one query row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be enabled in the inlining function.
+#[inline(always)]
+pub(crate) unsafe fn dots1<E: KvElem>(q: &[f32], k: [&[E]; KEYS1]) -> [f32; KEYS1] {
+    // SAFETY: forwarded.
+    unsafe { dots_block([q], k)[0] }
 }
 
 /// `dots` for four query rows (heads sharing a KV head) by `KEYS4` key rows: each key
