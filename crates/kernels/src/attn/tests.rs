@@ -56,6 +56,31 @@ fn exp_neg_is_within_a_few_ulp_of_exp() {
     assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
 }
 
+/// `n` values in -1..1 spread by `seed`.
+fn row(seed: usize, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
+        .collect()
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+/// `x` rounded to f16, as raw bits.
+fn f16s(x: &[f32]) -> Vec<u16> {
+    x.iter()
+        .map(|&v| half::f16::from_f32(v).to_bits())
+        .collect()
+}
+
+/// f16 bits as f32 (exactly).
+fn f32s(x: &[u16]) -> Vec<f32> {
+    x.iter()
+        .map(|&v| half::f16::from_bits(v).to_f32())
+        .collect()
+}
+
 /// The SIMD V sum and dots of one block, for f32 or raw f16 K/V rows.
 ///
 /// # Safety
@@ -89,11 +114,6 @@ unsafe fn simd256_axpy(acc: &mut [f32], w: &[f32], b: &Block<()>, v: &[f32]) {
 fn simd_dots_and_value_sums_give_the_portable_bits() {
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        let row = |seed: usize, n: usize| -> Vec<f32> {
-            (0..n)
-                .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
-                .collect()
-        };
         let hd = 256;
         let (q0, q1) = (row(1, hd), row(2, hd));
         let ks: Vec<Vec<f32>> = (0..KEYS_PER_BLOCK).map(|j| row(10 + j, hd)).collect();
@@ -116,7 +136,6 @@ fn simd_dots_and_value_sums_give_the_portable_bits() {
             &v[p * hd..(p + 1) * hd]
         });
         let d_plain = dots(Portable, [&q0, &q1], k);
-        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(d_simd.as_flattened()), bits(d_plain.as_flattened()));
         assert_eq!(bits(&acc_simd), bits(&acc_plain));
         // Both SIMD widths (`axpy_block` picks the 512-bit one where it can).
@@ -133,32 +152,12 @@ fn simd_dots_and_value_sums_give_the_portable_bits() {
             assert_eq!(bits(&acc512), bits(&acc_plain));
         }
         // f16 rows read directly give the bits of the same rows converted first.
-        let k16: Vec<Vec<u16>> = ks
-            .iter()
-            .map(|r| {
-                r.iter()
-                    .map(|&x| half::f16::from_f32(x).to_bits())
-                    .collect()
-            })
-            .collect();
-        let kc: Vec<Vec<f32>> = k16
-            .iter()
-            .map(|r| {
-                r.iter()
-                    .map(|&x| half::f16::from_bits(x).to_f32())
-                    .collect()
-            })
-            .collect();
+        let k16: Vec<Vec<u16>> = ks.iter().map(|r| f16s(r)).collect();
+        let kc: Vec<Vec<f32>> = k16.iter().map(|r| f32s(r)).collect();
         let k16r: [&[u16]; KEYS_PER_BLOCK] = std::array::from_fn(|j| &k16[j][..]);
         let kcr: [&[f32]; KEYS_PER_BLOCK] = std::array::from_fn(|j| &kc[j][..]);
-        let v16: Vec<u16> = v
-            .iter()
-            .map(|&x| half::f16::from_f32(x).to_bits())
-            .collect();
-        let vc: Vec<f32> = v16
-            .iter()
-            .map(|&x| half::f16::from_bits(x).to_f32())
-            .collect();
+        let v16 = f16s(&v);
+        let vc = f32s(&v16);
         let mut acc16 = row(7, 3 * hd);
         let mut accc = acc16.clone();
         // SAFETY: features detected above.
@@ -172,27 +171,13 @@ fn simd_dots_and_value_sums_give_the_portable_bits() {
         if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl") {
             // Four heads by four keys: each pair as `dots` computes it.
             let qs4: Vec<Vec<f32>> = (0..4).map(|a| row(20 + a, hd)).collect();
-            let ks4: Vec<Vec<u16>> = (0..KEYS4)
-                .map(|j| {
-                    row(30 + j, hd)
-                        .iter()
-                        .map(|&x| half::f16::from_f32(x).to_bits())
-                        .collect()
-                })
-                .collect();
+            let ks4: Vec<Vec<u16>> = (0..KEYS4).map(|j| f16s(&row(30 + j, hd))).collect();
             let q4: [&[f32]; 4] = std::array::from_fn(|a| &qs4[a][..]);
             let k4: [&[u16]; KEYS4] = std::array::from_fn(|j| &ks4[j][..]);
             // SAFETY: AVX-512VL detected (and AVX2/FMA above).
             let d4 = unsafe { x86::dots4(q4, k4) };
             // The same keys converted to f32 first (a converted tile) give the same bits.
-            let kf: Vec<Vec<f32>> = ks4
-                .iter()
-                .map(|r| {
-                    r.iter()
-                        .map(|&x| half::f16::from_bits(x).to_f32())
-                        .collect()
-                })
-                .collect();
+            let kf: Vec<Vec<f32>> = ks4.iter().map(|r| f32s(r)).collect();
             let kf4: [&[f32]; KEYS4] = std::array::from_fn(|j| &kf[j][..]);
             // SAFETY: as above.
             let d4f = unsafe { x86::dots4(q4, kf4) };
@@ -265,7 +250,6 @@ fn simd_softmax_and_f16_rounding_give_the_portable_bits() {
                 odd[j]
             );
         }
-        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
         let sizes = [1usize, 5, 8, 9, 16, 100, 515, 1027];
         let sinks = [None, Some(1.5), Some(-3.0)];
         for (n, sink) in sizes.iter().flat_map(|&n| sinks.map(|s| (n, s))) {
@@ -335,11 +319,6 @@ fn a_sink_takes_its_share_of_the_softmax_and_no_probability() {
 
 #[test]
 fn transposed_dots_give_the_bits_of_dots() {
-    let row = |seed: usize, n: usize| -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
-            .collect()
-    };
     for hd in [8, 64, 136, 256] {
         let stride = 24;
         let qs: Vec<Vec<f32>> = (0..2).map(|a| row(40 + a, hd)).collect();
@@ -369,7 +348,6 @@ fn transposed_dots_give_the_bits_of_dots() {
             let three = dots_t(wide, [q[0], q[1], q[0]], &kt, stride);
             let two = dots_t(wide, q, &kt, stride);
             let one = dots_t(wide, [q[1]], &kt, stride);
-            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(
                 bits(two.as_flattened()),
                 bits(portable.as_flattened()),
@@ -408,7 +386,6 @@ fn transpose16_moves_every_value_and_zeroes_missing_rows() {
         if let Some(wide) = Wide::detect() {
             let mut got = vec![f32::NAN; want.len()];
             transpose16(wide, &src, src_stride, rows, &mut got, dst_stride);
-            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "rows {rows}");
         }
     }
@@ -427,17 +404,6 @@ unsafe fn simd256_rows(acc: &mut [f32], w: &[f32], b: &Block<()>, heads: usize, 
 
 #[test]
 fn row_by_row_dots_and_value_sums_give_the_bits_of_the_head_by_head_ones() {
-    let row = |seed: usize, n: usize| -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
-            .collect()
-    };
-    let f16s = |x: &[f32]| -> Vec<u16> {
-        x.iter()
-            .map(|&v| half::f16::from_f32(v).to_bits())
-            .collect()
-    };
-    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     // Head dimensions with 16 lanes, 8 lanes only, and a tail; ten heads (two runs of pairs).
     for hd in [128, 24, 20] {
         let heads = 10;
@@ -498,23 +464,10 @@ fn row_by_row_dots_and_value_sums_give_the_bits_of_the_head_by_head_ones() {
 
 #[test]
 fn one_row_dots_give_the_bits_of_dots() {
-    let row = |seed: usize, n: usize| -> Vec<f32> {
-        (0..n)
-            .map(|i| ((i * 7919 + seed * 31) % 997) as f32 / 500.0 - 1.0)
-            .collect()
-    };
-    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     // A head dimension with a tail, and one without.
     for hd in [64, 20] {
         let q = row(1, hd);
-        let ks: Vec<Vec<u16>> = (0..KEYS1)
-            .map(|j| {
-                row(10 + j, hd)
-                    .iter()
-                    .map(|&x| half::f16::from_f32(x).to_bits())
-                    .collect()
-            })
-            .collect();
+        let ks: Vec<Vec<u16>> = (0..KEYS1).map(|j| f16s(&row(10 + j, hd))).collect();
         let k: [&[u16]; KEYS1] = std::array::from_fn(|j| &ks[j][..]);
         let want: Vec<f32> = (0..KEYS1)
             .map(|j| dots::<_, u16>(Portable, [&q, &q], [k[j]; KEYS_PER_BLOCK])[0][0])
