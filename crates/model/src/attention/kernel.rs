@@ -588,9 +588,8 @@ fn values_tile<L: Lanes, E: KvElem>(
 }
 
 /// Pass 1 for one tile read row by row (a decode whose heads each have their own KV head, see
-/// `by_row`): each
-/// key row's heads in turn, eight at a time (`dots_own`, the bits of `dots`), so a task reads
-/// its columns of the tile in memory order. A lone decode's task holds half the heads, half
+/// `by_row`): each key row's heads in turn, eight at a time (`dots_own`, the bits of `dots`),
+/// so a task reads its columns of the tile in memory order. A lone decode's task holds half the heads, half
 /// of every row: OLMoE's shapes (16 heads of 128) at 2,048 tokens of context, 16 layers' 268 MB
 /// of K/V, took 9.7-9.8 ms head by head and 7.0-7.6 ms row by row (`cargo bench -p
 /// tessera-model --bench attention -- olmoe`, AMD EPYC Zen 5, alternated twice); sixteen
